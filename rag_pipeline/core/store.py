@@ -1,0 +1,617 @@
+"""The DuckDB store: staging tables per pipeline stage, the served index, the ledger, the cache.
+
+Layout:
+- staging (written stage by stage, never read by search): `manifest`, `parsed_docs`, `elements`,
+  `staged_chunks`, `staged_postings`;
+- the served index (replaced per source in one transaction by `publish_source`): `documents`,
+  `chunks`, `vectors`, `postings`;
+- `embedding_cache` keyed by (embedder identity, text hash); `ledger` (document x stage);
+  `source_runs`.
+
+A failed stage leaves the served index as it was: search only reads the served tables.
+DuckDB allows one writing process per file, so connections are short-lived and retried while
+another process holds the lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, Hit, ParsedDocument, SearchFilters
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS manifest (
+    source_id VARCHAR, doc_id VARCHAR, rel_path VARCHAR, content_hash VARCHAR, meta_json VARCHAR,
+    size BIGINT, file_type VARCHAR, supported BOOLEAN, skip_reason VARCHAR, meta_error VARCHAR,
+    discovered_at TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS parsed_docs (
+    doc_id VARCHAR, source_id VARCHAR, content_hash VARCHAR, meta_json VARCHAR, title VARCHAR,
+    parser_version VARCHAR, parsed_at TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS elements (
+    doc_id VARCHAR, source_id VARCHAR, ordinal INTEGER, category VARCHAR, text VARCHAR,
+    heading_path VARCHAR[], page_number INTEGER, table_html VARCHAR, line_start INTEGER, line_end INTEGER
+);
+CREATE TABLE IF NOT EXISTS staged_chunks (
+    chunk_id VARCHAR, doc_id VARCHAR, source_id VARCHAR, ordinal INTEGER, title VARCHAR,
+    heading_path VARCHAR[], text VARCHAR, embed_text VARCHAR, text_hash VARCHAR, token_count INTEGER,
+    line_start INTEGER, line_end INTEGER, page_number INTEGER, content_hash VARCHAR,
+    chunking_fingerprint VARCHAR, embedded_identity VARCHAR
+);
+CREATE TABLE IF NOT EXISTS staged_postings (chunk_id VARCHAR, source_id VARCHAR, term VARCHAR, tf INTEGER);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    identity VARCHAR, text_hash VARCHAR, vector FLOAT[], created_at TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id VARCHAR, source_id VARCHAR, rel_path VARCHAR, title VARCHAR, file_type VARCHAR,
+    content_hash VARCHAR, tenant VARCHAR, visibility VARCHAR, roles VARCHAR[], status VARCHAR,
+    effective_date DATE, supersedes VARCHAR, superseded_by VARCHAR, parser_version VARCHAR,
+    chunk_count INTEGER, indexed_at TIMESTAMP
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id VARCHAR, doc_id VARCHAR, source_id VARCHAR, ordinal INTEGER, title VARCHAR,
+    heading_path VARCHAR[], text VARCHAR, embed_text VARCHAR, text_hash VARCHAR, token_count INTEGER,
+    line_start INTEGER, line_end INTEGER, page_number INTEGER, tenant VARCHAR, visibility VARCHAR,
+    roles VARCHAR[], status VARCHAR, effective_date DATE, lex_len INTEGER
+);
+CREATE TABLE IF NOT EXISTS vectors (chunk_id VARCHAR, source_id VARCHAR, identity VARCHAR, vector FLOAT[]);
+CREATE TABLE IF NOT EXISTS postings (chunk_id VARCHAR, source_id VARCHAR, term VARCHAR, tf INTEGER);
+CREATE TABLE IF NOT EXISTS ledger (
+    doc_id VARCHAR, source_id VARCHAR, stage VARCHAR, status VARCHAR, content_hash VARCHAR,
+    parser_version VARCHAR, reason VARCHAR, updated_at TIMESTAMP, run_id VARCHAR
+);
+CREATE TABLE IF NOT EXISTS source_runs (
+    source_id VARCHAR, root VARCHAR, last_run_at TIMESTAMP, last_success_at TIMESTAMP,
+    manifest_hash VARCHAR, run_id VARCHAR
+);
+"""
+
+# Tables whose rows belong to one source; a purge of the source clears them all.
+SOURCE_TABLES = (
+    "manifest", "parsed_docs", "elements", "staged_chunks", "staged_postings",
+    "documents", "chunks", "vectors", "postings", "source_runs",
+)
+# Tables holding something of a document (checked by the deletion check).
+DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
+CHUNK_TABLES = ("staged_postings", "vectors", "postings")
+
+_LOCK_WAIT_SECONDS = 120.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class DuckDBStore:
+    """All persistent state of the pipeline in one DuckDB file."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._initialised = False
+
+    @contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection; waits while another process holds DuckDB's file lock."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + _LOCK_WAIT_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                con = duckdb.connect(str(self.path))
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        try:
+            if not self._initialised:
+                con.execute(SCHEMA)
+                self._initialised = True
+            yield con
+        finally:
+            con.close()
+
+    # ---- manifest -------------------------------------------------------------------------
+
+    def previous_manifest(self, source_id: str) -> dict[str, tuple[str, str]]:
+        """`doc_id -> (content hash, meta json)` of the source's supported documents at the last run."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT doc_id, content_hash, meta_json FROM manifest WHERE source_id = ? AND supported",
+                [source_id],
+            ).fetchall()
+        return {doc_id: (content_hash, meta_json) for doc_id, content_hash, meta_json in rows}
+
+    def write_manifest(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str], run_id: str) -> None:
+        now = utcnow()
+        rows = [
+            (f.source_id, f.doc_id, f.rel_path, f.content_hash, meta_json.get(f.doc_id, ""), f.size,
+             f.file_type, f.supported, f.skip_reason, f.meta_error, now)
+            for f in files
+        ]
+        with self.connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
+            if rows:
+                con.executemany("INSERT INTO manifest VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            con.execute("COMMIT")
+
+    def manifest_rows(self, source_id: str) -> list[dict]:
+        with self.connect() as con:
+            return _dicts(con.execute("SELECT * FROM manifest WHERE source_id = ? ORDER BY doc_id", [source_id]))
+
+    # ---- parsing --------------------------------------------------------------------------
+
+    def parsed_versions(self, source_id: str) -> dict[str, tuple[str, str]]:
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT doc_id, content_hash, meta_json FROM parsed_docs WHERE source_id = ?", [source_id]
+            ).fetchall()
+        return {d: (h, m) for d, h, m in rows}
+
+    def save_parsed(self, source_id: str, doc: ParsedDocument, meta_json: str) -> None:
+        """Replace a document's parsed elements (staging only)."""
+        rows = [
+            (e.doc_id, source_id, e.ordinal, e.category, e.text, list(e.heading_path), e.page_number,
+             e.table_html, e.line_start, e.line_end)
+            for e in doc.elements
+        ]
+        with self.connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM elements WHERE doc_id = ?", [doc.doc_id])
+            con.execute("DELETE FROM parsed_docs WHERE doc_id = ?", [doc.doc_id])
+            con.executemany("INSERT INTO elements VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+            con.execute(
+                "INSERT INTO parsed_docs VALUES (?,?,?,?,?,?,?)",
+                [doc.doc_id, source_id, doc.content_hash, meta_json, doc.title, doc.parser_version, utcnow()],
+            )
+            con.execute("COMMIT")
+
+    def load_parsed(self, doc_ids: Sequence[str]) -> list[ParsedDocument]:
+        if not doc_ids:
+            return []
+        with self.connect() as con:
+            con.execute("CREATE OR REPLACE TEMP TABLE wanted AS SELECT unnest(?::VARCHAR[]) AS doc_id", [list(doc_ids)])
+            docs = con.execute(
+                "SELECT doc_id, content_hash, parser_version, title FROM parsed_docs JOIN wanted USING (doc_id)"
+            ).fetchall()
+            element_rows = con.execute(
+                "SELECT e.* FROM elements e JOIN wanted USING (doc_id) ORDER BY e.doc_id, e.ordinal"
+            ).fetchall()
+        by_doc: dict[str, list[Element]] = {}
+        for doc_id, _source, ordinal, category, text, path, page, html, start, end in element_rows:
+            by_doc.setdefault(doc_id, []).append(
+                Element(doc_id, ordinal, category, text, tuple(path or ()), page, html, start, end)
+            )
+        return [
+            ParsedDocument(doc_id, content_hash, parser, title, tuple(by_doc.get(doc_id, [])))
+            for doc_id, content_hash, parser, title in docs
+        ]
+
+    # ---- chunking -------------------------------------------------------------------------
+
+    def chunk_versions(self, source_id: str) -> dict[str, tuple[str, str]]:
+        """`doc_id -> (content hash, chunking fingerprint)` of the staged chunks."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT DISTINCT doc_id, content_hash, chunking_fingerprint FROM staged_chunks WHERE source_id = ?",
+                [source_id],
+            ).fetchall()
+        return {d: (h, f) for d, h, f in rows}
+
+    def save_chunks(
+        self, source_id: str, doc_id: str, content_hash: str, fingerprint: str,
+        chunks: Sequence[Chunk], postings: Sequence[tuple[str, str, int]],
+    ) -> None:
+        """Replace a document's staged chunks and their lexical postings (chunk_id, term, tf)."""
+        rows = [
+            (c.chunk_id, c.doc_id, source_id, c.ordinal, c.title, list(c.heading_path), c.text, c.embed_text,
+             c.text_hash, c.token_count, c.line_start, c.line_end, c.page_number, content_hash, fingerprint, None)
+            for c in chunks
+        ]
+        with self.connect() as con:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM staged_postings WHERE chunk_id IN (SELECT chunk_id FROM staged_chunks WHERE doc_id = ?)", [doc_id])
+            con.execute("DELETE FROM staged_chunks WHERE doc_id = ?", [doc_id])
+            if rows:
+                con.executemany("INSERT INTO staged_chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            if postings:
+                con.executemany(
+                    "INSERT INTO staged_postings VALUES (?,?,?,?)",
+                    [(chunk_id, source_id, term, tf) for chunk_id, term, tf in postings],
+                )
+            con.execute("COMMIT")
+
+    def drop_staged_documents(self, doc_ids: Sequence[str]) -> None:
+        """Remove deleted documents from every staging table."""
+        if not doc_ids:
+            return
+        with self.connect() as con:
+            con.execute("BEGIN")
+            con.execute("CREATE OR REPLACE TEMP TABLE gone AS SELECT unnest(?::VARCHAR[]) AS doc_id", [list(doc_ids)])
+            con.execute(
+                "DELETE FROM staged_postings WHERE chunk_id IN "
+                "(SELECT chunk_id FROM staged_chunks WHERE doc_id IN (SELECT doc_id FROM gone))"
+            )
+            for table in ("staged_chunks", "elements", "parsed_docs"):
+                con.execute(f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM gone)")
+            con.execute("COMMIT")
+
+    # ---- embedding ------------------------------------------------------------------------
+
+    def chunks_to_embed(self, source_id: str, identity: str) -> list[tuple[str, str, str]]:
+        """(chunk_id, text_hash, embed_text) of staged chunks not yet embedded by this embedder."""
+        with self.connect() as con:
+            return con.execute(
+                "SELECT chunk_id, text_hash, embed_text FROM staged_chunks "
+                "WHERE source_id = ? AND embedded_identity IS DISTINCT FROM ? ORDER BY chunk_id",
+                [source_id, identity],
+            ).fetchall()
+
+    def cached_hashes(self, identity: str, text_hashes: Sequence[str]) -> set[str]:
+        if not text_hashes:
+            return set()
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT text_hash FROM embedding_cache WHERE identity = ? AND list_contains(?::VARCHAR[], text_hash)",
+                [identity, list(set(text_hashes))],
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def cache_vectors(self, identity: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        if not items:
+            return
+        now = utcnow()
+        with self.connect() as con:
+            con.executemany(
+                "INSERT INTO embedding_cache VALUES (?,?,?,?)",
+                [(identity, h, v.astype(np.float32).tolist(), now) for h, v in items],
+            )
+
+    def mark_embedded(self, chunk_ids: Sequence[str], identity: str) -> None:
+        if not chunk_ids:
+            return
+        with self.connect() as con:
+            con.execute(
+                "UPDATE staged_chunks SET embedded_identity = ? WHERE list_contains(?::VARCHAR[], chunk_id)",
+                [identity, list(chunk_ids)],
+            )
+
+    def prune_cache(self, identity: str, text_hashes: Iterable[str]) -> int:
+        """Drop cache entries of these text hashes unless a staged chunk still uses them."""
+        hashes = list(set(text_hashes))
+        if not hashes:
+            return 0
+        with self.connect() as con:
+            rows = con.execute(
+                "DELETE FROM embedding_cache WHERE identity = ? AND list_contains(?::VARCHAR[], text_hash) "
+                "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks) RETURNING text_hash",
+                [identity, hashes],
+            ).fetchall()
+        return len(rows)
+
+    # ---- publishing -----------------------------------------------------------------------
+
+    def publish_source(self, source_id: str, identity: str) -> dict[str, int]:
+        """Replace the served rows of one source with its staged state, in one transaction.
+
+        Only documents whose every staged chunk has a cached vector are published; the rest keep
+        their previously served version, so a failed stage never removes what was searchable.
+        """
+        with self.connect() as con:
+            con.execute("BEGIN")
+            try:
+                counts = self._publish(con, source_id, identity)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return counts
+
+    def _publish(self, con: duckdb.DuckDBPyConnection, source_id: str, identity: str) -> dict[str, int]:
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE ready AS
+            SELECT s.doc_id FROM staged_chunks s
+            LEFT JOIN embedding_cache c ON c.identity = ? AND c.text_hash = s.text_hash
+            WHERE s.source_id = ?
+            GROUP BY s.doc_id HAVING count(*) = count(c.text_hash)
+            """,
+            [identity, source_id],
+        )
+        # Documents still in the manifest but not ready keep their served rows untouched.
+        con.execute(
+            """
+            CREATE OR REPLACE TEMP TABLE keep_old AS
+            SELECT d.doc_id FROM documents d
+            WHERE d.source_id = ? AND d.doc_id NOT IN (SELECT doc_id FROM ready)
+              AND d.doc_id IN (SELECT doc_id FROM manifest WHERE source_id = ? AND supported)
+            """,
+            [source_id, source_id],
+        )
+        replaced = "source_id = ? AND doc_id NOT IN (SELECT doc_id FROM keep_old)"
+        con.execute(f"DELETE FROM postings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced})", [source_id])
+        con.execute(f"DELETE FROM vectors WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced})", [source_id])
+        con.execute(f"DELETE FROM chunks WHERE {replaced}", [source_id])
+        con.execute(f"DELETE FROM documents WHERE {replaced}", [source_id])
+        con.execute(
+            """
+            INSERT INTO documents
+            SELECT p.doc_id, p.source_id, m.rel_path, p.title, m.file_type, p.content_hash,
+                   json_extract_string(p.meta_json, '$.tenant'),
+                   json_extract_string(p.meta_json, '$.visibility'),
+                   CAST(json_extract(p.meta_json, '$.roles') AS VARCHAR[]),
+                   json_extract_string(p.meta_json, '$.status'),
+                   TRY_CAST(json_extract_string(p.meta_json, '$.effective_date') AS DATE),
+                   json_extract_string(p.meta_json, '$.supersedes'),
+                   json_extract_string(p.meta_json, '$.superseded_by'),
+                   p.parser_version,
+                   (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = p.doc_id),
+                   now()
+            FROM parsed_docs p JOIN ready USING (doc_id) JOIN manifest m USING (doc_id)
+            """
+        )
+        con.execute(
+            """
+            INSERT INTO chunks
+            SELECT s.chunk_id, s.doc_id, s.source_id, s.ordinal, s.title, s.heading_path, s.text, s.embed_text,
+                   s.text_hash, s.token_count, s.line_start, s.line_end, s.page_number,
+                   d.tenant, d.visibility, d.roles, d.status, d.effective_date,
+                   (SELECT coalesce(sum(tf), 0) FROM staged_postings p WHERE p.chunk_id = s.chunk_id)
+            FROM staged_chunks s JOIN ready USING (doc_id) JOIN documents d USING (doc_id)
+            """
+        )
+        con.execute(
+            """
+            INSERT INTO vectors
+            SELECT s.chunk_id, s.source_id, c.identity, c.vector
+            FROM staged_chunks s JOIN ready USING (doc_id)
+            JOIN embedding_cache c ON c.identity = ? AND c.text_hash = s.text_hash
+            """,
+            [identity],
+        )
+        con.execute(
+            "INSERT INTO postings SELECT p.* FROM staged_postings p "
+            "JOIN staged_chunks s USING (chunk_id) JOIN ready USING (doc_id)"
+        )
+        indexed = con.execute("SELECT count(*) FROM ready").fetchall()[0][0]
+        kept = con.execute("SELECT count(*) FROM keep_old").fetchall()[0][0]
+        return {"indexed": int(indexed), "kept_previous": int(kept)}
+
+    def hashes_of_unstaged_documents(self, source_id: str) -> list[str]:
+        """Text hashes of served chunks whose documents left staging (deleted in this run)."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT DISTINCT text_hash FROM chunks WHERE source_id = ? "
+                "AND doc_id NOT IN (SELECT doc_id FROM staged_chunks WHERE source_id = ?)",
+                [source_id, source_id],
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def indexed_documents(self, source_id: str) -> list[dict]:
+        with self.connect() as con:
+            return _dicts(con.execute("SELECT * FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id]))
+
+    def first_chunk_vectors(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The served vector of each document's first chunk (the queryable probe's query)."""
+        if not doc_ids:
+            return {}
+        with self.connect() as con:
+            rows = con.execute(
+                """
+                SELECT c.doc_id, v.vector FROM chunks c JOIN vectors v USING (chunk_id)
+                WHERE list_contains(?::VARCHAR[], c.doc_id)
+                QUALIFY row_number() OVER (PARTITION BY c.doc_id ORDER BY c.ordinal) = 1
+                """,
+                [list(doc_ids)],
+            ).fetchall()
+        return {doc_id: np.asarray(vector, dtype=np.float32) for doc_id, vector in rows}
+
+    def purge_source(self, source_id: str) -> None:
+        """Remove everything of a source (it left the config); the ledger keeps its history."""
+        with self.connect() as con:
+            con.execute("BEGIN")
+            hashes = [r[0] for r in con.execute("SELECT text_hash FROM staged_chunks WHERE source_id = ?", [source_id]).fetchall()]
+            for table in SOURCE_TABLES:
+                con.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
+            if hashes:
+                con.execute(
+                    "DELETE FROM embedding_cache WHERE list_contains(?::VARCHAR[], text_hash) "
+                    "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)",
+                    [hashes],
+                )
+            now = utcnow()
+            con.execute(
+                "UPDATE ledger SET status = 'deleted', reason = 'source removed from the config', updated_at = ? "
+                "WHERE source_id = ? AND status <> 'deleted'",
+                [now, source_id],
+            )
+            con.execute("COMMIT")
+
+    # ---- search ---------------------------------------------------------------------------
+
+    def dense_search(
+        self, query_vectors: np.ndarray, k: int, filters: SearchFilters
+    ) -> list[list[Hit]]:
+        """Top-k chunks by cosine similarity for each query row; filters are part of the SQL."""
+        if len(query_vectors) == 0:
+            return []
+        where, params = filter_sql(filters)
+        with self.connect() as con:
+            con.execute(
+                "CREATE OR REPLACE TEMP TABLE queries AS "
+                "SELECT (generate_subscripts(?::FLOAT[][], 1) - 1) AS qid, unnest(?::FLOAT[][]) AS qvec",
+                [query_vectors.tolist(), query_vectors.tolist()],
+            )
+            rows = con.execute(
+                f"""
+                SELECT q.qid, c.chunk_id, c.doc_id, list_cosine_similarity(v.vector, q.qvec) AS score,
+                       c.source_id, c.title, c.heading_path, c.text, c.status, c.line_start, c.line_end
+                FROM queries q, chunks c JOIN vectors v USING (chunk_id)
+                WHERE {where}
+                QUALIFY row_number() OVER (PARTITION BY q.qid ORDER BY score DESC, c.chunk_id) <= ?
+                ORDER BY q.qid, score DESC, c.chunk_id
+                """,
+                [*params, k],
+            ).fetchall()
+        return _group_hits(rows, len(query_vectors))
+
+    def bm25_search(
+        self, query_terms: Sequence[Sequence[str]], k: int, filters: SearchFilters, k1: float, b: float
+    ) -> list[list[Hit]]:
+        """Top-k chunks by Okapi BM25 for each analysed query.
+
+        score(q, d) = sum over query terms t (with repeats) of
+            idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl)),
+        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))  (Lucene's non-negative idf).
+        N, df and avgdl are collection statistics over all served chunks, as in Lucene; the
+        filters only restrict which chunks may be returned.
+        """
+        if not query_terms:
+            return []
+        where, params = filter_sql(filters)
+        qrows = [(qid, term) for qid, terms in enumerate(query_terms) for term in terms]
+        if not qrows:
+            return [[] for _ in query_terms]
+        with self.connect() as con:
+            con.execute("CREATE OR REPLACE TEMP TABLE qterms (qid INTEGER, term VARCHAR)")
+            con.executemany("INSERT INTO qterms VALUES (?, ?)", qrows)
+            rows = con.execute(
+                f"""
+                WITH stats AS (SELECT count(*) AS n, avg(lex_len) AS avgdl FROM chunks),
+                q AS (SELECT qid, term, count(*) AS qtf FROM qterms GROUP BY qid, term),
+                df AS (SELECT term, count(*) AS df FROM postings WHERE term IN (SELECT term FROM q) GROUP BY term),
+                scored AS (
+                    SELECT q.qid, p.chunk_id,
+                           sum(q.qtf * ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                               * p.tf * (? + 1) / (p.tf + ? * (1 - ? + ? * c.lex_len / s.avgdl))) AS score
+                    FROM q JOIN df USING (term) JOIN postings p USING (term)
+                    JOIN chunks c ON c.chunk_id = p.chunk_id CROSS JOIN stats s
+                    WHERE {where}
+                    GROUP BY q.qid, p.chunk_id
+                )
+                SELECT sc.qid, c.chunk_id, c.doc_id, sc.score, c.source_id, c.title, c.heading_path, c.text,
+                       c.status, c.line_start, c.line_end
+                FROM scored sc JOIN chunks c USING (chunk_id)
+                QUALIFY row_number() OVER (PARTITION BY sc.qid ORDER BY sc.score DESC, c.chunk_id) <= ?
+                ORDER BY sc.qid, sc.score DESC, c.chunk_id
+                """,
+                [k1, k1, b, b, *params, k],
+            ).fetchall()
+        return _group_hits(rows, len(query_terms))
+
+    # ---- ledger ---------------------------------------------------------------------------
+
+    def record_ledger(self, entries: Sequence[dict], run_id: str) -> None:
+        """Upsert (doc_id, stage) rows: status ok / failed / skipped / deleted, with the reason."""
+        if not entries:
+            return
+        now = utcnow()
+        rows = [
+            (e["doc_id"], e["source_id"], e["stage"], e["status"], e.get("content_hash"),
+             e.get("parser_version"), e.get("reason"), now, run_id)
+            for e in entries
+        ]
+        with self.connect() as con:
+            con.execute("BEGIN")
+            con.execute("CREATE OR REPLACE TEMP TABLE incoming (doc_id VARCHAR, stage VARCHAR)")
+            con.executemany("INSERT INTO incoming VALUES (?, ?)", [(r[0], r[2]) for r in rows])
+            con.execute("DELETE FROM ledger WHERE (doc_id, stage) IN (SELECT (doc_id, stage) FROM incoming)")
+            con.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            con.execute("COMMIT")
+
+    def ledger_rows(self, source_id: str | None = None) -> list[dict]:
+        with self.connect() as con:
+            if source_id is None:
+                return _dicts(con.execute("SELECT * FROM ledger ORDER BY doc_id, stage"))
+            return _dicts(con.execute("SELECT * FROM ledger WHERE source_id = ? ORDER BY doc_id, stage", [source_id]))
+
+    def ledger_failures(self, source_id: str) -> dict[str, dict]:
+        """Per document, its latest recorded failure (stage and reason), if any."""
+        with self.connect() as con:
+            rows = _dicts(
+                con.execute(
+                    "SELECT * FROM ledger WHERE source_id = ? AND status = 'failed' ORDER BY updated_at",
+                    [source_id],
+                )
+            )
+        return {r["doc_id"]: r for r in rows}
+
+    def record_source_run(self, source_id: str, root: str, run_id: str, success: bool) -> None:
+        now = utcnow()
+        with self.connect() as con:
+            previous = con.execute("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id]).fetchall()
+            last_success = now if success else (previous[0][0] if previous else None)
+            con.execute("DELETE FROM source_runs WHERE source_id = ?", [source_id])
+            con.execute(
+                "INSERT INTO source_runs VALUES (?,?,?,?,?,?)", [source_id, root, now, last_success, None, run_id]
+            )
+
+    def manifest_hash(self, source_id: str) -> str:
+        """A hash of the served state of one source (doc ids and content hashes)."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT doc_id, content_hash FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id]
+            ).fetchall()
+        return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+    def known_sources(self) -> list[str]:
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT DISTINCT source_id FROM manifest UNION SELECT DISTINCT source_id FROM documents ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def table_counts(self, source_id: str) -> dict[str, int]:
+        with self.connect() as con:
+            return {
+                table: con.execute(f"SELECT count(*) FROM {table} WHERE source_id = ?", [source_id]).fetchall()[0][0]
+                for table in SOURCE_TABLES
+            }
+
+
+def filter_sql(filters: SearchFilters, alias: str = "c") -> tuple[str, list]:
+    """The WHERE clause of the caller's filters over a chunks row; applied inside every retriever."""
+    if filters.unrestricted:
+        return "TRUE", []
+    clauses: list[str] = []
+    params: list = []
+    if filters.tenant is None:
+        clauses.append(f"{alias}.tenant IS NULL")
+    else:
+        clauses.append(f"({alias}.tenant IS NULL OR {alias}.tenant = ?)")
+        params.append(filters.tenant)
+    clauses.append(f"({alias}.visibility = 'public' OR list_has_any({alias}.roles, ?::VARCHAR[]))")
+    params.append(list(filters.roles))
+    clauses.append(f"list_contains(?::VARCHAR[], {alias}.status)")
+    params.append(list(filters.statuses))
+    clauses.append(f"({alias}.effective_date IS NULL OR {alias}.effective_date <= ?)")
+    params.append(filters.as_of or date.today())
+    return " AND ".join(clauses), params
+
+
+def _group_hits(rows: Sequence[tuple], n_queries: int) -> list[list[Hit]]:
+    grouped: list[list[Hit]] = [[] for _ in range(n_queries)]
+    for qid, chunk_id, doc_id, score, source_id, title, path, text, status, start, end in rows:
+        hits = grouped[int(qid)]
+        hits.append(
+            Hit(chunk_id, doc_id, float(score), len(hits) + 1, source_id, title, tuple(path or ()), text,
+                status, start, end)
+        )
+    return grouped
+
+
+def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict]:
+    columns = [d[0] for d in result.description]
+    return [dict(zip(columns, row)) for row in result.fetchall()]

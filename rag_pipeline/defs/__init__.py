@@ -1,0 +1,1 @@
+"""The thin Dagster layer: assets read inputs, call rag_pipeline.core, return values with metadata."""

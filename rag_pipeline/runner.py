@@ -1,0 +1,111 @@
+"""Running the pipeline in process, for the command line and the demo (same assets as the UI)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core.coverage import coverage_report
+from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.defs.ingestion import ingestion_assets
+from rag_pipeline.defs.partitions import source_partitions
+from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+
+# The counts the command line reports per source, and the asset each comes from.
+COUNT_SOURCES: dict[str, tuple[str, str]] = {
+    "discovered": ("source_documents", "discovered"),
+    "skipped": ("source_documents", "skipped"),
+    "added": ("source_documents", "added"),
+    "changed": ("source_documents", "changed"),
+    "unchanged": ("source_documents", "unchanged"),
+    "deleted": ("source_documents", "deleted"),
+    "parsed": ("parsed_documents", "parsed"),
+    "chunked": ("document_chunks", "chunked_documents"),
+    "embedded": ("chunk_embeddings", "embedded"),
+    "cache_hits": ("chunk_embeddings", "cache_hits"),
+    "indexed": ("search_index", "indexed"),
+    "queryable": ("search_index", "queryable"),
+}
+
+
+# Dagster's console logger at WARNING: the command line prints its own summary.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass
+class SourceRun:
+    """The outcome of one source partition's run."""
+
+    source_id: str
+    success: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[dict] = field(default_factory=list)
+    checks: dict[str, bool] = field(default_factory=dict)
+    error: str | None = None
+
+    def as_json(self) -> dict:
+        return {**self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
+                "success": self.success, "error": self.error}
+
+
+def resources_for(
+    config: PipelineConfig, embedder: EmbedderResource | None = None, overrides: dict[str, str] | None = None
+) -> dict:
+    return {
+        "settings": PipelineSettings.from_config(config, overrides),
+        "store": StoreResource(path=str(config.storage.path)),
+        "embedder": embedder or EmbedderResource.from_config(config.embedding),
+    }
+
+
+def ingest(
+    config: PipelineConfig,
+    instance: dg.DagsterInstance,
+    source_ids: list[str] | None = None,
+    embedder: EmbedderResource | None = None,
+    overrides: dict[str, str] | None = None,
+) -> list[SourceRun]:
+    """Materialize the ingestion assets for each source partition; one failing source does not stop the others.
+
+    `config` must already include the `overrides` (`name -> path`), which are passed on to the assets.
+    """
+    source_ids = source_ids or config.source_ids
+    existing = set(instance.get_dynamic_partitions(source_partitions.name))
+    new = [s for s in source_ids if s not in existing]
+    if new:
+        instance.add_dynamic_partitions(source_partitions.name, new)
+    resources = resources_for(config, embedder, overrides)
+    runs = []
+    for source_id in source_ids:
+        result = dg.materialize(
+            ingestion_assets, instance=instance, resources=resources, partition_key=source_id,
+            raise_on_error=False, run_config=QUIET_LOGS,
+        )
+        runs.append(_summarise(source_id, result, DuckDBStore(config.storage.path)))
+    return runs
+
+
+def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBStore) -> SourceRun:
+    metadata: dict[str, dict] = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization
+        metadata[materialization.asset_key.to_user_string()] = materialization.metadata
+    counts = {}
+    for name, (asset, key) in COUNT_SOURCES.items():
+        value = metadata.get(asset, {}).get(key)
+        counts[name] = int(value.value) if value is not None else 0
+    # Failures come from the ledger: it also holds earlier failures of documents not retried since.
+    failures = coverage_report(store, source_id).failed
+    checks = {
+        evaluation.check_name: evaluation.passed for evaluation in result.get_asset_check_evaluations()
+    }
+    error = None
+    if not result.success:
+        for event in result.all_events:
+            if event.is_step_failure:
+                error = f"{event.step_key}: {event.step_failure_data.error.message.strip()}"
+                break
+    success = result.success and all(checks.values())
+    return SourceRun(source_id, success, counts, failures, checks, error)
