@@ -105,7 +105,14 @@ def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBS
     if not result.success:
         for event in result.all_events:
             if event.is_step_failure:
-                error = f"{event.step_key}: {event.step_failure_data.error.message.strip()}"
+                error = f"{event.step_key}: {_root_cause(event.step_failure_data.error)}"
                 break
     success = result.success and all(checks.values())
     return SourceRun(source_id, success, counts, failures, checks, error)
+
+
+def _root_cause(error) -> str:
+    """The innermost error message: Dagster wraps the user's exception in its own."""
+    while getattr(error, "cause", None) is not None:
+        error = error.cause
+    return error.message.strip()

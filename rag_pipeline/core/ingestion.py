@@ -298,3 +298,21 @@ def _doc_entry(doc_id: str, source_id: str, content_hash: str | None, stage: str
                reason: str | None = None, parser_version: str | None = None) -> dict:
     return {"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": status,
             "content_hash": content_hash, "reason": reason, "parser_version": parser_version}
+
+
+def ingest_source(
+    source: SourceConfig,
+    store: DuckDBStore,
+    embedder: Embedder,
+    chunking: ChunkingConfig,
+    lifecycle: LifecycleConfig,
+    run_id: str,
+) -> dict[str, StageReport]:
+    """All stages for one source in order, without Dagster (benchmarks and tests of the core)."""
+    return {
+        "discovered": discover_source(source, store, lifecycle, run_id),
+        "parsed": parse_source(source, store, run_id),
+        "chunked": chunk_source(source, store, chunking, run_id),
+        "embedded": embed_source(source.source_id, store, embedder, run_id),
+        "indexed": index_source(source, store, embedder, run_id),
+    }

@@ -23,7 +23,7 @@ def source_documents(
 ) -> dg.MaterializeResult:
     """Files of the source with hashes and metadata, diffed against the previous manifest."""
     source = settings.load().source(context.partition_key)
-    report = ingestion.discover_source(source, store.get(), settings.load().lifecycle, context.run_id)
+    report = ingestion.discover_source(source, store.get(), settings.load().lifecycle, context.run.run_id)
     return dg.MaterializeResult(metadata={"root": dg.MetadataValue.path(str(source.path)), **stage_metadata(report)})
 
 
@@ -33,7 +33,7 @@ def parsed_documents(
 ) -> dg.MaterializeResult:
     """unstructured elements of the added and changed documents; failures recorded per document."""
     source = settings.load().source(context.partition_key)
-    report = ingestion.parse_source(source, store.get(), context.run_id)
+    report = ingestion.parse_source(source, store.get(), context.run.run_id)
     return dg.MaterializeResult(metadata={"parser": parser_version(), **stage_metadata(report)})
 
 
@@ -43,7 +43,7 @@ def document_chunks(
 ) -> dg.MaterializeResult:
     """Chunks of the configured strategy for documents whose content or chunking changed."""
     config = settings.load()
-    report = ingestion.chunk_source(config.source(context.partition_key), store.get(), config.chunking, context.run_id)
+    report = ingestion.chunk_source(config.source(context.partition_key), store.get(), config.chunking, context.run.run_id)
     return dg.MaterializeResult(
         metadata={"strategy": config.chunking.strategy, "chunking_fingerprint": config.chunking.fingerprint(),
                   **stage_metadata(report)}
@@ -56,7 +56,7 @@ def chunk_embeddings(
 ) -> dg.MaterializeResult:
     """Vectors of new chunk texts, through the cache keyed by model identity and text hash."""
     model = embedder.get()
-    report = ingestion.embed_source(context.partition_key, store.get(), model, context.run_id)
+    report = ingestion.embed_source(context.partition_key, store.get(), model, context.run.run_id)
     return dg.MaterializeResult(metadata={"model": model.identity, **stage_metadata(report)})
 
 
@@ -71,7 +71,7 @@ def search_index(
     """The served DuckDB rows of the source, replaced in one transaction, then proven queryable."""
     source = settings.load().source(context.partition_key)
     db = store.get()
-    report = ingestion.index_source(source, db, embedder.get(), context.run_id)
+    report = ingestion.index_source(source, db, embedder.get(), context.run.run_id)
     yield dg.MaterializeResult(metadata={"manifest_hash": db.manifest_hash(source.source_id), **stage_metadata(report)})
     coverage = coverage_report(db, source.source_id)
     yield dg.AssetCheckResult(

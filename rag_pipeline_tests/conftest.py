@@ -1,0 +1,47 @@
+"""Shared fixtures: offline environment, config files in tmp folders, the shared datasets."""
+
+from __future__ import annotations
+
+import os
+
+# Set before anything imports transformers or unstructured: no hub, no telemetry.
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
+    os.environ.setdefault(_name, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+from rag_pipeline.config import PROJECT_ROOT, PipelineConfig, load_config  # noqa: E402
+
+SHARED_DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
+HTTPX_V023 = SHARED_DATASETS / "httpx-docs" / "v0.23.0"
+HTTPX_V028 = SHARED_DATASETS / "httpx-docs" / "v0.28.1"
+SAMPLE_CONFIG = PROJECT_ROOT / "data" / "pipeline.yaml"
+
+
+def require(path: Path) -> Path:
+    if not path.exists():
+        pytest.fail(f"shared dataset {path} is missing: CI expects ../shared beside the checkout")
+    return path
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., PipelineConfig]:
+    """Write a pipeline.yaml into tmp_path and load it; the hashing embedder unless told otherwise."""
+
+    def make(sources: dict[str, Path], embedding: dict | None = None, **sections) -> PipelineConfig:
+        raw = {
+            "sources": [{"name": name, "path": str(path)} for name, path in sources.items()],
+            "embedding": embedding or {"kind": "hashing"},
+            "storage": {"path": str(tmp_path / "index.duckdb")},
+            **sections,
+        }
+        path = tmp_path / "pipeline.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return load_config(path)
+
+    return make

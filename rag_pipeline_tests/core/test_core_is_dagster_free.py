@@ -1,0 +1,13 @@
+import subprocess
+import sys
+
+
+def test_core_imports_without_dagster_or_heavy_libraries():
+    code = (
+        "import sys, pkgutil, importlib, rag_pipeline.core as core\n"
+        "for m in pkgutil.iter_modules(core.__path__): importlib.import_module('rag_pipeline.core.' + m.name)\n"
+        "heavy = [n for n in ('dagster', 'torch', 'sentence_transformers', 'unstructured') if n in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"core imported at import time: {out.stdout.strip()}"

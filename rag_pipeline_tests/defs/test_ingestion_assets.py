@@ -1,0 +1,97 @@
+"""The ingestion assets materialized in process on real data: real model, real unstructured, real DuckDB."""
+
+import shutil
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.defs.resources import EmbedderResource
+from rag_pipeline.runner import ingest
+from rag_pipeline_tests.conftest import HTTPX_V023, require
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def httpx_run(tmp_path_factory):
+    """httpx 0.23 docs ingested once with the real model; tests below change a copy and re-run."""
+    import yaml
+
+    from rag_pipeline.config import load_config
+
+    tmp = tmp_path_factory.mktemp("httpx")
+    root = tmp / "docs"
+    shutil.copytree(require(HTTPX_V023), root)
+    (tmp / "pipeline.yaml").write_text(
+        yaml.safe_dump({"sources": [{"name": "httpx", "path": str(root)}], "storage": {"path": str(tmp / "index.duckdb")}})
+    )
+    config = load_config(tmp / "pipeline.yaml")
+    instance = dg.DagsterInstance.ephemeral()
+    [first] = ingest(config, instance)
+    return {"config": config, "instance": instance, "root": root, "first": first, "store": DuckDBStore(config.storage.path)}
+
+
+def _run(httpx_run):
+    [run] = ingest(httpx_run["config"], httpx_run["instance"])
+    return run
+
+
+def test_first_run_makes_every_page_queryable_and_reports_skips(httpx_run):
+    first = httpx_run["first"]
+    assert first.success, first.error
+    assert first.checks == {"coverage": True}
+    assert first.counts["discovered"] == 13
+    assert first.counts["parsed"] == 13 and first.counts["indexed"] == 13 and first.counts["queryable"] == 13
+    assert first.counts["embedded"] > 13 and first.failures == []
+    manifest = httpx_run["store"].manifest_rows("httpx")
+    skipped = {r["rel_path"]: r["skip_reason"] for r in manifest if not r["supported"]}
+    assert first.counts["skipped"] == len(skipped) == 13
+    assert {p.rsplit(".", 1)[-1] for p in skipped if "." in p} == {"png", "jpg", "gif", "css", "js"}
+    assert all(reason.startswith("unsupported file type") for reason in skipped.values())
+
+
+def test_second_run_without_change_parses_and_embeds_nothing(httpx_run):
+    run = _run(httpx_run)
+    assert run.success
+    assert run.counts["unchanged"] == 13
+    assert (run.counts["parsed"], run.counts["chunked"], run.counts["embedded"], run.counts["cache_hits"]) == (0, 0, 0, 0)
+
+
+def test_editing_one_page_reembeds_only_its_changed_chunks(httpx_run):
+    store = httpx_run["store"]
+    page = httpx_run["root"] / "exceptions.md"
+    with store.connect() as con:
+        before = dict(con.execute("SELECT chunk_id, text_hash FROM chunks WHERE doc_id = 'httpx:exceptions.md'").fetchall())
+    page.write_text(page.read_text() + "\n\n## Retrying\n\nNetwork errors such as ConnectError can be retried with a transport.\n")
+    run = _run(httpx_run)
+    assert run.success
+    assert (run.counts["changed"], run.counts["parsed"], run.counts["chunked"]) == (1, 1, 1)
+    with store.connect() as con:
+        after = dict(con.execute("SELECT chunk_id, text_hash FROM chunks WHERE doc_id = 'httpx:exceptions.md'").fetchall())
+    new_texts = set(after.values()) - set(before.values())
+    assert run.counts["embedded"] == len(new_texts) >= 1
+    assert run.counts["cache_hits"] == len(after) - len(new_texts)
+    assert run.counts["indexed"] == 1 and run.counts["queryable"] == 1
+
+
+def test_broken_files_fail_alone_with_reasons(httpx_run):
+    root = httpx_run["root"]
+    (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >>\ngarbage\n%%EOF")
+    (root / "binary.md").write_bytes(bytes(range(256)) * 4)
+    (root / "empty.md").write_bytes(b"")
+    (root / "latin1.md").write_bytes("# R\xe9sum\xe9\n\nCaf\xe9 cr\xe8me\n".encode("latin-1"))
+    run = _run(httpx_run)
+    reasons = {f["doc_id"]: f["reason"] for f in run.failures}
+    assert set(reasons) == {"httpx:corrupt.pdf", "httpx:binary.md", "httpx:empty.md", "httpx:latin1.md"}
+    assert "pdf parser failed" in reasons["httpx:corrupt.pdf"]
+    assert "binary content" in reasons["httpx:binary.md"]
+    assert "empty file" in reasons["httpx:empty.md"]
+    assert "not valid UTF-8" in reasons["httpx:latin1.md"] and "line 1" in reasons["httpx:latin1.md"]
+    # The healthy pages are untouched and the coverage check passes: every failure has a reason.
+    assert run.success and run.checks == {"coverage": True}
+    served = {d["doc_id"] for d in httpx_run["store"].indexed_documents("httpx")}
+    assert len(served) == 13 and not served & set(reasons)
+    # A failed document is not retried while its bytes are unchanged.
+    again = _run(httpx_run)
+    assert again.counts["parsed"] == 0 and len(again.failures) == 4

@@ -1,0 +1,109 @@
+"""The command line as a CI job would call it: real subprocesses, real exit codes."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from rag_pipeline.config import PROJECT_ROOT
+
+
+def _cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    env.pop("DAGSTER_HOME", None)
+    return subprocess.run(
+        [sys.executable, "-m", "rag_pipeline.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
+
+
+def _config(tmp_path: Path, sources: dict[str, Path]) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({
+        "sources": [{"name": n, "path": str(p)} for n, p in sources.items()],
+        "embedding": {"kind": "hashing"},
+        "storage": {"path": str(tmp_path / "index.duckdb")},
+    }))
+    return path
+
+
+def _docs(root: Path, n: int, prefix: str) -> Path:
+    root.mkdir(parents=True)
+    for i in range(n):
+        (root / f"{prefix}{i}.md").write_text(f"# {prefix} page {i}\n\nThis page explains topic {prefix}{i} in detail.\n")
+    return root
+
+
+def test_ingest_json_with_source_override(tmp_path):
+    config = _config(tmp_path, {"a": _docs(tmp_path / "a", 3, "a")})
+    extra = _docs(tmp_path / "b", 2, "b")
+    (extra / "logo.png").write_bytes(b"\x89PNG")
+    (extra / "broken.md").write_bytes(b"\xff\xfe\x00bad")
+    out = _cli("ingest", "--config", str(config), "--source", f"b={extra}", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)["sources"]
+    assert set(report) == {"a", "b"}
+    expected_keys = {"discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked",
+                     "embedded", "cache_hits", "indexed", "queryable", "failed", "failures"}
+    assert expected_keys <= set(report["b"])
+    assert (report["a"]["discovered"], report["a"]["queryable"], report["a"]["failed"]) == (3, 3, 0)
+    assert (report["b"]["discovered"], report["b"]["skipped"], report["b"]["queryable"], report["b"]["failed"]) == (3, 1, 2, 1)
+    assert report["b"]["failures"][0]["doc_id"] == "b:broken.md"
+
+
+def test_human_summary_and_invalid_config(tmp_path):
+    config = _config(tmp_path, {"a": _docs(tmp_path / "a", 2, "a")})
+    out = _cli("ingest", "--config", str(config))
+    assert out.returncode == 0
+    assert "discovered" in out.stdout and "queryable" in out.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  - name: a\n    path: a\nchunking:\n  strategy: sentences\n")
+    out = _cli("ingest", "--config", str(bad))
+    assert out.returncode == 2
+    assert "chunking.strategy" in out.stderr and str(bad) in out.stderr
+
+
+def test_unmounted_source_fails_the_run_and_keeps_the_index(tmp_path):
+    root = _docs(tmp_path / "a", 3, "a")
+    config = _config(tmp_path, {"a": root})
+    assert _cli("ingest", "--config", str(config)).returncode == 0
+    root.rename(tmp_path / "moved")
+    out = _cli("ingest", "--config", str(config), "--json")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)["sources"]["a"]
+    assert "does not exist" in report["error"] and "nothing was deleted" in report["error"]
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "index.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchall()[0][0] == 3
+
+
+def test_two_processes_writing_one_duckdb_file_both_succeed(tmp_path):
+    """DuckDB allows one writer per file: concurrent source runs must wait for each other, not crash."""
+    config = _config(tmp_path, {"a": _docs(tmp_path / "a", 20, "a"), "b": _docs(tmp_path / "b", 20, "b")})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    env.pop("DAGSTER_HOME", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rag_pipeline.cli", "ingest", "--config", str(config), "--source", f"{name}={tmp_path / name}", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for name in ("a", "b")
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outputs]
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "index.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(DISTINCT doc_id) FROM documents").fetchall()[0][0] == 40
+
+
+def test_dagster_definitions_validate_with_the_workspace():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
