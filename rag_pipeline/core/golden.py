@@ -1,0 +1,210 @@
+"""The golden set: frozen, versioned evaluation cases, validated line by line.
+
+One JSON object per line: `id`, `question`, `reference`, `gold_docs`, optional `gold_spans`,
+`slice`, `weight` (default 1), `split` (dev / validation / holdout), `tenant`, `roles`,
+`answerable`, optional `forbidden_docs` (documents this caller must never retrieve),
+`provenance`. The revision is the content hash of the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SPLITS = ("dev", "validation", "holdout")
+_REQUIRED = ("id", "question", "reference", "slice", "split")
+_KNOWN = set(_REQUIRED) | {"gold_docs", "gold_spans", "weight", "tenant", "roles", "answerable",
+                           "forbidden_docs", "provenance"}
+
+
+class GoldenSetError(ValueError):
+    """The golden set file is invalid; the message lists every problem with its line and field."""
+
+
+@dataclass(frozen=True)
+class GoldSpan:
+    doc_id: str
+    heading_path: tuple[str, ...] = ()
+    lines: tuple[int, int] | None = None
+    content_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    id: str
+    question: str
+    reference: str
+    gold_docs: tuple[str, ...]
+    slice: str
+    split: str
+    weight: float = 1.0
+    tenant: str | None = None
+    roles: tuple[str, ...] = ()
+    answerable: bool = True
+    gold_spans: tuple[GoldSpan, ...] = ()
+    forbidden_docs: tuple[str, ...] = ()
+    provenance: str = ""
+    line: int = 0
+
+
+@dataclass
+class GoldenSet:
+    path: Path
+    revision: str
+    cases: list[GoldenCase]
+    stale: dict[str, list[str]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """e.g. `loaded 126 cases | slices: billing 34, policy 41 | weight 3 on 18 | holdout 20`."""
+        slices = Counter(c.slice for c in self.cases)
+        weights = Counter(c.weight for c in self.cases if c.weight != 1)
+        splits = Counter(c.split for c in self.cases)
+        parts = [f"loaded {len(self.cases)} cases", "slices: " + ", ".join(f"{s} {n}" for s, n in sorted(slices.items()))]
+        if weights:
+            parts.append(", ".join(f"weight {_num(w)} on {n}" for w, n in sorted(weights.items())))
+        parts.append(", ".join(f"{s} {splits[s]}" for s in SPLITS if splits[s]))
+        if self.stale:
+            parts.append(f"stale labels on {len(self.stale)} cases")
+        return " | ".join(parts)
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def file_revision(path: Path) -> str:
+    """The golden-set revision: the first 12 hex digits of the file's sha256."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+
+
+def load_golden_set(path: Path | str, known_doc_ids: Iterable[str] | None = None) -> GoldenSet:
+    """Parse and validate a golden set; raise GoldenSetError naming every bad line and field.
+
+    When `known_doc_ids` is given (the documents in the index), gold documents missing from it
+    are reported as stale labels on their cases, not as errors: the corpus moved, not the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise GoldenSetError(f"golden set {path} does not exist")
+    errors: list[str] = []
+    cases: list[GoldenCase] = []
+    seen: dict[str, int] = {}
+    for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path.name} line {line_number}"
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            errors.append(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if not isinstance(raw, dict):
+            errors.append(f"{where}: expected a JSON object")
+            continue
+        case, problems = _parse_case(raw, line_number)
+        errors.extend(f"{where}{'' if not raw.get('id') else ' (' + str(raw['id']) + ')'}: {p}" for p in problems)
+        if case is None:
+            continue
+        if case.id in seen:
+            errors.append(f"{where}: field 'id': duplicate id {case.id!r} (first on line {seen[case.id]})")
+            continue
+        seen[case.id] = line_number
+        cases.append(case)
+    if errors:
+        raise GoldenSetError(f"golden set {path} has {len(errors)} problem(s):\n  " + "\n  ".join(errors))
+    if not cases:
+        raise GoldenSetError(f"golden set {path} holds no cases")
+    golden = GoldenSet(path, file_revision(path), cases)
+    if known_doc_ids is not None:
+        golden.stale = stale_labels(cases, set(known_doc_ids))
+    return golden
+
+
+def stale_labels(cases: Iterable[GoldenCase], known_doc_ids: set[str]) -> dict[str, list[str]]:
+    """Case id -> gold documents that no longer exist in the index."""
+    stale = {}
+    for case in cases:
+        missing = [d for d in case.gold_docs if d not in known_doc_ids]
+        if missing:
+            stale[case.id] = missing
+    return stale
+
+
+def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str]]:
+    problems: list[str] = []
+    for name in _REQUIRED:
+        if not isinstance(raw.get(name), str) or not raw.get(name, "").strip():
+            problems.append(f"field '{name}': missing or empty")
+    unknown = sorted(set(raw) - _KNOWN)
+    if unknown:
+        problems.append(f"unknown field(s) {unknown}: check the spelling")
+    split = raw.get("split")
+    if isinstance(split, str) and split and split not in SPLITS:
+        problems.append(f"field 'split': {split!r} is not one of {', '.join(SPLITS)}")
+    gold_docs = raw.get("gold_docs") or []
+    if not isinstance(gold_docs, list) or not all(isinstance(d, str) and d for d in gold_docs):
+        problems.append("field 'gold_docs': must be a list of document ids")
+        gold_docs = []
+    answerable = raw.get("answerable", True)
+    if not isinstance(answerable, bool):
+        problems.append("field 'answerable': must be true or false")
+    elif answerable and not gold_docs:
+        problems.append("field 'gold_docs': an answerable case needs at least one gold document")
+    elif not answerable and gold_docs:
+        problems.append("field 'gold_docs': an unanswerable case must have no gold documents")
+    weight = raw.get("weight", 1)
+    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
+        problems.append("field 'weight': must be a positive number")
+    roles = raw.get("roles") or []
+    if not isinstance(roles, list):
+        problems.append("field 'roles': must be a list of role names")
+        roles = []
+    spans, span_problems = _parse_spans(raw.get("gold_spans") or [], set(gold_docs))
+    problems.extend(span_problems)
+    if problems:
+        return None, problems
+    return (
+        GoldenCase(
+            id=raw["id"].strip(),
+            question=raw["question"].strip(),
+            reference=raw["reference"].strip(),
+            gold_docs=tuple(gold_docs),
+            slice=raw["slice"].strip(),
+            split=split,
+            weight=float(weight),
+            tenant=raw.get("tenant") or None,
+            roles=tuple(roles),
+            answerable=answerable,
+            gold_spans=spans,
+            forbidden_docs=tuple(raw.get("forbidden_docs") or ()),
+            provenance=str(raw.get("provenance") or ""),
+            line=line,
+        ),
+        [],
+    )
+
+
+def _parse_spans(raw_spans: list, gold_docs: set[str]) -> tuple[tuple[GoldSpan, ...], list[str]]:
+    spans, problems = [], []
+    if not isinstance(raw_spans, list):
+        return (), ["field 'gold_spans': must be a list"]
+    for index, raw in enumerate(raw_spans):
+        name = f"field 'gold_spans[{index}]'"
+        if not isinstance(raw, dict) or not raw.get("doc_id"):
+            problems.append(f"{name}: needs a doc_id")
+            continue
+        if raw["doc_id"] not in gold_docs:
+            problems.append(f"{name}: doc_id {raw['doc_id']!r} is not among the case's gold_docs")
+        lines = raw.get("lines")
+        if lines is not None and (
+            not isinstance(lines, list) or len(lines) != 2 or not all(isinstance(n, int) for n in lines) or lines[0] > lines[1]
+        ):
+            problems.append(f"{name}: 'lines' must be [first, last] line numbers")
+            lines = None
+        spans.append(GoldSpan(raw["doc_id"], tuple(raw.get("heading_path") or ()), tuple(lines) if lines else None,
+                              raw.get("content_hash")))
+    return tuple(spans), problems
