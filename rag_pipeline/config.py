@@ -118,6 +118,9 @@ class RetrievalConfig(_Strict):
     bm25_weight: float = Field(default=1.0, ge=0)
     bm25_k1: float = Field(default=0.9, gt=0)
     bm25_b: float = Field(default=0.4, ge=0, le=1)
+    no_result_threshold: float | None = Field(
+        default=None, description="best-score floor under which a query counts as 'found nothing'; None: calibrate on the dev split"
+    )
 
 
 class LifecycleConfig(_Strict):

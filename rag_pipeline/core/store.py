@@ -70,6 +70,15 @@ CREATE TABLE IF NOT EXISTS ledger (
     doc_id VARCHAR, source_id VARCHAR, stage VARCHAR, status VARCHAR, content_hash VARCHAR,
     parser_version VARCHAR, reason VARCHAR, updated_at TIMESTAMP, run_id VARCHAR
 );
+CREATE TABLE IF NOT EXISTS eval_runs (
+    eval_id VARCHAR, revision VARCHAR, mode VARCHAR, config_fingerprint VARCHAR, index_state VARCHAR,
+    created_at TIMESTAMP, summary VARCHAR
+);
+CREATE TABLE IF NOT EXISTS eval_cases (
+    eval_id VARCHAR, case_id VARCHAR, slice VARCHAR, split VARCHAR, weight DOUBLE, answerable BOOLEAN,
+    first_gold_rank INTEGER, best_score DOUBLE, abstained BOOLEAN, stale VARCHAR[], forbidden_retrieved VARCHAR[],
+    latency_ms DOUBLE, context_tokens INTEGER, metrics VARCHAR, ranked_docs VARCHAR[], trace VARCHAR
+);
 CREATE TABLE IF NOT EXISTS source_runs (
     source_id VARCHAR, root VARCHAR, last_run_at TIMESTAMP, last_success_at TIMESTAMP,
     manifest_hash VARCHAR, run_id VARCHAR
@@ -565,6 +574,34 @@ class DuckDBStore:
                 "SELECT doc_id, content_hash FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id]
             ).fetchall()
         return hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+
+    def save_evaluation(self, result) -> None:
+        """Persist one evaluation (an `EvalResult`): its summary and every case with its trace."""
+        rows = [
+            (result.eval_id, c.case.id, c.case.slice, c.case.split, c.case.weight, c.case.answerable,
+             c.first_gold_rank, c.best_score, c.abstained, c.stale_docs, c.forbidden_retrieved, c.latency_ms,
+             c.context_tokens, json.dumps(c.metrics), c.ranked_docs[:100], json.dumps(c.trace))
+            for c in result.cases
+        ]
+        with self.connect() as con:
+            con.execute("BEGIN")
+            con.execute(
+                "INSERT INTO eval_runs VALUES (?,?,?,?,?,?,?)",
+                [result.eval_id, result.revision, result.mode, result.config_fingerprint,
+                 json.dumps(result.index_state), result.created_at, json.dumps(result.as_json(), default=str)],
+            )
+            con.executemany("INSERT INTO eval_cases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            con.execute("COMMIT")
+
+    def document_ids(self) -> set[str]:
+        with self.connect() as con:
+            return {r[0] for r in con.execute("SELECT doc_id FROM documents").fetchall()}
+
+    def supersession(self) -> dict[str, str]:
+        """Served document id -> id of the document it supersedes (same source)."""
+        with self.connect() as con:
+            rows = con.execute("SELECT doc_id, source_id, supersedes FROM documents WHERE supersedes IS NOT NULL").fetchall()
+        return {doc_id: f"{source_id}:{old}" for doc_id, source_id, old in rows}
 
     def known_sources(self) -> list[str]:
         with self.connect() as con:
