@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rag_pipeline.config import ConfigError, PipelineConfig, load_config
+from rag_pipeline.core.golden import GoldenSetError
 
 # Columns of the human-readable ingestion summary, in pipeline order.
 SUMMARY_COLUMNS = ("discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked",
@@ -31,6 +32,8 @@ def _load(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, str]]:
     config = load_config(args.config)
     if overrides:
         config = config.with_sources({k: Path(v) for k, v in overrides.items()})
+    if getattr(args, "golden", None):
+        config = config.model_copy(update={"golden_set": Path(args.golden).resolve()})
     return config, overrides
 
 
@@ -74,16 +77,105 @@ def print_ingest_summary(runs) -> None:
             print(f"  RUN FAILED {run.source_id}: {run.error}")
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Ingest (incrementally) the configured sources, then evaluate the golden set."""
+    from rag_pipeline.runner import evaluate_golden, ingest
+
+    config, overrides = _load(args)
+    with _instance() as instance:
+        runs = ingest(config, instance, overrides=overrides)
+        if not all(r.success for r in runs) and not args.json:
+            print_ingest_summary(runs)
+        evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides)
+    if evaluation.error:
+        print(f"error: evaluation failed: {evaluation.error}", file=sys.stderr)
+        return 1
+    if args.trec_run:
+        _write_trec_run(config, evaluation.summary["eval_id"], Path(args.trec_run))
+    if args.json:
+        keys = ("eval_id", "revision", "mode", "config_fingerprint", "index_state", "overall", "weighted",
+                "by_slice", "by_split", "unanswerable", "latency", "no_result_threshold", "stale_cases")
+        print(json.dumps({k: evaluation.summary.get(k) for k in keys}, indent=2, default=_json_number))
+    else:
+        print(evaluation.golden_summary)
+        print(evaluation.slice_table)
+        print(f"report: {evaluation.report}")
+    ingestion_ok = all(r.success for r in runs)
+    return 0 if ingestion_ok and evaluation.success else 1
+
+
+def _json_number(value):
+    return str(value)
+
+
+def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
+    from rag_pipeline.core.store import DuckDBStore
+
+    DuckDBStore(config.storage.path).write_trec_run(eval_id, out)
+    print(f"TREC run written to {out}", file=sys.stderr)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """What retrieval returns for one question, with the trace: the first look at a failed case."""
+    from rag_pipeline.core.embedding import make_embedder
+    from rag_pipeline.core.models import SearchFilters
+    from rag_pipeline.core.retrieval import Retriever
+    from rag_pipeline.core.store import DuckDBStore
+
+    config, _ = _load(args)
+    store = DuckDBStore(config.storage.path)
+    retriever = Retriever(store, make_embedder(config.embedding), config.retrieval)
+    statuses = tuple(args.status.split(",")) if args.status else ("published",)
+    filters = SearchFilters(tenant=args.tenant, roles=tuple(r for r in (args.roles or "").split(",") if r), statuses=statuses)
+    result = retriever.search(args.query, filters, args.mode, args.k)
+    if args.json:
+        print(json.dumps(result.trace(depth=args.k), indent=2))
+        return 0
+    print(f"query: {args.query!r}  mode: {result.mode}  tenant: {filters.tenant}  roles: {list(filters.roles)}")
+    for hit in result.hits:
+        where = " > ".join(hit.heading_path) or hit.title
+        lines = f" lines {hit.line_start}-{hit.line_end}" if hit.line_start else ""
+        print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}{lines}  [{where}]")
+        print("      " + " ".join(hit.text.split())[:160])
+    for stage, hits in result.candidates.items():
+        print(f"  {stage}: " + ", ".join(f"{h.doc_id}#{h.rank}" for h in hits[:5]))
+    print("  latency ms: " + ", ".join(f"{k} {v:.1f}" for k, v in result.latency_ms.items()))
+    print(f"  context: {result.context_tokens} words")
+    return 0
+
+
+def cmd_import_beir(args: argparse.Namespace) -> int:
+    """Turn a BEIR dataset into a golden-set file (its corpus.jsonl is used as a source in place)."""
+    from rag_pipeline.core.beir import import_beir
+
+    out = Path(args.out)
+    count = import_beir(Path(args.dataset), args.name, out, split=args.qrels)
+    corpus = (Path(args.dataset) / "corpus.jsonl").resolve()
+    print(f"wrote {count} cases to {out}")
+    print(f"evaluate with: rag-pipeline eval --source {args.name}={corpus} --golden {out}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole pipeline on the bundled sample data, recorded in $DAGSTER_HOME for `make ui`."""
-    from rag_pipeline.runner import ingest
+    from rag_pipeline.runner import evaluate_golden, ingest
 
     config, overrides = _load(args)
     with _instance() as instance:
         print(f"== ingesting {len(config.sources)} sources into {config.storage.path}")
         runs = ingest(config, instance, overrides=overrides)
         print_ingest_summary(runs)
-    ok = all(run.success for run in runs)
+        evaluation = None
+        if config.golden_set is not None:
+            print(f"\n== golden evaluation of {config.golden_set}")
+            evaluation = evaluate_golden(config, instance, overrides=overrides)
+            if evaluation.error:
+                print(f"evaluation FAILED: {evaluation.error}")
+            else:
+                print(evaluation.golden_summary)
+                print(evaluation.slice_table)
+                print(f"report: {evaluation.report}")
+    ok = all(run.success for run in runs) and (evaluation is None or evaluation.success)
     print("\ndemo " + ("succeeded" if ok else "FAILED") + "; `make ui` shows the runs, checks and metadata")
     return 0 if ok else 1
 
@@ -101,6 +193,31 @@ def build_parser() -> argparse.ArgumentParser:
     common(ingest)
     ingest.set_defaults(func=cmd_ingest)
 
+    evaluate = sub.add_parser("eval", help="ingest, then evaluate retrieval on a golden set")
+    common(evaluate)
+    evaluate.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    evaluate.add_argument("--mode", choices=("dense", "bm25", "hybrid"), help="retrieval mode (default: config)")
+    evaluate.add_argument("--trec-run", metavar="OUT", help="also write the ranked documents as a TREC run file")
+    evaluate.set_defaults(func=cmd_eval)
+
+    search = sub.add_parser("search", help="show what retrieval returns for one question, with its trace")
+    search.add_argument("query")
+    search.add_argument("--config")
+    search.add_argument("--tenant", help="the caller's tenant (trusted context)")
+    search.add_argument("--roles", help="comma-separated roles of the caller, e.g. employee,support")
+    search.add_argument("--status", help="statuses to include (default: published), e.g. published,superseded")
+    search.add_argument("--mode", choices=("dense", "bm25", "hybrid"))
+    search.add_argument("--k", type=int, default=None)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(func=cmd_search, source=None)
+
+    beir = sub.add_parser("import-beir", help="write a golden set from a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/)")
+    beir.add_argument("dataset", help="folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
+    beir.add_argument("--name", required=True, help="source name to use for the corpus (document ids: NAME:<_id>)")
+    beir.add_argument("--out", required=True, help="golden-set JSONL to write")
+    beir.add_argument("--qrels", default="test", help="qrels split file name without .tsv (default: test)")
+    beir.set_defaults(func=cmd_import_beir)
+
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)
     demo.set_defaults(func=cmd_demo)
@@ -111,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, GoldenSetError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -52,28 +52,6 @@ class SourceDefaults(_Strict):
     status: Literal["published", "draft", "superseded"] = "published"
 
 
-class SourceConfig(_Strict):
-    """One configured source: a folder of files, or a BEIR-format corpus.jsonl."""
-
-    name: str
-    path: Path
-    kind: Literal["files", "beir"] = "files"
-    defaults: SourceDefaults = SourceDefaults()
-    exclude: tuple[str, ...] = Field(
-        default=(), description="glob patterns (relative POSIX paths) never treated as documents"
-    )
-
-    @property
-    def source_id(self) -> str:
-        return slugify_source_id(self.name)
-
-    @field_validator("name")
-    @classmethod
-    def _name_has_slug(cls, value: str) -> str:
-        slugify_source_id(value)
-        return value
-
-
 class ChunkingConfig(_Strict):
     """How parsed documents become chunks (see core/chunking.py for each strategy)."""
 
@@ -94,6 +72,38 @@ class ChunkingConfig(_Strict):
 
     def fingerprint(self) -> str:
         return _fingerprint(self.model_dump(mode="json"))
+
+
+class SourceConfig(_Strict):
+    """One configured source: a folder of files, or a BEIR-format corpus.jsonl."""
+
+    name: str
+    path: Path
+    kind: Literal["files", "beir"] = "files"
+    defaults: SourceDefaults = SourceDefaults()
+    exclude: tuple[str, ...] = Field(
+        default=(), description="glob patterns (relative POSIX paths) never treated as documents"
+    )
+    chunking: ChunkingConfig | None = Field(default=None, description="overrides the pipeline's chunking for this source")
+
+    @property
+    def source_id(self) -> str:
+        return slugify_source_id(self.name)
+
+    def effective_chunking(self, default: ChunkingConfig) -> ChunkingConfig:
+        """This source's chunking: its own, else whole records for BEIR corpora (the BEIR/MTEB
+        convention: each passage embedded as `title + " " + text`), else the pipeline's."""
+        if self.chunking is not None:
+            return self.chunking
+        if self.kind == "beir":
+            return ChunkingConfig(strategy="whole", breadcrumbs=False, merge_thin=False)
+        return default
+
+    @field_validator("name")
+    @classmethod
+    def _name_has_slug(cls, value: str) -> str:
+        slugify_source_id(value)
+        return value
 
 
 class EmbeddingConfig(_Strict):

@@ -9,8 +9,10 @@ import dagster as dg
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.coverage import coverage_report
 from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.golden import file_revision
+from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
-from rag_pipeline.defs.partitions import source_partitions
+from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
 # The counts the command line reports per source, and the asset each comes from.
@@ -116,3 +118,60 @@ def _root_cause(error) -> str:
     while getattr(error, "cause", None) is not None:
         error = error.cause
     return error.message.strip()
+
+
+@dataclass
+class EvalRun:
+    """The outcome of one golden evaluation run through Dagster."""
+
+    revision: str
+    success: bool
+    summary: dict = field(default_factory=dict)
+    slice_table: str = ""
+    golden_summary: str = ""
+    report: str = ""
+    checks: dict[str, bool] = field(default_factory=dict)
+    error: str | None = None
+
+
+def evaluate_golden(
+    config: PipelineConfig,
+    instance: dg.DagsterInstance,
+    mode: str | None = None,
+    embedder: EmbedderResource | None = None,
+    overrides: dict[str, str] | None = None,
+) -> EvalRun:
+    """Materialize golden_set and golden_eval for the revision of the configured golden file."""
+    if config.golden_set is None:
+        raise ValueError("no golden set: set golden_set in the config or pass --golden")
+    revision = file_revision(config.golden_set)
+    if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
+        instance.add_dynamic_partitions(golden_partitions.name, [revision])
+    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or ""}}}}
+    result = dg.materialize(
+        [*ingestion_assets, *evaluation_assets],
+        selection=[a.key for a in evaluation_assets],
+        instance=instance,
+        resources=resources_for(config, embedder, overrides),
+        partition_key=revision,
+        raise_on_error=False,
+        run_config=run_config,
+    )
+    metadata: dict[str, dict] = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization
+        metadata[materialization.asset_key.to_user_string()] = materialization.metadata
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    run = EvalRun(revision, result.success and all(checks.values()), checks=checks)
+    if not result.success:
+        run.error = next(
+            (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),
+            "run failed",
+        )
+        return run
+    evaluation = metadata.get("golden_eval", {})
+    run.slice_table = evaluation["slice_table"].value
+    run.report = evaluation["report"].value
+    run.golden_summary = metadata["golden_set"]["summary"].value
+    run.summary = DuckDBStore(config.storage.path).evaluation_summary(evaluation["eval_id"].value)
+    return run

@@ -161,6 +161,7 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
     from rag_pipeline.core.lexical import analyze  # noqa: F401  (fails early if PyStemmer is missing)
 
     source_id = source.source_id
+    config = source.effective_chunking(config)
     fingerprint = config.fingerprint()
     manifest = {r["doc_id"]: r for r in store.manifest_rows(source_id) if r["supported"]}
     parsed = store.parsed_versions(source_id)

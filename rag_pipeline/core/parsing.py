@@ -97,7 +97,7 @@ def _partition(file_type: str, path: Path, text: str | None) -> list:
         from unstructured.partition.pdf import partition_pdf
 
         # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
-        return partition_pdf(filename=str(path), strategy="fast")
+        return partition_pdf(filename=str(path), strategy="fast", languages=["eng"])
     if file_type == "docx":
         from unstructured.partition.docx import partition_docx
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from rag_pipeline.core.evaluation import EvalResult
 
@@ -95,18 +94,3 @@ def render_markdown(result: EvalResult) -> str:
     for c in [c for c in result.cases if c.failed][:20]:
         parts += [f"### {c.case.id}: {c.case.question}", "", "```json", json.dumps(c.trace, indent=1), "```", ""]
     return "\n".join(parts)
-
-
-def write_trec_run(result: EvalResult, path: Path, tag: str | None = None) -> Path:
-    """`qid Q0 docid rank score tag` lines. Where scores tie, later documents are lowered by 1e-9
-    per position, so that tools which sort by score (trec_eval) keep our order."""
-    tag = tag or f"rag_pipeline_{result.mode}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        for c in result.cases:
-            previous = math.inf
-            for rank, (doc_id, score) in enumerate(zip(c.ranked_docs, c.doc_scores), start=1):
-                score = min(score, previous - 1e-9)
-                previous = score
-                handle.write(f"{c.case.id} Q0 {doc_id} {rank} {score:.9f} {tag}\n")
-    return path

@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS ledger (
     doc_id VARCHAR, source_id VARCHAR, stage VARCHAR, status VARCHAR, content_hash VARCHAR,
     parser_version VARCHAR, reason VARCHAR, updated_at TIMESTAMP, run_id VARCHAR
 );
+CREATE TABLE IF NOT EXISTS golden_snapshots (revision VARCHAR, path VARCHAR, content VARCHAR, saved_at TIMESTAMP);
 CREATE TABLE IF NOT EXISTS eval_runs (
     eval_id VARCHAR, revision VARCHAR, mode VARCHAR, config_fingerprint VARCHAR, index_state VARCHAR,
     created_at TIMESTAMP, summary VARCHAR
@@ -592,6 +593,41 @@ class DuckDBStore:
             )
             con.executemany("INSERT INTO eval_cases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
             con.execute("COMMIT")
+
+    def snapshot_golden(self, revision: str, path: str, content: str) -> None:
+        """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on."""
+        with self.connect() as con:
+            if not con.execute("SELECT 1 FROM golden_snapshots WHERE revision = ?", [revision]).fetchall():
+                con.execute("INSERT INTO golden_snapshots VALUES (?,?,?,?)", [revision, path, content, utcnow()])
+
+    def golden_snapshot(self, revision: str) -> str | None:
+        with self.connect() as con:
+            rows = con.execute("SELECT content FROM golden_snapshots WHERE revision = ?", [revision]).fetchall()
+        return rows[0][0] if rows else None
+
+    def evaluation_summary(self, eval_id: str) -> dict:
+        with self.connect() as con:
+            rows = con.execute("SELECT summary FROM eval_runs WHERE eval_id = ?", [eval_id]).fetchall()
+        if not rows:
+            raise KeyError(f"no evaluation {eval_id!r} in {self.path}")
+        return json.loads(rows[0][0])
+
+    def write_trec_run(self, eval_id: str, out: Path, tag: str = "rag_pipeline") -> Path:
+        """`qid Q0 docid rank score tag` for every case of a stored evaluation.
+
+        The score column is `len(ranking) - rank + 1`: strictly decreasing, so any tool that sorts
+        by score (trec_eval does, breaking ties by document id) reproduces our order exactly.
+        """
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT case_id, ranked_docs FROM eval_cases WHERE eval_id = ? ORDER BY case_id", [eval_id]
+            ).fetchall()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w") as handle:
+            for case_id, docs in rows:
+                for rank, doc_id in enumerate(docs or [], start=1):
+                    handle.write(f"{case_id} Q0 {doc_id} {rank} {len(docs) - rank + 1} {tag}\n")
+        return out
 
     def document_ids(self) -> set[str]:
         with self.connect() as con:

@@ -1,5 +1,8 @@
-"""Partitions: one dynamic partition per configured source (keys are slugged source ids)."""
+"""Partitions: one dynamic partition per configured source, one per golden-set revision."""
 
 import dagster as dg
 
+# Keys are slugged source ids ([a-z0-9_]), valid as partition keys.
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
+# Keys are golden-set revisions: the first 12 hex digits of the file's sha256.
+golden_partitions = dg.DynamicPartitionsDefinition(name="golden_revisions")

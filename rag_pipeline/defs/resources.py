@@ -18,20 +18,32 @@ class PipelineSettings(dg.ConfigurableResource):
     config_path: str = ""
     # `name -> path` sources added or replaced on top of the file (the command line's --source).
     source_overrides: dict[str, str] = {}
+    # A golden-set file replacing the configured one (the command line's --golden).
+    golden_set: str = ""
 
     def load(self) -> PipelineConfig:
         overrides = tuple(sorted(self.source_overrides.items()))
-        return _load_config_cached(self.config_path or None, overrides)
+        return _load_config_cached(self.config_path or None, overrides, self.golden_set or None)
 
     @classmethod
     def from_config(cls, config: PipelineConfig, overrides: dict[str, str] | None = None) -> PipelineSettings:
-        return cls(config_path=str(config.config_path or ""), source_overrides=overrides or {})
+        return cls(
+            config_path=str(config.config_path or ""),
+            source_overrides=overrides or {},
+            golden_set=str(config.golden_set or ""),
+        )
 
 
 @lru_cache(maxsize=8)
-def _load_config_cached(path: str | None, overrides: tuple[tuple[str, str], ...]) -> PipelineConfig:
+def _load_config_cached(
+    path: str | None, overrides: tuple[tuple[str, str], ...], golden_set: str | None
+) -> PipelineConfig:
     config = load_config(path)
-    return config.with_sources({name: Path(p) for name, p in overrides}) if overrides else config
+    if overrides:
+        config = config.with_sources({name: Path(p) for name, p in overrides})
+    if golden_set:
+        config = config.model_copy(update={"golden_set": Path(golden_set)})
+    return config
 
 
 class StoreResource(dg.ConfigurableResource):

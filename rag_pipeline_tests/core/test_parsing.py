@@ -63,7 +63,7 @@ def test_html_headings(tmp_path):
         ("empty.md", b"", "empty file"),
         ("binary.md", b"\x00\x01\x02PK\x03\x04" * 20, "binary content"),
         ("latin1.md", "# Caf\xe9\n\nna\xefve text\n".encode("latin-1"), "not valid UTF-8"),
-        ("corrupt.pdf", b"%PDF-1.4\n this is not really a pdf \n%%EOF", "pdf parser failed"),
+        ("corrupt.pdf", b"%PDF-1.4\n this is not really a pdf \n%%EOF", "pdf parser failed|no text could be extracted"),
         ("only-front-matter.md", b"---\ntitle: x\n---\n", "no body text"),
     ],
 )
@@ -82,3 +82,15 @@ def test_locate_lines_skips_what_it_cannot_place():
     ]
     located = locate_lines(elements, lines)
     assert [(e.line_start, e.line_end) for e in located] == [(1, 1), (3, 3), (None, None), (5, 5)]
+
+
+def test_sample_pdf_and_docx_parse_with_pages_and_headings():
+    from rag_pipeline.config import PROJECT_ROOT
+
+    root = PROJECT_ROOT / "data" / "corpus" / "product_docs"
+    items = {f.file_type: f for f in discover_files("product_docs", root) if f.file_type in ("pdf", "docx")}
+    pdf = parse_document(items["pdf"])
+    assert max(e.page_number or 0 for e in pdf.elements) >= 2
+    docx = parse_document(items["docx"])
+    assert any(e.category == "Table" for e in docx.elements)
+    assert any(len(e.heading_path) >= 2 for e in docx.elements)

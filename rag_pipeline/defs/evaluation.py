@@ -1,0 +1,116 @@
+"""Evaluation assets, one partition per golden-set revision (the content hash of the file)."""
+
+import math
+from pathlib import Path
+
+import dagster as dg
+
+from rag_pipeline.core.evaluation import HEADLINE_METRICS, run_golden_evaluation
+from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
+from rag_pipeline.core.report import failed_cases_table, render_markdown, slice_table
+from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
+from rag_pipeline.defs.partitions import golden_partitions
+from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+
+
+class GoldenEvalConfig(dg.Config):
+    """Run-time choices of one evaluation; empty means the pipeline config's values."""
+
+    mode: str = ""
+
+
+def golden_file_for_revision(settings: PipelineSettings, store: StoreResource, revision: str) -> Path:
+    """The golden file of a revision: the configured file if it still has that content, else the
+    snapshot kept when the revision was first seen (a revision is frozen; the file may move on)."""
+    config = settings.load()
+    if config.golden_set is None:
+        raise GoldenSetError("no golden_set configured in the pipeline config")
+    path = Path(config.golden_set)
+    if path.is_file() and file_revision(path) == revision:
+        store.get().snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
+        return path
+    content = store.get().golden_snapshot(revision)
+    if content is None:
+        raise GoldenSetError(
+            f"golden-set revision {revision} is neither the current content of {path} "
+            f"(now {file_revision(path) if path.is_file() else 'missing'}) nor a kept snapshot"
+        )
+    frozen = path.parent / f".golden-{revision}.jsonl"
+    frozen.write_text(content, encoding="utf-8")
+    return frozen
+
+
+@dg.asset(partitions_def=golden_partitions, group_name="evaluation", pool=DUCKDB_POOL, kinds={"duckdb"})
+def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource) -> dg.MaterializeResult:
+    """The validated, frozen cases of one golden-set revision."""
+    path = golden_file_for_revision(settings, store, context.partition_key)
+    golden = load_golden_set(path, known_doc_ids=store.get().document_ids())
+    context.log.info(golden.summary())
+    slices: dict[str, int] = {}
+    for case in golden.cases:
+        slices[case.slice] = slices.get(case.slice, 0) + 1
+    return dg.MaterializeResult(
+        metadata={
+            "summary": golden.summary(),
+            "cases": len(golden.cases),
+            "stale_cases": len(golden.stale),
+            "stale_labels": dg.MetadataValue.json(golden.stale),
+            **{f"slice_{name}_cases": n for name, n in sorted(slices.items())},
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=golden_partitions,
+    group_name="evaluation",
+    pool=DUCKDB_POOL,
+    kinds={"duckdb"},
+    deps=[golden_set, dg.AssetDep(search_index, partition_mapping=dg.AllPartitionMapping())],
+)
+def golden_eval(
+    context: dg.AssetExecutionContext,
+    config: GoldenEvalConfig,
+    settings: PipelineSettings,
+    store: StoreResource,
+    embedder: EmbedderResource,
+) -> dg.MaterializeResult:
+    """Retrieval metrics by slice and split on one golden revision, with per-case traces and a report."""
+    pipeline = settings.load()
+    path = golden_file_for_revision(settings, store, context.partition_key)
+    _, result = run_golden_evaluation(
+        path, store.get(), embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
+        pipeline.source_ids, config.mode or None,
+    )
+    report_path = report_file(pipeline.storage.path, result.eval_id)
+    report_path.write_text(render_markdown(result), encoding="utf-8")
+    numbers = {
+        **{key: result.overall.get(key) for key in HEADLINE_METRICS},
+        "weighted_recall_at_5": result.weighted.get("recall_at_5"),
+        "weighted_ndcg_at_10": result.weighted.get("ndcg_at_10"),
+        "p95_latency_ms": result.latency["p95_latency_ms"],
+        "mean_context_tokens": result.latency["mean_context_tokens"],
+        "unanswerable_abstain_rate": result.unanswerable["abstain_rate"],
+        "forbidden_leak_cases": result.unanswerable["forbidden_leak_cases"],
+        "stale_cases": result.unanswerable["stale_cases"],
+    }
+    metadata = {
+        "eval_id": result.eval_id,
+        "mode": result.mode,
+        "config_fingerprint": result.config_fingerprint,
+        "index_state": dg.MetadataValue.json(result.index_state),
+        "slice_table": dg.MetadataValue.md(slice_table(result)),
+        "failed_cases": dg.MetadataValue.md(failed_cases_table(result)),
+        "report": dg.MetadataValue.path(str(report_path)),
+        # Numbers as numeric metadata, so the Dagster UI plots their trend; NaN (no such cases) is left out.
+        **{key: dg.MetadataValue.float(float(v)) for key, v in numbers.items() if v is not None and not math.isnan(v)},
+    }
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def report_file(index_path: Path, eval_id: str) -> Path:
+    folder = Path(index_path).parent / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{eval_id}.md"
+
+
+evaluation_assets = [golden_set, golden_eval]
