@@ -45,3 +45,19 @@ def write_config(tmp_path: Path) -> Callable[..., PipelineConfig]:
         return load_config(path)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory):
+    """The bundled sample corpus ingested once per session with the fast hashing embedder."""
+    from rag_pipeline.config import EmbeddingConfig
+    from rag_pipeline.core.embedding import make_embedder
+    from rag_pipeline.core.ingestion import ingest_source
+    from rag_pipeline.core.store import DuckDBStore
+
+    config = load_config(SAMPLE_CONFIG)
+    store = DuckDBStore(tmp_path_factory.mktemp("sample") / "index.duckdb")
+    embedder = make_embedder(EmbeddingConfig(kind="hashing"))
+    for source in config.sources:
+        ingest_source(source, store, embedder, config.chunking, config.lifecycle, "session")
+    return config, store, embedder

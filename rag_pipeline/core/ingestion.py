@@ -7,6 +7,7 @@ fails a stage fails alone; the rest of the source goes on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ class StageReport:
     counts: dict[str, int] = field(default_factory=dict)
     failures: list[StageFailure] = field(default_factory=list)
     details: dict[str, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
 
     def failure_rows(self) -> list[dict[str, str]]:
         return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]
@@ -310,10 +312,16 @@ def ingest_source(
     run_id: str,
 ) -> dict[str, StageReport]:
     """All stages for one source in order, without Dagster (benchmarks and tests of the core)."""
-    return {
-        "discovered": discover_source(source, store, lifecycle, run_id),
-        "parsed": parse_source(source, store, run_id),
-        "chunked": chunk_source(source, store, chunking, run_id),
-        "embedded": embed_source(source.source_id, store, embedder, run_id),
-        "indexed": index_source(source, store, embedder, run_id),
+    stages = {
+        "discovered": lambda: discover_source(source, store, lifecycle, run_id),
+        "parsed": lambda: parse_source(source, store, run_id),
+        "chunked": lambda: chunk_source(source, store, chunking, run_id),
+        "embedded": lambda: embed_source(source.source_id, store, embedder, run_id),
+        "indexed": lambda: index_source(source, store, embedder, run_id),
     }
+    reports = {}
+    for name, stage in stages.items():
+        started = time.perf_counter()
+        reports[name] = stage()
+        reports[name].seconds = time.perf_counter() - started
+    return reports

@@ -1,0 +1,124 @@
+"""Retrieval quality on a BEIR dataset through the project's own import, ingestion and evaluation,
+beside the published reference figures, with wall time per stage.
+
+    python benchmarks/beir.py --dataset ../shared/datasets/beir-scifact [--json] [--raw-encode]
+
+Each document is embedded whole as `title + " " + text` (the BEIR/MTEB convention, the default
+chunking of BEIR sources). `--raw-encode` also times a plain `model.encode` of the same texts in
+the same process, to state the pipeline's overhead over the model itself. A second run on the same
+`--work` folder reuses the embedding cache and embeds only the queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
+    os.environ.setdefault(_name, "1")
+
+from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig  # noqa: E402
+from rag_pipeline.core.beir import import_beir  # noqa: E402
+from rag_pipeline.core.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.evaluation import evaluate  # noqa: E402
+from rag_pipeline.core.golden import load_golden_set  # noqa: E402
+from rag_pipeline.core.ingestion import ingest_source  # noqa: E402
+from rag_pipeline.core.retrieval import Retriever  # noqa: E402
+from rag_pipeline.core.store import DuckDBStore  # noqa: E402
+
+# Published figures for BEIR SciFact (test split); see ../shared/datasets/beir-scifact/README.md.
+PUBLISHED = {
+    "dense": {"ndcg_at_10": 0.64508, "recall_at_10": 0.78333, "recall_at_100": 0.925,
+              "source": "MTEB, all-MiniLM-L6-v2 (embeddings-benchmark/mtebpaper)"},
+    "bm25": {"ndcg_at_10": 0.665, "recall_at_100": 0.9076, "source": "BEIR paper Table 2 (nDCG); Anserini multifield (R@100)"},
+}
+METRICS = ("ndcg_at_10", "recall_at_10", "recall_at_100", "mrr_at_10")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, type=Path)
+    parser.add_argument("--work", type=Path, default=Path("benchmarks/out/beir"), help="store and golden files")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--raw-encode", action="store_true", help="also time raw model.encode of the same texts")
+    args = parser.parse_args()
+
+    dataset = args.dataset.resolve()
+    name = dataset.name.replace("beir-", "")
+    work = args.work / name
+    work.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+
+    started = time.perf_counter()
+    golden_path = work / "golden.jsonl"
+    import_beir(dataset, name, golden_path)
+    timings["import_s"] = time.perf_counter() - started
+
+    store = DuckDBStore(work / "index.duckdb")
+    embedder = make_embedder(EmbeddingConfig())
+    source = SourceConfig(name=name, path=dataset / "corpus.jsonl", kind="beir")
+    started = time.perf_counter()
+    reports = ingest_source(source, store, embedder, ChunkingConfig(), LifecycleConfig(), "beir-benchmark")
+    for stage, report in reports.items():
+        timings[f"{stage}_s"] = round(report.seconds, 2)
+    timings["ingest_total_s"] = time.perf_counter() - started
+    counts = {stage: report.counts for stage, report in reports.items()}
+
+    golden = load_golden_set(golden_path, known_doc_ids=store.document_ids())
+    results = {}
+    for mode in ("dense", "bm25", "hybrid"):
+        started = time.perf_counter()
+        retriever = Retriever(store, embedder, RetrievalConfig(mode=mode, k=10, candidates=100))
+        result = evaluate(golden, retriever, mode, "benchmark", {name: store.manifest_hash(name)})
+        seconds = time.perf_counter() - started
+        results[mode] = {m: result.overall[m] for m in METRICS} | {"seconds": round(seconds, 2), "queries": len(golden.cases)}
+
+    raw = None
+    if args.raw_encode:
+        texts = _texts(dataset)
+        started = time.perf_counter()
+        embedder.encode(texts)
+        raw = time.perf_counter() - started
+
+    output = {
+        **results,
+        "published": PUBLISHED,
+        "ingest": {"seconds": round(timings["ingest_total_s"], 2), "stage_seconds": timings, "embedded": counts["embedded"]["embedded"],
+                   "cache_hits": counts["embedded"]["cache_hits"], "documents": counts["discovered"]["discovered"]},
+        "raw_encode_seconds": round(raw, 2) if raw is not None else None,
+    }
+    if args.json:
+        print(json.dumps(output, indent=2))
+        return 0
+    print(f"BEIR {name}: {len(golden.cases)} queries, {counts['discovered']['discovered']} documents")
+    print(f"ingestion {timings['ingest_total_s']:.1f} s (embedded {counts['embedded']['embedded']}, "
+          f"cache hits {counts['embedded']['cache_hits']}); per stage: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in timings.items() if k.endswith("_s")))
+    if raw is not None:
+        overhead = (timings["ingest_total_s"] - raw) / raw * 100
+        print(f"raw model.encode of the same {len(_texts(dataset))} texts: {raw:.1f} s -> pipeline overhead {overhead:+.1f}%")
+    print()
+    print("| mode | nDCG@10 | published | R@10 | R@100 | published | MRR@10 | eval s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode, values in results.items():
+        pub = PUBLISHED.get(mode, {})
+        print(f"| {mode} | {values['ndcg_at_10']:.4f} | {pub.get('ndcg_at_10', '–')} | {values['recall_at_10']:.4f} | "
+              f"{values['recall_at_100']:.4f} | {pub.get('recall_at_100', '–')} | {values['mrr_at_10']:.4f} | {values['seconds']} |")
+    return 0
+
+
+def _texts(dataset: Path) -> list[str]:
+    texts = []
+    with (dataset / "corpus.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            texts.append(" ".join(part for part in (record.get("title", ""), record.get("text", "")) if part))
+    return texts
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""golden_set and golden_eval materialized in process, partitioned by golden-set revision."""
+
+import json
+
+import dagster as dg
+import pytest
+import pytrec_eval
+
+from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.defs.partitions import golden_partitions
+from rag_pipeline.runner import evaluate_golden, ingest
+
+PAGES = {
+    "refunds.md": "# Refunds\n\nRefund requests are honoured within 14 days of purchase.\n",
+    "sso.md": "# Single sign-on\n\nSSO works with Okta and Entra ID through SAML 2.0.\n",
+    "limits.md": "# API limits\n\nThe Growth plan allows 600 requests per minute.\n",
+    "export.md": "# Data export\n\nRun tallyo export --since 2024-01-01 to download a CSV archive.\n",
+}
+CASES = [
+    {"id": "q1", "question": "how many days do I have to ask for my money back", "reference": "14 days",
+     "gold_docs": ["kb:refunds.md"], "slice": "billing", "split": "dev"},
+    {"id": "q2", "question": "which identity providers can I use for SAML login", "reference": "Okta, Entra ID",
+     "gold_docs": ["kb:sso.md"], "slice": "auth", "split": "dev"},
+    {"id": "q3", "question": "requests per minute on growth", "reference": "600", "gold_docs": ["kb:limits.md"],
+     "slice": "billing", "split": "holdout", "weight": 3},
+    {"id": "q4", "question": "do you offer payroll in Brazil", "reference": "Not covered.", "gold_docs": [],
+     "answerable": False, "slice": "unanswerable", "split": "dev"},
+]
+
+
+@pytest.fixture
+def setup(tmp_path, write_config):
+    root = tmp_path / "kb"
+    root.mkdir()
+    for name, text in PAGES.items():
+        (root / name).write_text(text)
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("\n".join(json.dumps(c) for c in CASES) + "\n")
+    config = write_config({"kb": root}, golden_set=str(golden))
+    instance = dg.DagsterInstance.ephemeral()
+    [run] = ingest(config, instance)
+    assert run.success
+    return config, instance, golden
+
+
+def test_eval_materializes_per_revision_with_numeric_metadata(setup):
+    config, instance, golden = setup
+    run = evaluate_golden(config, instance, mode="bm25")
+    assert run.success, run.error
+    assert run.revision in instance.get_dynamic_partitions(golden_partitions.name)
+    assert "loaded 4 cases" in run.golden_summary
+    assert "| billing |" in run.slice_table and "**weighted**" in run.slice_table
+    event = instance.get_latest_materialization_event(dg.AssetKey("golden_eval"))
+    metadata = event.asset_materialization.metadata
+    assert isinstance(metadata["recall_at_5"], dg.FloatMetadataValue)
+    assert metadata["recall_at_5"].value == pytest.approx(run.summary["overall"]["recall_at_5"])
+    assert run.summary["revision"] == run.revision and run.summary["index_state"]["kb"]
+    assert run.summary["unanswerable"]["cases"] == 1
+
+
+def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
+    config, instance, golden = setup
+    first = evaluate_golden(config, instance, mode="bm25")
+    golden.write_text(golden.read_text() + json.dumps({**CASES[0], "id": "q5"}) + "\n")
+    second = evaluate_golden(config, instance, mode="bm25")
+    assert second.success and first.revision != second.revision
+    assert {first.revision, second.revision} <= set(instance.get_dynamic_partitions(golden_partitions.name))
+    # The first revision is still evaluable from its snapshot although the file moved on.
+    from rag_pipeline.defs.evaluation import golden_file_for_revision
+    from rag_pipeline.defs.resources import PipelineSettings, StoreResource
+
+    path = golden_file_for_revision(PipelineSettings.from_config(config), StoreResource(path=str(config.storage.path)), first.revision)
+    assert path.read_text().count("\n") == len(CASES)
+
+
+def test_trec_run_file_reproduces_the_metrics(setup, tmp_path):
+    config, instance, _ = setup
+    run = evaluate_golden(config, instance, mode="hybrid")
+    out = DuckDBStore(config.storage.path).write_trec_run(run.summary["eval_id"], tmp_path / "run.trec")
+    trec_run: dict[str, dict[str, float]] = {}
+    for line in out.read_text().splitlines():
+        qid, _, doc, rank, score, _tag = line.split()
+        trec_run.setdefault(qid, {})[doc] = float(score)
+    qrels = {c["id"]: {d: 1 for d in c["gold_docs"]} for c in CASES if c["gold_docs"]}
+    values = pytrec_eval.RelevanceEvaluator(qrels, {"recall.5", "ndcg_cut.10"}).evaluate({q: trec_run[q] for q in qrels})
+    assert run.summary["overall"]["recall_at_5"] == pytest.approx(sum(v["recall_5"] for v in values.values()) / 3, abs=1e-9)
+    assert run.summary["overall"]["ndcg_at_10"] == pytest.approx(sum(v["ndcg_cut_10"] for v in values.values()) / 3, abs=1e-9)
