@@ -23,6 +23,9 @@ from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
 from rag_pipeline.core.parsing import ParseError, parse_document, parser_version
 from rag_pipeline.core.store import DuckDBStore
 
+# Documents per staging write: one transaction each, so a crash loses at most one batch of work.
+WRITE_BATCH = 500
+EMBED_BATCH = 512
 # A document is queryable when a search with its own opening text finds it this high.
 QUERYABLE_TOP_K = 10
 
@@ -120,6 +123,7 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str) -> Stage
     items = {f.doc_id: f for f in _files_for(source, [r["doc_id"] for r in todo])}
     report = StageReport(source_id, "parsed")
     ledger: list[dict] = []
+    batch: list = []
     for row in todo:
         item = items.get(row["doc_id"])
         if item is None or item.content_hash != row["content_hash"]:
@@ -133,8 +137,12 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str) -> Stage
             report.failures.append(StageFailure(item.doc_id, "parsed", str(exc)))
             ledger.append(_row_entry(row, "parsed", "failed", reason=str(exc), parser_version=version))
             continue
-        store.save_parsed(source_id, doc, row["meta_json"])
+        batch.append((doc, row["meta_json"]))
         ledger.append(_row_entry(row, "parsed", "ok", parser_version=doc.parser_version))
+        if len(batch) >= WRITE_BATCH:
+            store.save_parsed(source_id, batch)
+            batch = []
+    store.save_parsed(source_id, batch)
     store.record_ledger(ledger, run_id)
     report.counts = {"parsed": len(todo) - len(report.failures), "parse_failed": len(report.failures)}
     return report
@@ -174,6 +182,7 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
     report = StageReport(source_id, "chunked")
     ledger: list[dict] = []
     chunk_total = 0
+    batch: list = []
     for doc in store.load_parsed(todo):
         chunks = chunk_document(doc, source_id, config)
         if not chunks:
@@ -184,9 +193,13 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
         postings = [
             (chunk.chunk_id, term, tf) for chunk in chunks for term, tf in term_frequencies(chunk.embed_text).items()
         ]
-        store.save_chunks(source_id, doc.doc_id, doc.content_hash, fingerprint, chunks, postings)
+        batch.append((doc.doc_id, doc.content_hash, chunks, postings))
         chunk_total += len(chunks)
         ledger.append(_doc_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
+        if len(batch) >= WRITE_BATCH:
+            store.save_chunks(source_id, fingerprint, batch)
+            batch = []
+    store.save_chunks(source_id, fingerprint, batch)
     store.record_ledger(ledger, run_id)
     report.counts = {"chunked_documents": len(todo) - len(report.failures), "chunks": chunk_total, "dropped_deleted": len(gone)}
     report.details = {"dropped": gone}
@@ -207,12 +220,14 @@ def embed_source(source_id: str, store: DuckDBStore, embedder: Embedder, run_id:
         if text_hash not in cached:
             misses.setdefault(text_hash, text)
     report = StageReport(source_id, "embedded")
-    if misses:
-        hashes = list(misses)
-        vectors = embedder.encode([misses[h] for h in hashes])
+    hashes = list(misses)
+    # Cached batch by batch: an interrupted run keeps what it already embedded.
+    for start in range(0, len(hashes), EMBED_BATCH):
+        batch = hashes[start : start + EMBED_BATCH]
+        vectors = embedder.encode([misses[h] for h in batch])
         if not np.all(np.isfinite(vectors)):
-            raise ValueError(f"embedder {identity} returned non-finite values; nothing was cached")
-        store.cache_vectors(identity, list(zip(hashes, vectors)))
+            raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
+        store.cache_vectors(identity, list(zip(batch, vectors)))
     store.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
     embedded_docs = sorted({chunk_id.rsplit("#", 1)[0] for chunk_id, _, _ in pending})
     store.record_ledger(

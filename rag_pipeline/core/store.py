@@ -25,6 +25,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, Hit, ParsedDocument, SearchFilters
 
@@ -153,8 +154,7 @@ class DuckDBStore:
         with self.connect() as con:
             con.execute("BEGIN")
             con.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
-            if rows:
-                con.executemany("INSERT INTO manifest VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            _insert_rows(con, "manifest", rows)
             con.execute("COMMIT")
 
     def manifest_rows(self, source_id: str) -> list[dict]:
@@ -170,22 +170,24 @@ class DuckDBStore:
             ).fetchall()
         return {d: (h, m) for d, h, m in rows}
 
-    def save_parsed(self, source_id: str, doc: ParsedDocument, meta_json: str) -> None:
-        """Replace a document's parsed elements (staging only)."""
-        rows = [
+    def save_parsed(self, source_id: str, docs: Sequence[tuple[ParsedDocument, str]]) -> None:
+        """Replace the parsed elements of these (document, meta json) pairs, in one transaction (staging only)."""
+        if not docs:
+            return
+        now = utcnow()
+        element_rows = [
             (e.doc_id, source_id, e.ordinal, e.category, e.text, list(e.heading_path), e.page_number,
              e.table_html, e.line_start, e.line_end)
-            for e in doc.elements
+            for doc, _ in docs for e in doc.elements
         ]
+        doc_rows = [(d.doc_id, source_id, d.content_hash, meta, d.title, d.parser_version, now) for d, meta in docs]
         with self.connect() as con:
             con.execute("BEGIN")
-            con.execute("DELETE FROM elements WHERE doc_id = ?", [doc.doc_id])
-            con.execute("DELETE FROM parsed_docs WHERE doc_id = ?", [doc.doc_id])
-            con.executemany("INSERT INTO elements VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
-            con.execute(
-                "INSERT INTO parsed_docs VALUES (?,?,?,?,?,?,?)",
-                [doc.doc_id, source_id, doc.content_hash, meta_json, doc.title, doc.parser_version, utcnow()],
-            )
+            con.execute("CREATE OR REPLACE TEMP TABLE replaced AS SELECT unnest(?::VARCHAR[]) AS doc_id", [[d.doc_id for d, _ in docs]])
+            con.execute("DELETE FROM elements WHERE doc_id IN (SELECT doc_id FROM replaced)")
+            con.execute("DELETE FROM parsed_docs WHERE doc_id IN (SELECT doc_id FROM replaced)")
+            _insert_rows(con, "elements", element_rows)
+            _insert_rows(con, "parsed_docs", doc_rows)
             con.execute("COMMIT")
 
     def load_parsed(self, doc_ids: Sequence[str]) -> list[ParsedDocument]:
@@ -221,26 +223,31 @@ class DuckDBStore:
         return {d: (h, f) for d, h, f in rows}
 
     def save_chunks(
-        self, source_id: str, doc_id: str, content_hash: str, fingerprint: str,
-        chunks: Sequence[Chunk], postings: Sequence[tuple[str, str, int]],
+        self, source_id: str, fingerprint: str,
+        docs: Sequence[tuple[str, str, Sequence[Chunk], Sequence[tuple[str, str, int]]]],
     ) -> None:
-        """Replace a document's staged chunks and their lexical postings (chunk_id, term, tf)."""
-        rows = [
+        """Replace the staged chunks and lexical postings of these documents in one transaction.
+
+        `docs` holds (doc_id, content_hash, chunks, postings as (chunk_id, term, tf)).
+        """
+        if not docs:
+            return
+        chunk_rows = [
             (c.chunk_id, c.doc_id, source_id, c.ordinal, c.title, list(c.heading_path), c.text, c.embed_text,
              c.text_hash, c.token_count, c.line_start, c.line_end, c.page_number, content_hash, fingerprint, None)
-            for c in chunks
+            for _, content_hash, chunks, _ in docs for c in chunks
         ]
+        posting_rows = [(chunk_id, source_id, term, tf) for *_, postings in docs for chunk_id, term, tf in postings]
         with self.connect() as con:
             con.execute("BEGIN")
-            con.execute("DELETE FROM staged_postings WHERE chunk_id IN (SELECT chunk_id FROM staged_chunks WHERE doc_id = ?)", [doc_id])
-            con.execute("DELETE FROM staged_chunks WHERE doc_id = ?", [doc_id])
-            if rows:
-                con.executemany("INSERT INTO staged_chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-            if postings:
-                con.executemany(
-                    "INSERT INTO staged_postings VALUES (?,?,?,?)",
-                    [(chunk_id, source_id, term, tf) for chunk_id, term, tf in postings],
-                )
+            con.execute("CREATE OR REPLACE TEMP TABLE replaced AS SELECT unnest(?::VARCHAR[]) AS doc_id", [[d[0] for d in docs]])
+            con.execute(
+                "DELETE FROM staged_postings WHERE chunk_id IN "
+                "(SELECT chunk_id FROM staged_chunks WHERE doc_id IN (SELECT doc_id FROM replaced))"
+            )
+            con.execute("DELETE FROM staged_chunks WHERE doc_id IN (SELECT doc_id FROM replaced)")
+            _insert_rows(con, "staged_chunks", chunk_rows)
+            _insert_rows(con, "staged_postings", posting_rows)
             con.execute("COMMIT")
 
     def drop_staged_documents(self, doc_ids: Sequence[str]) -> None:
@@ -284,10 +291,7 @@ class DuckDBStore:
             return
         now = utcnow()
         with self.connect() as con:
-            con.executemany(
-                "INSERT INTO embedding_cache VALUES (?,?,?,?)",
-                [(identity, h, v.astype(np.float32).tolist(), now) for h, v in items],
-            )
+            _insert_rows(con, "embedding_cache", [(identity, h, v.astype(np.float32).tolist(), now) for h, v in items])
 
     def mark_embedded(self, chunk_ids: Sequence[str], identity: str) -> None:
         if not chunk_ids:
@@ -535,10 +539,11 @@ class DuckDBStore:
         ]
         with self.connect() as con:
             con.execute("BEGIN")
-            con.execute("CREATE OR REPLACE TEMP TABLE incoming (doc_id VARCHAR, stage VARCHAR)")
-            con.executemany("INSERT INTO incoming VALUES (?, ?)", [(r[0], r[2]) for r in rows])
-            con.execute("DELETE FROM ledger WHERE (doc_id, stage) IN (SELECT (doc_id, stage) FROM incoming)")
-            con.executemany("INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            keys = pa.table({"doc_id": [r[0] for r in rows], "stage": [r[2] for r in rows]})
+            con.register("incoming_keys", keys)
+            con.execute("DELETE FROM ledger WHERE (doc_id, stage) IN (SELECT (doc_id, stage) FROM incoming_keys)")
+            con.unregister("incoming_keys")
+            _insert_rows(con, "ledger", rows)
             con.execute("COMMIT")
 
     def ledger_rows(self, source_id: str | None = None) -> list[dict]:
@@ -591,7 +596,7 @@ class DuckDBStore:
                 [result.eval_id, result.revision, result.mode, result.config_fingerprint,
                  json.dumps(result.index_state), result.created_at, json.dumps(result.as_json(), default=str)],
             )
-            con.executemany("INSERT INTO eval_cases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            _insert_rows(con, "eval_cases", rows)
             con.execute("COMMIT")
 
     def snapshot_golden(self, revision: str, path: str, content: str) -> None:
@@ -683,6 +688,17 @@ def _group_hits(rows: Sequence[tuple], n_queries: int) -> list[list[Hit]]:
                 status, start, end)
         )
     return grouped
+
+
+def _insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple]) -> None:
+    """Bulk insert through a column-wise relation: executemany runs one statement per row."""
+    if not rows:
+        return
+    columns = [d[0] for d in con.execute(f"SELECT * FROM {table} LIMIT 0").description]
+    data = pa.table({name: [row[i] for row in rows] for i, name in enumerate(columns)})
+    con.register("incoming_rows", data)
+    con.execute(f"INSERT INTO {table} SELECT * FROM incoming_rows")
+    con.unregister("incoming_rows")
 
 
 def _dicts(result: duckdb.DuckDBPyConnection) -> list[dict]:
