@@ -100,17 +100,27 @@ def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBS
         counts[name] = int(value.value) if value is not None else 0
     # Failures come from the ledger: it also holds earlier failures of documents not retried since.
     failures = coverage_report(store, source_id).failed
-    checks = {
-        evaluation.check_name: evaluation.passed for evaluation in result.get_asset_check_evaluations()
-    }
+    checks = _checks(result)
     error = None
     if not result.success:
         for event in result.all_events:
             if event.is_step_failure:
                 error = f"{event.step_key}: {_root_cause(event.step_failure_data.error)}"
                 break
-    success = result.success and all(checks.values())
+    success = result.success and not _failed_errors(result)
     return SourceRun(source_id, success, counts, failures, checks, error)
+
+
+def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def _failed_errors(result: dg.ExecuteInProcessResult) -> list[str]:
+    """Checks that failed with severity ERROR (a WARN shows in the UI but does not fail the run)."""
+    return [
+        e.check_name for e in result.get_asset_check_evaluations()
+        if not e.passed and e.severity == dg.AssetCheckSeverity.ERROR
+    ]
 
 
 def _root_cause(error) -> str:
@@ -161,8 +171,7 @@ def evaluate_golden(
     for event in result.get_asset_materialization_events():
         materialization = event.event_specific_data.materialization
         metadata[materialization.asset_key.to_user_string()] = materialization.metadata
-    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    run = EvalRun(revision, result.success and all(checks.values()), checks=checks)
+    run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result))
     if not result.success:
         run.error = next(
             (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),

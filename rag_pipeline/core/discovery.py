@@ -6,6 +6,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from datetime import date
@@ -115,6 +116,15 @@ def meta_to_json(meta: DocumentMeta) -> str:
     return json.dumps(asdict(meta), sort_keys=True, default=str)
 
 
+_CODE_BLOCKS = re.compile(rb"<(pre|code)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
+_TEMPLATE_TAG = re.compile(rb"\{%-?\s*(if|for|block|extends|include|import|set|macro)\b")
+
+
+def is_html_template(data: bytes) -> bool:
+    """A site-generator template (mkdocs/Jekyll partials): template statements outside code samples."""
+    return bool(_TEMPLATE_TAG.search(_CODE_BLOCKS.sub(b"", data)))
+
+
 def _read_meta(path: Path, file_type: str, data: bytes, defaults: Mapping) -> tuple[DocumentMeta, str | None]:
     """Metadata of one file from its sidecar or front matter; a problem becomes an error string."""
     sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
@@ -177,6 +187,8 @@ def describe_file(source_id: str, path: Path, rel_path: str, defaults: Mapping) 
         skip_reason = "hidden file"
     elif suffix not in SUPPORTED_TYPES:
         skip_reason = f"unsupported file type '{suffix or '(no extension)'}'"
+    elif file_type == "html" and is_html_template(data):
+        skip_reason = "HTML template (Jinja/Liquid tags), not a document"
     meta, meta_error = (DocumentMeta(), None)
     if skip_reason is None:
         meta, meta_error = _read_meta(path, file_type, data, defaults)

@@ -295,7 +295,7 @@ def run_golden_evaluation(
     mode: str | None = None,
 ) -> tuple[GoldenSet, EvalResult]:
     """Load and validate the golden set against the index, evaluate, and persist the result."""
-    golden = load_golden_set(golden_path, known_doc_ids=store.document_ids())
+    golden = load_golden_set(golden_path, served_hashes=store.document_hashes())
     index_state = {source_id: store.manifest_hash(source_id) for source_id in source_ids}
     retriever = Retriever(store, embedder, retrieval)
     result = evaluate(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,11 +81,12 @@ def file_revision(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
-def load_golden_set(path: Path | str, known_doc_ids: Iterable[str] | None = None) -> GoldenSet:
+def load_golden_set(path: Path | str, served_hashes: Mapping[str, str] | None = None) -> GoldenSet:
     """Parse and validate a golden set; raise GoldenSetError naming every bad line and field.
 
-    When `known_doc_ids` is given (the documents in the index), gold documents missing from it
-    are reported as stale labels on their cases, not as errors: the corpus moved, not the file.
+    When `served_hashes` is given (document id -> content hash of the indexed version), labels the
+    index no longer supports are reported as stale on their cases, not as errors: the corpus
+    moved, not the file. Stale cases are scored apart, never counted as misses.
     """
     path = Path(path)
     if not path.is_file():
@@ -119,18 +120,24 @@ def load_golden_set(path: Path | str, known_doc_ids: Iterable[str] | None = None
     if not cases:
         raise GoldenSetError(f"golden set {path} holds no cases")
     golden = GoldenSet(path, file_revision(path), cases)
-    if known_doc_ids is not None:
-        golden.stale = stale_labels(cases, set(known_doc_ids))
+    if served_hashes is not None:
+        golden.stale = stale_labels(cases, served_hashes)
     return golden
 
 
-def stale_labels(cases: Iterable[GoldenCase], known_doc_ids: set[str]) -> dict[str, list[str]]:
-    """Case id -> gold documents that no longer exist in the index."""
-    stale = {}
+def stale_labels(cases: Iterable[GoldenCase], served_hashes: Mapping[str, str]) -> dict[str, list[str]]:
+    """Case id -> what no longer holds: a gold document missing from the index, or a span pinned
+    to a content hash its document no longer has."""
+    stale: dict[str, list[str]] = {}
     for case in cases:
-        missing = [d for d in case.gold_docs if d not in known_doc_ids]
-        if missing:
-            stale[case.id] = missing
+        problems = [f"{d}: not in the index" for d in case.gold_docs if d not in served_hashes]
+        for span in case.gold_spans:
+            current = served_hashes.get(span.doc_id)
+            if span.content_hash and current is not None and current != span.content_hash:
+                where = f"lines {span.lines[0]}-{span.lines[1]}" if span.lines else " > ".join(span.heading_path)
+                problems.append(f"{span.doc_id}: changed since its span ({where}) was pinned")
+        if problems:
+            stale[case.id] = problems
     return stale
 
 

@@ -247,6 +247,7 @@ def index_source(source: SourceConfig, store: DuckDBStore, embedder: Embedder, r
     source_id = source.source_id
     before = {d["doc_id"]: d["content_hash"] for d in store.indexed_documents(source_id)}
     deleted_hashes = store.hashes_of_unstaged_documents(source_id)
+    store.record_tombstones(source_id, run_id)
     counts = store.publish_source(source_id, embedder.identity)
     after = {d["doc_id"]: d for d in store.indexed_documents(source_id)}
     fresh = sorted(d for d, row in after.items() if before.get(d) != row["content_hash"])

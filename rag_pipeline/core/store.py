@@ -71,6 +71,10 @@ CREATE TABLE IF NOT EXISTS ledger (
     doc_id VARCHAR, source_id VARCHAR, stage VARCHAR, status VARCHAR, content_hash VARCHAR,
     parser_version VARCHAR, reason VARCHAR, updated_at TIMESTAMP, run_id VARCHAR
 );
+CREATE TABLE IF NOT EXISTS tombstones (
+    doc_id VARCHAR, source_id VARCHAR, title VARCHAR, opening_text VARCHAR, text_hashes VARCHAR[],
+    deleted_at TIMESTAMP, run_id VARCHAR
+);
 CREATE TABLE IF NOT EXISTS golden_snapshots (revision VARCHAR, path VARCHAR, content VARCHAR, saved_at TIMESTAMP);
 CREATE TABLE IF NOT EXISTS eval_runs (
     eval_id VARCHAR, revision VARCHAR, mode VARCHAR, config_fingerprint VARCHAR, index_state VARCHAR,
@@ -402,6 +406,96 @@ class DuckDBStore:
         indexed = con.execute("SELECT count(*) FROM ready").fetchall()[0][0]
         kept = con.execute("SELECT count(*) FROM keep_old").fetchall()[0][0]
         return {"indexed": int(indexed), "kept_previous": int(kept)}
+
+    def record_tombstones(self, source_id: str, run_id: str) -> list[str]:
+        """Remember the served documents about to leave the index (title, opening text, text hashes),
+        so that their deletion can be proven afterwards; returns their ids."""
+        with self.connect() as con:
+            rows = con.execute(
+                """
+                SELECT c.doc_id, any_value(c.title),
+                       arg_min(c.text, c.ordinal), list(DISTINCT c.text_hash)
+                FROM chunks c
+                WHERE c.source_id = ?
+                  AND c.doc_id NOT IN (SELECT doc_id FROM staged_chunks WHERE source_id = ?)
+                  AND c.doc_id NOT IN (SELECT doc_id FROM manifest WHERE source_id = ? AND supported)
+                GROUP BY c.doc_id
+                """,
+                [source_id, source_id, source_id],
+            ).fetchall()
+            if rows:
+                now = utcnow()
+                con.execute("DELETE FROM tombstones WHERE list_contains(?::VARCHAR[], doc_id)", [[r[0] for r in rows]])
+                _insert_rows(con, "tombstones", [(d, source_id, t, o, h, now, run_id) for d, t, o, h in rows])
+        return [r[0] for r in rows]
+
+    def tombstones(self, source_id: str, run_id: str | None = None) -> list[dict]:
+        """Deleted documents of a source that have not come back (optionally: deleted in one run)."""
+        sql = (
+            "SELECT * FROM tombstones WHERE source_id = ? "
+            "AND doc_id NOT IN (SELECT doc_id FROM manifest WHERE supported)"
+        )
+        params: list = [source_id]
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        with self.connect() as con:
+            return _dicts(con.execute(sql + " ORDER BY doc_id", params))
+
+    def remnants(self, doc_ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each document id, the tables that still hold something of it."""
+        if not doc_ids:
+            return {}
+        found: dict[str, list[str]] = {}
+        with self.connect() as con:
+            con.execute("CREATE OR REPLACE TEMP TABLE probe AS SELECT unnest(?::VARCHAR[]) AS doc_id", [list(doc_ids)])
+            for table in DOCUMENT_TABLES:
+                for (doc_id,) in con.execute(
+                    f"SELECT DISTINCT doc_id FROM {table} WHERE doc_id IN (SELECT doc_id FROM probe)"
+                ).fetchall():
+                    found.setdefault(doc_id, []).append(table)
+            for table in CHUNK_TABLES:
+                # Chunk ids are `<doc id>#<ordinal>`: a row of a deleted document keeps its prefix.
+                for (doc_id,) in con.execute(
+                    f"SELECT DISTINCT p.doc_id FROM {table} t JOIN probe p ON starts_with(t.chunk_id, p.doc_id || '#')"
+                ).fetchall():
+                    found.setdefault(doc_id, []).append(table)
+            for doc_id, hashes in con.execute(
+                "SELECT doc_id, text_hashes FROM tombstones WHERE doc_id IN (SELECT doc_id FROM probe)"
+            ).fetchall():
+                leftover = con.execute(
+                    "SELECT count(*) FROM embedding_cache WHERE list_contains(?::VARCHAR[], text_hash) "
+                    "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)",
+                    [list(hashes or [])],
+                ).fetchall()[0][0]
+                if leftover:
+                    found.setdefault(doc_id, []).append("embedding_cache")
+        return found
+
+    def orphans(self) -> dict[str, list[str]]:
+        """Served rows whose parent is gone: chunks without a document, vectors or postings without a chunk."""
+        found: dict[str, list[str]] = {}
+        with self.connect() as con:
+            for (doc_id,) in con.execute(
+                "SELECT DISTINCT doc_id FROM chunks WHERE doc_id NOT IN (SELECT doc_id FROM documents)"
+            ).fetchall():
+                found.setdefault(doc_id, []).append("chunks")
+            for table in ("vectors", "postings"):
+                for (chunk_id,) in con.execute(
+                    f"SELECT DISTINCT chunk_id FROM {table} WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)"
+                ).fetchall():
+                    found.setdefault(chunk_id.rsplit("#", 1)[0], []).append(table)
+        return found
+
+    def document_hashes(self) -> dict[str, str]:
+        """Served document id -> content hash of the indexed version."""
+        with self.connect() as con:
+            return dict(con.execute("SELECT doc_id, content_hash FROM documents").fetchall())
+
+    def last_success(self, source_id: str):
+        with self.connect() as con:
+            rows = con.execute("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id]).fetchall()
+        return rows[0][0] if rows else None
 
     def hashes_of_unstaged_documents(self, source_id: str) -> list[str]:
         """Text hashes of served chunks whose documents left staging (deleted in this run)."""

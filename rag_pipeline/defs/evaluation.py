@@ -9,6 +9,7 @@ from rag_pipeline.core.evaluation import HEADLINE_METRICS, run_golden_evaluation
 from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
 from rag_pipeline.core.report import failed_cases_table, render_markdown, slice_table
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
+from rag_pipeline.defs.metadata import markdown_table
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -40,23 +41,45 @@ def golden_file_for_revision(settings: PipelineSettings, store: StoreResource, r
     return frozen
 
 
-@dg.asset(partitions_def=golden_partitions, group_name="evaluation", pool=DUCKDB_POOL, kinds={"duckdb"})
-def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource) -> dg.MaterializeResult:
+GOLDEN_LABELS_CHECK = "golden_labels_current"
+
+
+@dg.asset(
+    partitions_def=golden_partitions,
+    group_name="evaluation",
+    pool=DUCKDB_POOL,
+    kinds={"duckdb"},
+    # Not blocking: stale cases are scored apart by the evaluation, never counted as misses.
+    check_specs=[dg.AssetCheckSpec(GOLDEN_LABELS_CHECK, asset="golden_set")],
+)
+def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource):
     """The validated, frozen cases of one golden-set revision."""
     path = golden_file_for_revision(settings, store, context.partition_key)
-    golden = load_golden_set(path, known_doc_ids=store.get().document_ids())
+    golden = load_golden_set(path, served_hashes=store.get().document_hashes())
     context.log.info(golden.summary())
     slices: dict[str, int] = {}
     for case in golden.cases:
         slices[case.slice] = slices.get(case.slice, 0) + 1
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
             "summary": golden.summary(),
             "cases": len(golden.cases),
             "stale_cases": len(golden.stale),
-            "stale_labels": dg.MetadataValue.json(golden.stale),
             **{f"slice_{name}_cases": n for name, n in sorted(slices.items())},
         }
+    )
+    rows = [{"case": case_id, "problem": "; ".join(problems)} for case_id, problems in golden.stale.items()]
+    yield dg.AssetCheckResult(
+        check_name=GOLDEN_LABELS_CHECK,
+        passed=not golden.stale,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            "every gold document is indexed and every pinned span unchanged"
+            if not golden.stale
+            else f"{len(golden.stale)} stale case(s), scored apart: "
+            + "; ".join(f"{r['case']}: {r['problem']}" for r in rows[:5])
+        ),
+        metadata={"stale_cases": len(golden.stale), "stale": dg.MetadataValue.md(markdown_table(rows, ["case", "problem"]))},
     )
 
 

@@ -8,6 +8,7 @@ import dagster as dg
 
 from rag_pipeline.core.coverage import CoverageReport
 from rag_pipeline.core.ingestion import StageReport
+from rag_pipeline.core.lifecycle import DeletionReport, FreshnessReport
 
 MAX_TABLE_ROWS = 50
 
@@ -44,4 +45,28 @@ def coverage_metadata(report: CoverageReport) -> dict:
     metadata["failures"] = dg.MetadataValue.md(markdown_table(report.failed, ["doc_id", "stage", "reason"]))
     if report.uncovered:
         metadata["uncovered"] = dg.MetadataValue.md("\n".join(f"- `{d}`" for d in report.uncovered[:MAX_TABLE_ROWS]))
+    return metadata
+
+
+def deletion_metadata(report: DeletionReport) -> dict:
+    return {
+        "deleted_documents_checked": dg.MetadataValue.int(len(report.checked)),
+        "documents_with_remnants": dg.MetadataValue.int(len(report.remnants)),
+        "documents_still_retrievable": dg.MetadataValue.int(len(report.retrievable)),
+        "orphan_documents": dg.MetadataValue.int(len(report.orphans)),
+        "problems": dg.MetadataValue.md(markdown_table(report.problems(), ["doc_id", "problem"])),
+    }
+
+
+def freshness_metadata(report: FreshnessReport) -> dict:
+    rows = [{**s, "age_hours": f"{s['age_hours']:.1f}"} for s in report.stale]
+    metadata: dict = {
+        "stale_documents": dg.MetadataValue.int(len(report.stale)),
+        "oldest_stale_hours": dg.MetadataValue.float(round(report.oldest_stale_hours, 3)),
+        "max_staleness_hours": dg.MetadataValue.float(report.max_staleness_hours),
+        "indexed_documents": dg.MetadataValue.int(report.indexed_documents),
+        "stale": dg.MetadataValue.md(markdown_table(rows, ["doc_id", "reason", "age_hours"])),
+    }
+    if report.index_age_hours is not None:
+        metadata["index_age_hours"] = dg.MetadataValue.float(round(report.index_age_hours, 3))
     return metadata

@@ -11,3 +11,13 @@ def test_core_imports_without_dagster_or_heavy_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"core imported at import time: {out.stdout.strip()}"
+
+
+def test_loading_the_definitions_does_not_load_the_model_or_the_parser():
+    """Steps that do not embed or parse must not pay for torch, sentence-transformers or unstructured."""
+    code = (
+        "import sys, rag_pipeline.definitions, rag_pipeline.cli\n"
+        "print(','.join(n for n in ('torch', 'sentence_transformers', 'unstructured') if n in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

@@ -31,9 +31,14 @@ def test_ids_types_metadata_and_skips(tmp_path):
         ".hidden.md": "x",
         ".git/config": "ignored folder",
         "orphan.pdf.meta.yaml": "title: nothing here",
+        "partials/nav.html": '{% import "nav-item.html" as item %}\n<nav>{{ config.site_name }}</nav>',
+        "jinja-help.html": "<html><body><p>Use loops:</p><pre>{% for x in items %}{{ x }}{% endfor %}</pre></body></html>",
     })
     files = {f.rel_path: f for f in discover_files("docs", tmp_path)}
-    assert set(files) == {"guide/intro.md", "page.html", "logo.png", "style.css", ".hidden.md", "orphan.pdf.meta.yaml"}
+    assert set(files) == {"guide/intro.md", "page.html", "logo.png", "style.css", ".hidden.md", "orphan.pdf.meta.yaml",
+                          "partials/nav.html", "jinja-help.html"}
+    assert "template" in files["partials/nav.html"].skip_reason
+    assert files["jinja-help.html"].supported  # template syntax inside a code sample is content
     intro = files["guide/intro.md"]
     assert intro.doc_id == "docs:guide/intro.md" and intro.supported and intro.file_type == "md"
     assert (intro.meta.title, intro.meta.tenant, intro.meta.status) == ("Intro", "acme", "superseded")

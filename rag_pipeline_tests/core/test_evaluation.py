@@ -16,7 +16,7 @@ MODES = ("dense", "bm25", "hybrid")
 @pytest.fixture(scope="module")
 def evaluations(sample_index):
     config, store, embedder = sample_index
-    golden = load_golden_set(config.golden_set, known_doc_ids=store.document_ids())
+    golden = load_golden_set(config.golden_set, served_hashes=store.document_hashes())
     results = {}
     for mode in MODES:
         retriever = Retriever(store, embedder, RetrievalConfig(mode=mode))

@@ -49,9 +49,13 @@ def test_every_problem_is_listed_at_once(tmp_path):
 
 def test_stale_labels_are_reported_not_raised(tmp_path):
     path = _write(tmp_path, [_case(), _case(id="c2", gold_docs=["hb:deleted.md", "hb:leave.md"])])
-    golden = load_golden_set(path, known_doc_ids={"hb:leave.md"})
-    assert golden.stale == {"c2": ["hb:deleted.md"]}
+    golden = load_golden_set(path, served_hashes={"hb:leave.md": "h1"})
+    assert golden.stale == {"c2": ["hb:deleted.md: not in the index"]}
     assert "stale labels on 1 cases" in golden.summary()
+    pinned = _case(id="c3", gold_spans=[{"doc_id": "hb:leave.md", "lines": [3, 5], "content_hash": "h0"}])
+    path.write_text(path.read_text() + pinned + "\n")
+    golden = load_golden_set(path, served_hashes={"hb:leave.md": "h1"})
+    assert golden.stale["c3"] == ["hb:leave.md: changed since its span (lines 3-5) was pinned"]
 
 
 def test_summary_and_revision(tmp_path):

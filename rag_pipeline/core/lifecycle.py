@@ -1,0 +1,144 @@
+"""Proofs that the index matches its sources: deletions propagated, freshness, golden labels current."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from rag_pipeline.config import SourceConfig
+from rag_pipeline.core import discovery
+from rag_pipeline.core.embedding import Embedder
+from rag_pipeline.core.golden import GoldenSet, stale_labels
+from rag_pipeline.core.lexical import analyze
+from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.store import DuckDBStore, utcnow
+
+# A deleted document must not come back from a search for its own text this deep.
+DELETION_PROBE_DEPTH = 100
+
+
+@dataclass
+class DeletionReport:
+    """Deleted documents that left something behind, and where."""
+
+    checked: list[str]
+    remnants: dict[str, list[str]] = field(default_factory=dict)
+    retrievable: dict[str, str] = field(default_factory=dict)
+    orphans: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not (self.remnants or self.retrievable or self.orphans)
+
+    def problems(self) -> list[dict[str, str]]:
+        rows = [{"doc_id": d, "problem": "rows left in " + ", ".join(t)} for d, t in self.remnants.items()]
+        rows += [{"doc_id": d, "problem": f"still retrievable: {how}"} for d, how in self.retrievable.items()]
+        rows += [{"doc_id": d, "problem": "orphan rows in " + ", ".join(t)} for d, t in self.orphans.items()]
+        return rows
+
+
+def deletion_report(store: DuckDBStore, source_id: str, embedder: Embedder, run_id: str | None = None) -> DeletionReport:
+    """Nothing of a deleted document is left in any table, and retrieval cannot return it.
+
+    Every tombstoned document of the source is checked against every table; those deleted in
+    `run_id` (all, when None) are also searched for with their former title and opening text,
+    with no filter, by both retrievers: neither may return them in the top 100. Orphan rows
+    (a chunk without its document, a vector or posting without its chunk) fail the check too.
+    """
+    tombstones = store.tombstones(source_id)
+    report = DeletionReport(checked=[t["doc_id"] for t in tombstones])
+    report.remnants = store.remnants(report.checked)
+    report.orphans = store.orphans()
+    probes = [t for t in tombstones if run_id is None or t["run_id"] == run_id]
+    if probes:
+        queries = [f"{t['title']} {t['opening_text']}" for t in probes]
+        unfiltered = SearchFilters(unrestricted=True)
+        dense = store.dense_search(embedder.encode(queries), DELETION_PROBE_DEPTH, unfiltered)
+        lexical = store.bm25_search([analyze(q) for q in queries], DELETION_PROBE_DEPTH, unfiltered, 0.9, 0.4)
+        for tombstone, dense_hits, bm25_hits in zip(probes, dense, lexical):
+            for name, hits in (("dense", dense_hits), ("bm25", bm25_hits)):
+                rank = next((h.rank for h in hits if h.doc_id == tombstone["doc_id"]), None)
+                if rank is not None:
+                    report.retrievable[tombstone["doc_id"]] = f"{name} rank {rank} for its own former text"
+    return report
+
+
+@dataclass
+class FreshnessReport:
+    source_id: str
+    max_staleness_hours: float
+    stale: list[dict] = field(default_factory=list)
+    index_age_hours: float | None = None
+    indexed_documents: int = 0
+
+    @property
+    def oldest_stale_hours(self) -> float:
+        return max((s["age_hours"] for s in self.stale), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return self.oldest_stale_hours < self.max_staleness_hours
+
+
+def freshness_report(
+    store: DuckDBStore, source: SourceConfig, max_staleness_hours: float, now: datetime | None = None
+) -> FreshnessReport:
+    """Is what the index serves what the source holds now?
+
+    A document is stale when its served content hash differs from the file's current hash, when
+    the file is gone but still served, or when a supported file was never indexed. Its age is the
+    time since the file last changed (for a vanished file: since the source's last successful run).
+    The check fails when the oldest unindexed change is older than `max_staleness_hours`.
+    """
+    now = now or utcnow()
+    served = {d["doc_id"]: d for d in store.indexed_documents(source.source_id)}
+    last_success = store.last_success(source.source_id)
+    report = FreshnessReport(source.source_id, max_staleness_hours, indexed_documents=len(served))
+    if last_success is not None:
+        report.index_age_hours = (now - last_success).total_seconds() / 3600
+    try:
+        current = _current_hashes(source)
+    except discovery.SourceUnavailableError as exc:
+        report.stale = [{"doc_id": d, "reason": f"source unreadable: {exc}", "age_hours": report.index_age_hours or 0.0}
+                        for d in served]
+        return report
+    for doc_id, (content_hash, mtime) in current.items():
+        row = served.get(doc_id)
+        if row is not None and row["content_hash"] == content_hash:
+            continue
+        reason = "never indexed" if row is None else "changed since it was indexed"
+        report.stale.append({"doc_id": doc_id, "reason": reason, "age_hours": max(0.0, (now - mtime).total_seconds() / 3600)})
+    for doc_id in sorted(set(served) - set(current)):
+        report.stale.append({"doc_id": doc_id, "reason": "deleted from the source but still served",
+                             "age_hours": report.index_age_hours or 0.0})
+    report.stale.sort(key=lambda s: -s["age_hours"])
+    return report
+
+
+def _current_hashes(source: SourceConfig) -> dict[str, tuple[str, datetime]]:
+    """doc_id -> (content hash, last modification time) of the source's supported documents now."""
+    root = Path(source.path)
+    if source.kind == "beir":
+        modified = datetime.fromtimestamp(root.stat().st_mtime)
+        return {f.doc_id: (f.content_hash, modified) for f in discovery.discover_beir_corpus(source.source_id, root)}
+    files = discovery.discover_files(source.source_id, root, source.defaults.model_dump(), source.exclude)
+    return {
+        f.doc_id: (f.content_hash, datetime.fromtimestamp(Path(f.abs_path).stat().st_mtime))
+        for f in files if f.supported
+    }
+
+
+@dataclass
+class GoldenLabelReport:
+    stale: dict[str, list[str]]
+
+    @property
+    def passed(self) -> bool:
+        return not self.stale
+
+
+def golden_label_report(golden: GoldenSet, served_hashes: Mapping[str, str]) -> GoldenLabelReport:
+    """Every gold document exists and is indexed; every span pinned to a content hash still has it."""
+    return GoldenLabelReport(stale_labels(golden.cases, served_hashes))
