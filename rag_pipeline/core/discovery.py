@@ -328,3 +328,27 @@ def guard_against_mass_deletion(
             f"deleted ({sample}). Nothing was deleted. If this is intended, rerun with "
             f"lifecycle.allow_mass_delete: true (limit: {max_delete_fraction:.0%})"
         )
+
+
+def source_fingerprint(root: Path, kind: str = "files") -> str:
+    """A cheap fingerprint of a source's state from file names, sizes and modification times.
+
+    Used by the change sensor to decide whether a source needs a run, without hashing contents
+    (discovery does that). A missing root has its own fingerprint, so the run that follows can
+    fail loudly instead of the sensor going quiet.
+    """
+    root = Path(root)
+    if not root.exists():
+        return "missing"
+    digest = hashlib.sha256()
+    if kind == "beir" or root.is_file():
+        stat = root.stat()
+        digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+        return digest.hexdigest()[:16]
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            stat = path.stat()
+            digest.update(f"{path.relative_to(root).as_posix()}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]

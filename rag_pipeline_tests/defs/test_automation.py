@@ -1,0 +1,95 @@
+"""The source-change sensor, the golden-evaluation sensor and the nightly schedule, in Dagster's test contexts."""
+
+import json
+from datetime import datetime
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.defs.automation import golden_eval_sensor, nightly_full_suite, source_change_sensor
+from rag_pipeline.defs.resources import PipelineSettings
+from rag_pipeline.definitions import build_definitions
+
+
+@pytest.fixture
+def two_sources(tmp_path, write_config):
+    roots = {}
+    for name in ("alpha", "beta"):
+        roots[name] = tmp_path / name
+        roots[name].mkdir()
+        (roots[name] / "a.md").write_text(f"# {name}\n\ntext\n")
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text(json.dumps({"id": "q", "question": "x", "reference": "y", "gold_docs": ["alpha:a.md"],
+                                  "slice": "s", "split": "dev"}) + "\n")
+    config = write_config(roots, golden_set=str(golden))
+    return config, roots, golden
+
+
+def _tick(instance, config, cursor=None):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": PipelineSettings.from_config(config)})
+    result = source_change_sensor(context)
+    for request in result.dynamic_partitions_requests or []:
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+    return result
+
+
+def test_source_sensor_new_changed_unchanged_removed(two_sources, write_config):
+    config, roots, _ = two_sources
+    with dg.instance_for_test() as instance:
+        first = _tick(instance, config)
+        assert sorted(r.partition_key for r in first.run_requests) == ["alpha", "beta"]
+        assert sorted(instance.get_dynamic_partitions("sources")) == ["alpha", "beta"]
+
+        unchanged = _tick(instance, config, first.cursor)
+        assert unchanged.run_requests == []
+
+        (roots["beta"] / "b.md").write_text("# new page\n")
+        changed = _tick(instance, config, unchanged.cursor)
+        assert [r.partition_key for r in changed.run_requests] == ["beta"]
+
+        only_alpha = write_config({"alpha": roots["alpha"]})
+        removed = _tick(instance, only_alpha, changed.cursor)
+        purge = [r for r in removed.run_requests if r.job_name == "purge_removed_sources"]
+        assert len(purge) == 1 and purge[0].run_config["ops"]["purge_sources"]["config"]["source_ids"] == ["beta"]
+        assert instance.get_dynamic_partitions("sources") == ["alpha"]
+
+
+def test_golden_sensor_adds_revision_and_waits_for_a_new_index(two_sources):
+    config, _, golden = two_sources
+    resources = {"settings": PipelineSettings.from_config(config)}
+    with dg.instance_for_test() as instance:
+        first = golden_eval_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert len(first.run_requests) == 1
+        revision = first.run_requests[0].partition_key
+        assert first.dynamic_partitions_requests[0].partition_keys == [revision]
+        again = golden_eval_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources))
+        assert isinstance(again, dg.SkipReason) and "already evaluated" in again.skip_message
+        golden.write_text(golden.read_text() + golden.read_text().replace('"id": "q"', '"id": "q2"'))
+        new_revision = golden_eval_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources))
+        assert new_revision.run_requests[0].partition_key != revision
+
+
+def test_nightly_schedule_requests_every_source_partition(two_sources):
+    config, _, _ = two_sources
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 12, 1, 2, 0),
+            resources={"settings": PipelineSettings.from_config(config)},
+        )
+        requests = nightly_full_suite(context)
+        assert [r.partition_key for r in requests] == ["alpha", "beta"]
+        assert requests[0].run_key == "nightly:2026-12-01:alpha"
+        assert sorted(instance.get_dynamic_partitions("sources")) == ["alpha", "beta"]
+
+
+def test_definitions_list_the_sensors_schedule_and_jobs(two_sources):
+    config, _, _ = two_sources
+    defs = build_definitions(config)
+    assert {s.name for s in defs.sensors} == {"source_change_sensor", "golden_eval_sensor"}
+    assert {s.name for s in defs.schedules} == {"nightly_full_suite"}
+    repo = defs.get_repository_def()
+    assert {"ingest_sources", "evaluate_golden_revision", "purge_removed_sources"} <= {j.name for j in repo.get_all_jobs()}
