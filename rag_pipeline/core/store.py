@@ -101,6 +101,15 @@ DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chu
 CHUNK_TABLES = ("staged_postings", "vectors", "postings")
 
 _LOCK_WAIT_SECONDS = 120.0
+# Queries per search statement: bounds the (query x chunk) work of one statement.
+QUERY_BATCH = 256
+# The final step of every search: the top-k rows of `top` (qid, chunk_id, score) with their chunk.
+_HIT_SELECT = """
+    SELECT top.qid, c.chunk_id, c.doc_id, top.score, c.source_id, c.title, c.heading_path, c.text,
+           c.status, c.line_start, c.line_end
+    FROM top JOIN chunks c USING (chunk_id)
+    ORDER BY top.qid, top.score DESC, c.chunk_id
+"""
 
 
 def utcnow() -> datetime:
@@ -552,28 +561,37 @@ class DuckDBStore:
     def dense_search(
         self, query_vectors: np.ndarray, k: int, filters: SearchFilters
     ) -> list[list[Hit]]:
-        """Top-k chunks by cosine similarity for each query row; filters are part of the SQL."""
+        """Top-k chunks by cosine similarity for each query row; the filters are part of the SQL.
+
+        Scores are computed for (query, chunk) pairs only; `max_by(..., k)` keeps each query's
+        top k before any chunk text is joined, so memory stays bounded by queries x k.
+        """
         if len(query_vectors) == 0:
             return []
         where, params = filter_sql(filters)
-        with self.connect() as con:
-            con.execute(
-                "CREATE OR REPLACE TEMP TABLE queries AS "
-                "SELECT (generate_subscripts(?::FLOAT[][], 1) - 1) AS qid, unnest(?::FLOAT[][]) AS qvec",
-                [query_vectors.tolist(), query_vectors.tolist()],
-            )
-            rows = con.execute(
-                f"""
-                SELECT q.qid, c.chunk_id, c.doc_id, list_cosine_similarity(v.vector, q.qvec) AS score,
-                       c.source_id, c.title, c.heading_path, c.text, c.status, c.line_start, c.line_end
-                FROM queries q, chunks c JOIN vectors v USING (chunk_id)
-                WHERE {where}
-                QUALIFY row_number() OVER (PARTITION BY q.qid ORDER BY score DESC, c.chunk_id) <= ?
-                ORDER BY q.qid, score DESC, c.chunk_id
-                """,
-                [*params, k],
-            ).fetchall()
-        return _group_hits(rows, len(query_vectors))
+        results: list[list[Hit]] = []
+        for start in range(0, len(query_vectors), QUERY_BATCH):
+            batch = query_vectors[start : start + QUERY_BATCH]
+            with self.connect() as con:
+                con.register("query_rows", pa.table({"qid": list(range(len(batch))), "qvec": list(batch.astype(np.float32))}))
+                rows = con.execute(
+                    f"""
+                    WITH scored AS (
+                        SELECT q.qid, c.chunk_id, list_cosine_similarity(v.vector, q.qvec::FLOAT[]) AS score
+                        FROM query_rows q, chunks c JOIN vectors v USING (chunk_id)
+                        WHERE {where}
+                    ),
+                    top AS (
+                        SELECT qid, unnest(max_by({{'chunk_id': chunk_id, 'score': score}}, score, ?), recursive := true)
+                        FROM scored GROUP BY qid
+                    )
+                    {_HIT_SELECT}
+                    """,
+                    [*params, k],
+                ).fetchall()
+                con.unregister("query_rows")
+            results.extend(_group_hits(rows, len(batch)))
+        return results
 
     def bm25_search(
         self, query_terms: Sequence[Sequence[str]], k: int, filters: SearchFilters, k1: float, b: float
@@ -589,35 +607,40 @@ class DuckDBStore:
         if not query_terms:
             return []
         where, params = filter_sql(filters)
-        qrows = [(qid, term) for qid, terms in enumerate(query_terms) for term in terms]
-        if not qrows:
-            return [[] for _ in query_terms]
-        with self.connect() as con:
-            con.execute("CREATE OR REPLACE TEMP TABLE qterms (qid INTEGER, term VARCHAR)")
-            con.executemany("INSERT INTO qterms VALUES (?, ?)", qrows)
-            rows = con.execute(
-                f"""
-                WITH stats AS (SELECT count(*) AS n, avg(lex_len) AS avgdl FROM chunks),
-                q AS (SELECT qid, term, count(*) AS qtf FROM qterms GROUP BY qid, term),
-                df AS (SELECT term, count(*) AS df FROM postings WHERE term IN (SELECT term FROM q) GROUP BY term),
-                scored AS (
-                    SELECT q.qid, p.chunk_id,
-                           sum(q.qtf * ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-                               * p.tf * (? + 1) / (p.tf + ? * (1 - ? + ? * c.lex_len / s.avgdl))) AS score
-                    FROM q JOIN df USING (term) JOIN postings p USING (term)
-                    JOIN chunks c ON c.chunk_id = p.chunk_id CROSS JOIN stats s
-                    WHERE {where}
-                    GROUP BY q.qid, p.chunk_id
-                )
-                SELECT sc.qid, c.chunk_id, c.doc_id, sc.score, c.source_id, c.title, c.heading_path, c.text,
-                       c.status, c.line_start, c.line_end
-                FROM scored sc JOIN chunks c USING (chunk_id)
-                QUALIFY row_number() OVER (PARTITION BY sc.qid ORDER BY sc.score DESC, c.chunk_id) <= ?
-                ORDER BY sc.qid, sc.score DESC, c.chunk_id
-                """,
-                [k1, k1, b, b, *params, k],
-            ).fetchall()
-        return _group_hits(rows, len(query_terms))
+        results: list[list[Hit]] = []
+        for start in range(0, len(query_terms), QUERY_BATCH):
+            batch = query_terms[start : start + QUERY_BATCH]
+            qrows = [(qid, term) for qid, terms in enumerate(batch) for term in terms]
+            if not qrows:
+                results.extend([] for _ in batch)
+                continue
+            with self.connect() as con:
+                con.register("qterms", pa.table({"qid": [q for q, _ in qrows], "term": [t for _, t in qrows]}))
+                rows = con.execute(
+                    f"""
+                    WITH stats AS (SELECT count(*) AS n, avg(lex_len) AS avgdl FROM chunks),
+                    q AS (SELECT qid, term, count(*) AS qtf FROM qterms GROUP BY qid, term),
+                    df AS (SELECT term, count(*) AS df FROM postings WHERE term IN (SELECT term FROM q) GROUP BY term),
+                    scored AS (
+                        SELECT q.qid, p.chunk_id,
+                               sum(q.qtf * ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                                   * p.tf * (? + 1) / (p.tf + ? * (1 - ? + ? * c.lex_len / s.avgdl))) AS score
+                        FROM q JOIN df USING (term) JOIN postings p USING (term)
+                        JOIN chunks c ON c.chunk_id = p.chunk_id CROSS JOIN stats s
+                        WHERE {where}
+                        GROUP BY q.qid, p.chunk_id
+                    ),
+                    top AS (
+                        SELECT qid, unnest(max_by({{'chunk_id': chunk_id, 'score': score}}, score, ?), recursive := true)
+                        FROM scored GROUP BY qid
+                    )
+                    {_HIT_SELECT}
+                    """,
+                    [k1, k1, b, b, *params, k],
+                ).fetchall()
+                con.unregister("qterms")
+            results.extend(_group_hits(rows, len(batch)))
+        return results
 
     # ---- ledger ---------------------------------------------------------------------------
 
