@@ -156,6 +156,123 @@ def cmd_import_beir(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(config: PipelineConfig, path: str | None):
+    from rag_pipeline.core.gates import GatePolicy, load_policy
+
+    chosen = path or config.gate_policy
+    return load_policy(chosen) if chosen else GatePolicy()
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Compare two stored evaluations; exit 1 when the gate fails (an ERROR finding)."""
+    from rag_pipeline.core.gates import compare, render_gate
+    from rag_pipeline.core.store import DuckDBStore
+
+    config = load_config(args.config)
+    store = DuckDBStore(config.storage.path)
+    candidate_id = store.latest_evaluation() if args.candidate == "latest" else args.candidate
+    if candidate_id is None:
+        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    candidate = store.evaluation_record(candidate_id)
+    baseline_id = store.baseline(candidate["revision"]) if args.baseline == "baseline" else args.baseline
+    if baseline_id is None:
+        other = store.latest_baseline()
+        hint = f" (the latest baseline is on revision {other[0]}: not comparable)" if other else ""
+        print(f"no promoted baseline for golden revision {candidate['revision']}{hint}")
+        return 1
+    result = compare(store.evaluation_record(baseline_id), candidate, _policy(config, args.policy))
+    print(f"baseline {baseline_id}\ncandidate {candidate_id}\n")
+    print(render_gate(result))
+    return 0 if result.passed else 1
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE."""
+    from rag_pipeline.core.gates import compare, render_gate
+    from rag_pipeline.core.store import DuckDBStore
+
+    config = load_config(args.config)
+    store = DuckDBStore(config.storage.path)
+    eval_id = args.eval or store.latest_evaluation()
+    if eval_id is None:
+        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    candidate = store.evaluation_record(eval_id)
+    baseline_id = store.baseline(candidate["revision"])
+    if baseline_id is None:
+        store.promote(candidate["revision"], eval_id, "first baseline of this golden revision")
+        print(f"PROMOTE\n{eval_id} is the first baseline of golden revision {candidate['revision']}")
+        return 0
+    result = compare(store.evaluation_record(baseline_id), candidate, _policy(config, args.policy))
+    print(render_gate(result))
+    if result.promote:
+        store.promote(candidate["revision"], eval_id, f"replaces {baseline_id}")
+    return 0 if result.promote else 1
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    """Run a one-component experiment: baseline config vs candidate overlay, gated and logged."""
+    from rag_pipeline.core.embedding import make_embedder
+    from rag_pipeline.core.experiments import BundleRefused, render_log, run_experiment
+    from rag_pipeline.core.gates import render_gate
+    from rag_pipeline.core.store import DuckDBStore
+
+    base = load_config(args.config)
+    baseline = apply_overlay(base, args.baseline_set or [], args.baseline)
+    candidate = apply_overlay(base, args.set or [], args.candidate)
+    store = DuckDBStore(Path(args.store) if args.store else base.storage.path.parent / "experiments.duckdb")
+    try:
+        row, gate, _, _ = run_experiment(
+            baseline, candidate, store, base.golden_set, _policy(base, args.policy), args.hypothesis,
+            lambda c: make_embedder(c.embedding), allow_bundle=args.allow_bundle,
+        )
+    except BundleRefused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 2
+    print(render_gate(gate))
+    print()
+    print(render_log([row]))
+    return 0 if gate.passed else 1
+
+
+def cmd_experiments(args: argparse.Namespace) -> int:
+    from rag_pipeline.core.experiments import render_log
+    from rag_pipeline.core.store import DuckDBStore
+
+    base = load_config(args.config)
+    store = DuckDBStore(Path(args.store) if args.store else base.storage.path.parent / "experiments.duckdb")
+    print(render_log(store.experiment_log()))
+    return 0
+
+
+def apply_overlay(config: PipelineConfig, assignments: Sequence[str], overlay_file: str | None = None) -> PipelineConfig:
+    """The config with an overlay YAML file and `section.key=value` assignments merged on top."""
+    import yaml
+
+    raw = config.model_dump(mode="json", exclude={"config_path"})
+    updates: dict = yaml.safe_load(Path(overlay_file).read_text()) if overlay_file else {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. chunking.strategy=fixed")
+        node = updates
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    merged = _deep_merge(raw, updates or {})
+    try:
+        return PipelineConfig.model_validate(merged).model_copy(update={"config_path": config.config_path})
+    except Exception as exc:  # pydantic's ValidationError names the field
+        raise ConfigError(f"invalid experiment overlay: {exc}") from exc
+
+
+def _deep_merge(base: dict, updates: dict) -> dict:
+    merged = dict(base)
+    for key, value in updates.items():
+        merged[key] = _deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole pipeline on the bundled sample data, recorded in $DAGSTER_HOME for `make ui`."""
     from rag_pipeline.runner import evaluate_golden, ingest
@@ -218,6 +335,36 @@ def build_parser() -> argparse.ArgumentParser:
     beir.add_argument("--qrels", default="test", help="qrels split file name without .tsv (default: test)")
     beir.set_defaults(func=cmd_import_beir)
 
+    gate = sub.add_parser("gate", help="gate a candidate evaluation against a baseline; exit 1 when it fails")
+    gate.add_argument("--config")
+    gate.add_argument("--baseline", default="baseline", help="eval id, or 'baseline' (the promoted one)")
+    gate.add_argument("--candidate", default="latest", help="eval id, or 'latest'")
+    gate.add_argument("--policy", help="gate policy YAML (default: gate_policy in the config)")
+    gate.set_defaults(func=cmd_gate)
+
+    promote = sub.add_parser("promote", help="promote an evaluation to baseline if the gate says PROMOTE")
+    promote.add_argument("--config")
+    promote.add_argument("--eval", help="eval id (default: the latest evaluation)")
+    promote.add_argument("--policy")
+    promote.set_defaults(func=cmd_promote)
+
+    experiment = sub.add_parser("experiment", help="baseline vs a candidate differing in one component")
+    experiment.add_argument("--config")
+    experiment.add_argument("--candidate", help="overlay YAML merged onto the config for the candidate")
+    experiment.add_argument("--set", action="append", metavar="KEY=VALUE", help="candidate change, e.g. chunking.strategy=fixed")
+    experiment.add_argument("--baseline", help="overlay YAML for the baseline (default: the config as is)")
+    experiment.add_argument("--baseline-set", action="append", metavar="KEY=VALUE")
+    experiment.add_argument("--hypothesis", required=True, help="what the change should do, in one sentence")
+    experiment.add_argument("--allow-bundle", action="store_true", help="allow (and log) a change of several components")
+    experiment.add_argument("--store", help="experiment DuckDB file (default: experiments.duckdb beside the index)")
+    experiment.add_argument("--policy")
+    experiment.set_defaults(func=cmd_experiment)
+
+    experiments = sub.add_parser("experiments", help="print the experiment log")
+    experiments.add_argument("--config")
+    experiments.add_argument("--store")
+    experiments.set_defaults(func=cmd_experiments)
+
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)
     demo.set_defaults(func=cmd_demo)
@@ -228,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, GoldenSetError, FileNotFoundError) as exc:
+    except (ConfigError, GoldenSetError, FileNotFoundError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

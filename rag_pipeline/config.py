@@ -155,6 +155,7 @@ class PipelineConfig(_Strict):
     lifecycle: LifecycleConfig = LifecycleConfig()
     storage: StorageConfig = StorageConfig()
     golden_set: Path | None = None
+    gate_policy: Path | None = None
     config_path: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
@@ -217,8 +218,9 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     storage = raw.get("storage")
     if isinstance(storage, dict) and "path" in storage:
         storage["path"] = str((base / str(storage["path"])).resolve())
-    if raw.get("golden_set"):
-        raw["golden_set"] = str((base / str(raw["golden_set"])).resolve())
+    for key in ("golden_set", "gate_policy"):
+        if raw.get(key):
+            raw[key] = str((base / str(raw[key])).resolve())
     return raw
 
 

@@ -75,6 +75,12 @@ CREATE TABLE IF NOT EXISTS tombstones (
     doc_id VARCHAR, source_id VARCHAR, title VARCHAR, opening_text VARCHAR, text_hashes VARCHAR[],
     deleted_at TIMESTAMP, run_id VARCHAR
 );
+CREATE TABLE IF NOT EXISTS baselines (revision VARCHAR, eval_id VARCHAR, promoted_at TIMESTAMP, note VARCHAR);
+CREATE TABLE IF NOT EXISTS experiments (
+    experiment_id VARCHAR, created_at TIMESTAMP, component VARCHAR, hypothesis VARCHAR, config_diff VARCHAR,
+    baseline_eval VARCHAR, candidate_eval VARCHAR, deltas VARCHAR, worst_slice VARCHAR, worst_slice_delta DOUBLE,
+    decision VARCHAR, bundle BOOLEAN
+);
 CREATE TABLE IF NOT EXISTS golden_snapshots (revision VARCHAR, path VARCHAR, content VARCHAR, saved_at TIMESTAMP);
 CREATE TABLE IF NOT EXISTS eval_runs (
     eval_id VARCHAR, revision VARCHAR, mode VARCHAR, config_fingerprint VARCHAR, index_state VARCHAR,
@@ -716,6 +722,56 @@ class DuckDBStore:
             _insert_rows(con, "eval_cases", rows)
             con.execute("COMMIT")
 
+    def evaluation_record(self, eval_id: str) -> dict:
+        """An evaluation's summary plus `cases`: case id -> metrics, for scored cases (the gate's input)."""
+        record = self.evaluation_summary(eval_id)
+        with self.connect() as con:
+            rows = con.execute("SELECT case_id, metrics FROM eval_cases WHERE eval_id = ?", [eval_id]).fetchall()
+        record["cases"] = {case_id: json.loads(m) for case_id, m in rows if m and m != "{}"}
+        return record
+
+    def latest_evaluation(self, revision: str | None = None) -> str | None:
+        sql, params = "SELECT eval_id FROM eval_runs", []
+        if revision is not None:
+            sql, params = sql + " WHERE revision = ?", [revision]
+        with self.connect() as con:
+            rows = con.execute(sql + " ORDER BY created_at DESC LIMIT 1", params).fetchall()
+        return rows[0][0] if rows else None
+
+    def baseline(self, revision: str) -> str | None:
+        """The promoted baseline evaluation of a golden revision, if any."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT eval_id FROM baselines WHERE revision = ? ORDER BY promoted_at DESC LIMIT 1", [revision]
+            ).fetchall()
+        return rows[0][0] if rows else None
+
+    def latest_baseline(self) -> tuple[str, str] | None:
+        with self.connect() as con:
+            rows = con.execute("SELECT revision, eval_id FROM baselines ORDER BY promoted_at DESC LIMIT 1").fetchall()
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def promote(self, revision: str, eval_id: str, note: str) -> None:
+        with self.connect() as con:
+            con.execute("INSERT INTO baselines VALUES (?,?,?,?)", [revision, eval_id, utcnow(), note])
+
+    def log_experiment(self, row: dict) -> None:
+        with self.connect() as con:
+            con.execute(
+                "INSERT INTO experiments VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [row["experiment_id"], row["created_at"], row["component"], row["hypothesis"],
+                 json.dumps(row["config_diff"]), row["baseline_eval"], row["candidate_eval"], json.dumps(row["deltas"]),
+                 row["worst_slice"], row["worst_slice_delta"], row["decision"], row["bundle"]],
+            )
+
+    def experiment_log(self) -> list[dict]:
+        with self.connect() as con:
+            rows = _dicts(con.execute("SELECT * FROM experiments ORDER BY created_at"))
+        for row in rows:
+            row["config_diff"] = json.loads(row["config_diff"])
+            row["deltas"] = json.loads(row["deltas"])
+        return rows
+
     def snapshot_golden(self, revision: str, path: str, content: str) -> None:
         """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on."""
         with self.connect() as con:
@@ -750,10 +806,6 @@ class DuckDBStore:
                 for rank, doc_id in enumerate(docs or [], start=1):
                     handle.write(f"{case_id} Q0 {doc_id} {rank} {len(docs) - rank + 1} {tag}\n")
         return out
-
-    def document_ids(self) -> set[str]:
-        with self.connect() as con:
-            return {r[0] for r in con.execute("SELECT doc_id FROM documents").fetchall()}
 
     def supersession(self) -> dict[str, str]:
         """Served document id -> id of the document it supersedes (same source)."""

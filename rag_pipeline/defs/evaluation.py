@@ -6,6 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core.evaluation import HEADLINE_METRICS, run_golden_evaluation
+from rag_pipeline.core.gates import GatePolicy, compare, load_policy, render_gate
 from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
 from rag_pipeline.core.report import failed_cases_table, render_markdown, slice_table
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
@@ -83,12 +84,16 @@ def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, st
     )
 
 
+GATE_CHECK = "gate_vs_baseline"
+
+
 @dg.asset(
     partitions_def=golden_partitions,
     group_name="evaluation",
     pool=DUCKDB_POOL,
     kinds={"duckdb"},
     deps=[golden_set, dg.AssetDep(search_index, partition_mapping=dg.AllPartitionMapping())],
+    check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset="golden_eval", blocking=True)],
 )
 def golden_eval(
     context: dg.AssetExecutionContext,
@@ -96,8 +101,9 @@ def golden_eval(
     settings: PipelineSettings,
     store: StoreResource,
     embedder: EmbedderResource,
-) -> dg.MaterializeResult:
-    """Retrieval metrics by slice and split on one golden revision, with per-case traces and a report."""
+):
+    """Retrieval metrics by slice and split on one golden revision, with per-case traces and a report,
+    gated against the promoted baseline of the same revision."""
     pipeline = settings.load()
     path = golden_file_for_revision(settings, store, context.partition_key)
     _, result = run_golden_evaluation(
@@ -127,7 +133,34 @@ def golden_eval(
         # Numbers as numeric metadata, so the Dagster UI plots their trend; NaN (no such cases) is left out.
         **{key: dg.MetadataValue.float(float(v)) for key, v in numbers.items() if v is not None and not math.isnan(v)},
     }
-    return dg.MaterializeResult(metadata=metadata)
+    yield dg.MaterializeResult(metadata=metadata)
+    yield gate_check_result(store.get(), result.eval_id, pipeline.gate_policy)
+
+
+def gate_check_result(db, eval_id: str, policy_path: Path | None) -> dg.AssetCheckResult:
+    """ERROR (blocking) when the gate finds a regression; WARN for unprotected slice drops or when
+    no baseline of this golden revision exists to compare with."""
+    candidate = db.evaluation_record(eval_id)
+    baseline_id = db.baseline(candidate["revision"])
+    if baseline_id is None:
+        other = db.latest_baseline()
+        reason = (f"the latest baseline is on golden revision {other[0]}: not comparable" if other
+                  else "no baseline promoted yet")
+        return dg.AssetCheckResult(
+            check_name=GATE_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
+            description=f"no baseline for revision {candidate['revision']} ({reason}); promote one with `rag-pipeline promote`",
+        )
+    policy = load_policy(policy_path) if policy_path else GatePolicy()
+    gate = compare(db.evaluation_record(baseline_id), candidate, policy)
+    severity = dg.AssetCheckSeverity.ERROR if gate.errors else dg.AssetCheckSeverity.WARN
+    return dg.AssetCheckResult(
+        check_name=GATE_CHECK,
+        passed=not gate.findings,
+        severity=severity,
+        description=gate.decision if gate.findings or gate.promote else "no regression; " + gate.decision,
+        metadata={"baseline_eval": baseline_id, "gate": dg.MetadataValue.md(render_gate(gate)),
+                  **{f"delta_{d.metric}": dg.MetadataValue.float(d.delta) for d in gate.deltas if not math.isnan(d.delta)}},
+    )
 
 
 def report_file(index_path: Path, eval_id: str) -> Path:
