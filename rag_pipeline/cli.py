@@ -273,6 +273,20 @@ def _deep_merge(base: dict, updates: dict) -> dict:
     return merged
 
 
+def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
+    """The first evaluation of a golden revision becomes its baseline; later ones are gated."""
+    from rag_pipeline.core.gates import compare, render_gate
+    from rag_pipeline.core.store import DuckDBStore
+
+    store = DuckDBStore(config.storage.path)
+    candidate = store.evaluation_record(eval_id)
+    baseline_id = store.baseline(candidate["revision"])
+    if baseline_id is None:
+        store.promote(candidate["revision"], eval_id, "first baseline of this golden revision (demo)")
+        return f"PROMOTE: {eval_id} is the first baseline of golden revision {candidate['revision']}"
+    return render_gate(compare(store.evaluation_record(baseline_id), candidate, _policy(config, None)))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole pipeline on the bundled sample data, recorded in $DAGSTER_HOME for `make ui`."""
     from rag_pipeline.runner import evaluate_golden, ingest
@@ -292,6 +306,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 print(evaluation.golden_summary)
                 print(evaluation.slice_table)
                 print(f"report: {evaluation.report}")
+                print("\n== gate against the promoted baseline")
+                print(_demo_gate(config, evaluation.summary["eval_id"]))
     ok = all(run.success for run in runs) and (evaluation is None or evaluation.success)
     print("\ndemo " + ("succeeded" if ok else "FAILED") + "; `make ui` shows the runs, checks and metadata")
     return 0 if ok else 1

@@ -168,8 +168,6 @@ def _files_for(source: SourceConfig, doc_ids: Sequence[str]) -> list[DiscoveredF
 
 def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfig, run_id: str) -> StageReport:
     """(Re)chunk documents whose parsed content or the chunking settings changed; drop deleted ones."""
-    from rag_pipeline.core.lexical import analyze  # noqa: F401  (fails early if PyStemmer is missing)
-
     source_id = source.source_id
     config = source.effective_chunking(config)
     fingerprint = config.fingerprint()
@@ -220,8 +218,9 @@ def embed_source(source_id: str, store: DuckDBStore, embedder: Embedder, run_id:
         if text_hash not in cached:
             misses.setdefault(text_hash, text)
     report = StageReport(source_id, "embedded")
-    hashes = list(misses)
-    # Cached batch by batch: an interrupted run keeps what it already embedded.
+    # Sorted by length so that each batch pads little (what model.encode does within one call);
+    # cached batch by batch, so that an interrupted run keeps what it already embedded.
+    hashes = sorted(misses, key=lambda h: len(misses[h]))
     for start in range(0, len(hashes), EMBED_BATCH):
         batch = hashes[start : start + EMBED_BATCH]
         vectors = embedder.encode([misses[h] for h in batch])

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from typing import Literal
 
 DocStatus = Literal["published", "draft", "superseded"]
 Visibility = Literal["public", "internal"]
-ChangeKind = Literal["added", "changed", "unchanged", "deleted"]
 
 # Ledger stages in pipeline order; "queryable" is proven by a real search.
 STAGES: tuple[str, ...] = ("discovered", "parsed", "chunked", "embedded", "indexed", "queryable")
@@ -56,12 +55,6 @@ class ManifestDiff:
     changed: tuple[str, ...]
     unchanged: tuple[str, ...]
     deleted: tuple[str, ...]
-
-    def kind_of(self, doc_id: str) -> ChangeKind | None:
-        for kind in ("added", "changed", "unchanged", "deleted"):
-            if doc_id in getattr(self, kind):
-                return kind  # type: ignore[return-value]
-        return None
 
 
 @dataclass(frozen=True)
@@ -143,4 +136,3 @@ class Hit:
     status: str = "published"
     line_start: int | None = None
     line_end: int | None = None
-    extra: dict = field(default_factory=dict, compare=False)

@@ -114,3 +114,18 @@ def test_a_failed_publish_leaves_the_served_index_untouched(store, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         store.publish_source("kb", store.embedder.identity)
     assert store.table_counts("kb") == before
+
+
+def test_matrix_and_sql_dense_search_agree(store):
+    """Large batches are scored with one matrix product, single queries in SQL: same hits, same scores."""
+    from rag_pipeline.core.store import MATRIX_SEARCH_MIN_QUERIES
+
+    questions = [f"refunds {word} sso escalation days" for word in ("acme", "globex", "finance", "portal")] * 5
+    assert len(questions) >= MATRIX_SEARCH_MIN_QUERIES
+    vectors = store.embedder.encode(questions)
+    for filters in (SearchFilters(unrestricted=True), SearchFilters(tenant="acme", roles=("customer",))):
+        batched = store.dense_search(vectors, 3, filters)
+        for i, hits in enumerate(batched):
+            single = store.dense_search(vectors[i : i + 1], 3, filters)[0]
+            assert [h.chunk_id for h in hits] == [h.chunk_id for h in single]
+            assert [h.score for h in hits] == pytest.approx([h.score for h in single], abs=1e-5)
