@@ -21,10 +21,19 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig  # noqa: E402
+from rag_pipeline.config import (  # noqa: E402
+    ChunkingConfig,
+    EmbeddingConfig,
+    LifecycleConfig,
+    PipelineConfig,
+    RetrievalConfig,
+    SourceConfig,
+)
 from rag_pipeline.core.beir import import_beir  # noqa: E402
 from rag_pipeline.core.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.evaluation import evaluate  # noqa: E402
+from rag_pipeline.core.experiments import render_log, run_experiment  # noqa: E402
+from rag_pipeline.core.gates import GatePolicy  # noqa: E402
 from rag_pipeline.core.golden import load_golden_set  # noqa: E402
 from rag_pipeline.core.ingestion import ingest_source  # noqa: E402
 from rag_pipeline.core.retrieval import Retriever  # noqa: E402
@@ -45,6 +54,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("benchmarks/out/beir"), help="store and golden files")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--raw-encode", action="store_true", help="also time raw model.encode of the same texts")
+    parser.add_argument("--experiment", action="store_true", help="also run the experiment dense -> hybrid and log it")
     args = parser.parse_args()
 
     dataset = args.dataset.resolve()
@@ -77,6 +87,10 @@ def main() -> int:
         seconds = time.perf_counter() - started
         results[mode] = {m: result.overall[m] for m in METRICS} | {"seconds": round(seconds, 2), "queries": len(golden.cases)}
 
+    experiment = None
+    if args.experiment:
+        experiment = dense_vs_hybrid(source, store, golden_path, embedder)
+
     raw = None
     if args.raw_encode:
         texts = _texts(dataset)
@@ -90,9 +104,10 @@ def main() -> int:
         "ingest": {"seconds": round(timings["ingest_total_s"], 2), "stage_seconds": timings, "embedded": counts["embedded"]["embedded"],
                    "cache_hits": counts["embedded"]["cache_hits"], "documents": counts["discovered"]["discovered"]},
         "raw_encode_seconds": round(raw, 2) if raw is not None else None,
+        "experiment": experiment,
     }
     if args.json:
-        print(json.dumps(output, indent=2))
+        print(json.dumps(output, indent=2, default=str))
         return 0
     print(f"BEIR {name}: {len(golden.cases)} queries, {counts['discovered']['discovered']} documents")
     print(f"ingestion {timings['ingest_total_s']:.1f} s (embedded {counts['embedded']['embedded']}, "
@@ -108,7 +123,20 @@ def main() -> int:
         pub = PUBLISHED.get(mode, {})
         print(f"| {mode} | {values['ndcg_at_10']:.4f} | {pub.get('ndcg_at_10', '–')} | {values['recall_at_10']:.4f} | "
               f"{values['recall_at_100']:.4f} | {pub.get('recall_at_100', '–')} | {values['mrr_at_10']:.4f} | {values['seconds']} |")
+    if experiment is not None:
+        print()
+        print(render_log([experiment]))
     return 0
+
+
+def dense_vs_hybrid(source: SourceConfig, store: DuckDBStore, golden_path: Path, embedder) -> dict:
+    """The one-component experiment retrieval mode dense -> hybrid, gated with significance and logged."""
+    baseline = PipelineConfig(sources=(source,), retrieval=RetrievalConfig(mode="dense"))
+    candidate = baseline.model_copy(update={"retrieval": RetrievalConfig(mode="hybrid")})
+    policy = GatePolicy(tolerance={"recall_at_5": 0.01, "mrr_at_10": 0.01, "ndcg_at_10": 0.01})
+    row, _, _, _ = run_experiment(baseline, candidate, store, golden_path, policy,
+                                  "fusing BM25 with dense retrieval finds what each misses", lambda c: embedder)
+    return row
 
 
 def _texts(dataset: Path) -> list[str]:

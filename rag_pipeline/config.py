@@ -141,6 +141,17 @@ class LifecycleConfig(_Strict):
     max_staleness_hours: float = Field(default=24.0, gt=0)
 
 
+class MonitoringConfig(_Strict):
+    """Production sampling and drift."""
+
+    query_log: Path | None = None
+    sample_size: int = Field(default=40, ge=1, description="queries sampled per day partition")
+    days_back: int = Field(default=3, ge=1, description="the sample is drawn from this many days ending with the partition")
+    bootstrap_samples: int = Field(default=1000, ge=100)
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    candidates: int = Field(default=15, ge=1)
+
+
 class StorageConfig(_Strict):
     path: Path = Path("../.rag_pipeline/index.duckdb")
 
@@ -154,6 +165,7 @@ class PipelineConfig(_Strict):
     retrieval: RetrievalConfig = RetrievalConfig()
     lifecycle: LifecycleConfig = LifecycleConfig()
     storage: StorageConfig = StorageConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
     golden_set: Path | None = None
     gate_policy: Path | None = None
     config_path: Path | None = Field(default=None, exclude=True)
@@ -215,6 +227,9 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     for source in raw.get("sources") or []:
         if isinstance(source, dict) and "path" in source:
             source["path"] = str((base / str(source["path"])).resolve())
+    monitoring = raw.get("monitoring")
+    if isinstance(monitoring, dict) and monitoring.get("query_log"):
+        monitoring["query_log"] = str((base / str(monitoring["query_log"])).resolve())
     storage = raw.get("storage")
     if isinstance(storage, dict) and "path" in storage:
         storage["path"] = str((base / str(storage["path"])).resolve())

@@ -12,6 +12,7 @@ from rag_pipeline.core.store import DuckDBStore
 from rag_pipeline.core.golden import file_revision
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
+from rag_pipeline.defs.monitoring import monitoring_assets
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -183,4 +184,42 @@ def evaluate_golden(
     run.report = evaluation["report"].value
     run.golden_summary = metadata["golden_set"]["summary"].value
     run.summary = DuckDBStore(config.storage.path).evaluation_summary(evaluation["eval_id"].value)
+    return run
+
+
+@dataclass
+class MonitorRun:
+    day: str
+    success: bool
+    metadata: dict = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)
+    error: str | None = None
+
+
+def monitor(
+    config: PipelineConfig,
+    instance: dg.DagsterInstance,
+    day: str,
+    embedder: EmbedderResource | None = None,
+) -> MonitorRun:
+    """Materialize production_sample and drift_report for one day partition."""
+    result = dg.materialize(
+        [*ingestion_assets, *evaluation_assets, *monitoring_assets],
+        selection=[a.key for a in monitoring_assets],
+        instance=instance,
+        resources=resources_for(config, embedder),
+        partition_key=day,
+        raise_on_error=False,
+        run_config=QUIET_LOGS,
+    )
+    metadata: dict = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization
+        metadata.update({k: v.value for k, v in materialization.metadata.items()})
+    run = MonitorRun(day, result.success, metadata, _checks(result))
+    if not result.success:
+        run.error = next(
+            (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),
+            "run failed",
+        )
     return run

@@ -1,6 +1,7 @@
 """Automation: the source-change sensor, the golden-evaluation sensor, the nightly schedule, the purge job."""
 
 import json
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -19,6 +20,12 @@ golden_eval_job = dg.define_asset_job(
     "evaluate_golden_revision",
     selection=dg.AssetSelection.groups("evaluation"),
     description="Validate one golden-set revision and evaluate retrieval on it.",
+)
+
+monitoring_job = dg.define_asset_job(
+    "monitor_production",
+    selection=dg.AssetSelection.groups("monitoring"),
+    description="Sample the day's production queries and compare them with the golden set.",
 )
 
 
@@ -104,7 +111,8 @@ def golden_eval_sensor(context: dg.SensorEvaluationContext, settings: PipelineSe
 @dg.schedule(cron_schedule="0 2 * * *", job=ingest_sources_job, execution_timezone="UTC")
 def nightly_full_suite(context: dg.ScheduleEvaluationContext, settings: PipelineSettings) -> list[dg.RunRequest]:
     """Every night: ingest every configured source partition; golden_eval_sensor then evaluates
-    the current golden revision on the refreshed index."""
+    the current golden revision on the refreshed index, and monitoring_after_evaluation samples
+    production traffic and writes the drift report."""
     config = settings.load()
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     existing = set(context.instance.get_dynamic_partitions(source_partitions.name))
@@ -114,6 +122,17 @@ def nightly_full_suite(context: dg.ScheduleEvaluationContext, settings: Pipeline
     return [dg.RunRequest(partition_key=source_id, run_key=f"nightly:{day}:{source_id}") for source_id in config.source_ids]
 
 
-automation_jobs = [ingest_sources_job, golden_eval_job, purge_removed_sources]
-automation_sensors = [source_change_sensor, golden_eval_sensor]
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[golden_eval_job], request_job=monitoring_job,
+    minimum_interval_seconds=60,
+)
+def monitoring_after_evaluation(context: dg.RunStatusSensorContext) -> dg.RunRequest:
+    """After a successful golden evaluation (the last step of the nightly suite), sample today's
+    production queries and write the drift report."""
+    day = context.dagster_run.tags.get("rag_pipeline/day") or datetime.now(UTC).strftime("%Y-%m-%d")
+    return dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:{context.dagster_run.run_id}")
+
+
+automation_jobs = [ingest_sources_job, golden_eval_job, purge_removed_sources, monitoring_job]
+automation_sensors = [source_change_sensor, golden_eval_sensor, monitoring_after_evaluation]
 automation_schedules = [nightly_full_suite]

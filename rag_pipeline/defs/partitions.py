@@ -6,3 +6,5 @@ import dagster as dg
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 # Keys are golden-set revisions: the first 12 hex digits of the file's sha256.
 golden_partitions = dg.DynamicPartitionsDefinition(name="golden_revisions")
+# One partition per day of production traffic.
+daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", end_offset=1)

@@ -1,0 +1,97 @@
+"""The drift report as markdown with matplotlib PNG plots (looked at by a person, attached in Dagster)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from rag_pipeline.core.drift import DriftReport
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a server
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path) -> tuple[Path, list[Path]]:
+    """Write `drift-<day>.md` and its PNGs into `folder`; return (markdown path, png paths)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plt = _pyplot()
+    pngs = []
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    ax = axes[0][0]
+    bins = range(0, max([*report.length_production, *report.length_golden, 1]) + 2, 2)
+    ax.hist(report.length_golden, bins=bins, alpha=0.6, density=True, label=f"golden ({report.golden_cases})")
+    ax.hist(report.length_production, bins=bins, alpha=0.6, density=True, label=f"production ({report.production_queries})")
+    ax.set_title("Query length (words)")
+    ax.legend()
+
+    ax = axes[0][1]
+    names = sorted(set(report.golden_slice_mix) | set(report.slice_mix))
+    golden_total = sum(report.golden_slice_mix.values()) or 1
+    prod_total = sum(report.slice_mix.values()) or 1
+    positions = range(len(names))
+    ax.barh([p - 0.2 for p in positions], [report.golden_slice_mix.get(n, 0) / golden_total for n in names], 0.4, label="golden")
+    ax.barh([p + 0.2 for p in positions], [report.slice_mix.get(n, 0) / prod_total for n in names], 0.4, label="production (nearest slice)")
+    ax.set_yticks(list(positions), names)
+    ax.set_title("Slice mix")
+    ax.legend()
+
+    ax = axes[1][0]
+    ax.hist(report.null_distribution, bins=30, alpha=0.6, label="null: golden resampled")
+    ax.axvline(report.threshold, color="black", linestyle="--", label=f"threshold {report.threshold:.3f}")
+    ax.axvline(report.distance, color="red", label=f"production {report.distance:.3f}")
+    ax.set_title("Coverage distance (mean 1 - cos to nearest golden question)")
+    ax.legend()
+
+    ax = axes[1][1]
+    days = [row["day"] for row in trend]
+    ax.plot(days, [row["distance"] for row in trend], marker="o", label="coverage distance")
+    ax.plot(days, [row["threshold"] for row in trend], linestyle="--", label="threshold")
+    ax.plot(days, [row["no_result_rate"] for row in trend], marker="s", label="no-result rate")
+    ax.set_title("Trend")
+    ax.tick_params(axis="x", rotation=60, labelsize=7)
+    ax.legend()
+    fig.suptitle(f"Drift report {report.day}: {'DRIFT' if report.drifted else 'no drift'}")
+    fig.tight_layout()
+    overview = folder / f"drift-{report.day}.png"
+    fig.savefig(overview, dpi=90)
+    plt.close(fig)
+    pngs.append(overview)
+
+    lines = [
+        f"# Drift report {report.day}",
+        "",
+        f"- coverage distance **{report.distance:.4f}** against threshold {report.threshold:.4f} "
+        f"(calibrated on the golden set, 95th percentile of {len(report.null_distribution)} resamples): "
+        + ("**DRIFT**" if report.drifted else "no drift"),
+        f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",
+        *(f"- {key}: {value:.4f}" if isinstance(value, float) else f"- {key}: {value}" for key, value in measures.items()),
+        "",
+        f"![overview]({overview.name})",
+        "",
+        "## Candidates for new golden cases (farthest from every golden question)",
+        "",
+        "| distance | production query | nearest golden question |",
+        "|---|---|---|",
+        *(f"| {c['distance']:.3f} | {c['query']} | {c['nearest_golden']} |" for c in report.candidates),
+        "",
+        "## Vocabulary unseen in the golden set",
+        "",
+        ", ".join(f"{term} ({n})" for term, n in report.unseen_terms) or "_none_",
+        "",
+        "## Sources: most hit in production, golden cases per source",
+        "",
+        "| source | top-1 hits | gold labels |",
+        "|---|---|---|",
+        *(f"| {s} | {report.sources_hit.get(s, 0)} | {report.golden_per_source.get(s, 0)} |"
+          for s in sorted(set(report.sources_hit) | set(report.golden_per_source))),
+    ]
+    markdown = folder / f"drift-{report.day}.md"
+    markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return markdown, pngs

@@ -1,0 +1,70 @@
+"""The daily monitoring steps: a production sample run through retrieval, then the drift report."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core import sampling
+from rag_pipeline.core.drift import DriftReport, drift_report
+from rag_pipeline.core.drift_plots import render
+from rag_pipeline.core.embedding import Embedder
+from rag_pipeline.core.golden import load_golden_set
+from rag_pipeline.core.lifecycle import freshness_report
+from rag_pipeline.core.retrieval import Retriever
+from rag_pipeline.core.store import DuckDBStore
+
+
+def no_result_threshold(store: DuckDBStore) -> tuple[float, str]:
+    """The threshold calibrated by the latest dense or hybrid golden evaluation (a best-cosine floor)."""
+    with store.connect() as con:
+        rows = con.execute(
+            "SELECT eval_id, summary FROM eval_runs WHERE mode <> 'bm25' ORDER BY created_at DESC LIMIT 1"
+        ).fetchall()
+    if not rows:
+        return 0.0, "no golden evaluation yet: never counted as no-result"
+    return float(json.loads(rows[0][1])["no_result_threshold"]), f"from evaluation {rows[0][0]}"
+
+
+def sample_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date) -> tuple[sampling.SampleReport, dict, sampling.QueryLog]:
+    """Draw the day's deterministic sample, run it, store it; return the report, measures and log."""
+    if config.monitoring.query_log is None:
+        raise ValueError("no monitoring.query_log configured in the pipeline config")
+    log = sampling.read_query_log(config.monitoring.query_log)
+    in_window = sampling.window(log.queries, day, config.monitoring.days_back)
+    sample = sampling.stratified_sample(in_window, config.monitoring.sample_size, seed=day.isoformat())
+    threshold, _ = no_result_threshold(store)
+    stale = {s["doc_id"] for source in config.sources
+             for s in freshness_report(store, source, config.lifecycle.max_staleness_hours).stale}
+    retriever = Retriever(store, embedder, config.retrieval)
+    report = sampling.run_sample(sample, retriever, threshold, day, len(in_window), stale)
+    measures = {**report.measures(), "malformed_lines": float(len(log.malformed)), "no_result_threshold": threshold}
+    store.save_sample(day, report.results, measures)
+    return report, measures, log
+
+
+def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> tuple[DriftReport, Path, list[Path]]:
+    """The day's sample against the golden set; the report and its plots are written to `folder`."""
+    rows = store.sample_rows(day)
+    if not rows:
+        raise ValueError(f"no production sample for {day}: materialize production_sample for that day first")
+    golden = load_golden_set(config.golden_set)
+    questions = [c.question for c in golden.cases]
+    queries = [r["query"] for r in rows]
+    vectors = embedder.encode(queries + questions)
+    report = drift_report(
+        day.isoformat(), queries, vectors[: len(queries)], questions,
+        [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],
+        vectors[len(queries):], [c.gold_docs for c in golden.cases], [r["top_docs"] for r in rows],
+        candidates=config.monitoring.candidates, bootstrap_samples=config.monitoring.bootstrap_samples,
+        alpha=config.monitoring.alpha,
+    )
+    sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), {})
+    store.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
+                                         "drifted": report.drifted,
+                                         "no_result_rate": sample_measures.get("no_result_rate", float("nan"))})
+    trend = store.monitoring_history("drift", day)
+    markdown, pngs = render(report, {k: v for k, v in sample_measures.items() if k != "day"}, trend, folder)
+    return report, markdown, pngs
