@@ -1,11 +1,16 @@
 """Drift of production traffic against the golden set, and the queries that should become new cases.
 
-The distance is the coverage distance: the mean, over the production queries of the window, of
-1 - (cosine similarity to the nearest golden question). Its threshold is calibrated on the golden
-set itself: each golden question's leave-one-out distance to its nearest other golden question is
-what a query drawn from the golden distribution looks like; the means of `B` bootstrap resamples
-of the production sample's size give the null distribution, and the threshold is its
-(1 - alpha) quantile. Traffic the golden set describes stays under it; a new topic pushes it over.
+The distance is the squared maximum mean discrepancy (MMD², unbiased estimate) between the
+embeddings of the production sample and of the golden questions, with a Gaussian kernel whose
+bandwidth is the median pairwise squared distance among golden questions:
+
+    MMD² = mean k(p, p') + mean k(g, g') - 2 mean k(p, g),   k(x, y) = exp(-|x - y|² / median)
+
+Its threshold is calibrated on the golden set itself: `B` times, a random subset of the golden
+questions of the production sample's size is compared with the rest; the (1 - alpha) quantile of
+those MMD² values is what two samples of golden-like queries show by chance.
+Candidates for new golden cases are the production queries farthest (1 - cosine) from every
+golden question.
 """
 
 from __future__ import annotations
@@ -35,14 +40,38 @@ def nearest(queries: np.ndarray, reference: np.ndarray, exclude_self: bool = Fal
     return index, 1.0 - similarity[np.arange(len(queries)), index]
 
 
+def _squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0)
+
+
+def mmd2(x: np.ndarray, y: np.ndarray, bandwidth: float) -> float:
+    """Unbiased MMD² between samples x and y with the kernel exp(-|a - b|² / bandwidth)."""
+    kxx = np.exp(-_squared_distances(x, x) / bandwidth)
+    kyy = np.exp(-_squared_distances(y, y) / bandwidth)
+    kxy = np.exp(-_squared_distances(x, y) / bandwidth)
+    n, m = len(x), len(y)
+    return float((kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean())
+
+
+def median_bandwidth(golden_vectors: np.ndarray) -> float:
+    distances = _squared_distances(golden_vectors, golden_vectors)
+    return float(np.median(distances[distances > 0]))
+
+
 def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: int = 1000, alpha: float = 0.05,
                         seed: int = 0) -> tuple[float, list[float]]:
-    """(threshold, null distribution) of the mean coverage distance of `sample_size` queries."""
-    _, loo = nearest(golden_vectors, golden_vectors, exclude_self=True)
+    """(threshold, null distribution): MMD² of random golden subsets of the sample's size against
+    the remaining golden questions; the threshold is the (1 - alpha) quantile."""
+    bandwidth = median_bandwidth(golden_vectors)
+    size = max(2, min(sample_size, len(golden_vectors) // 2))
     rng = random.Random(seed)
-    values = loo.tolist()
-    means = sorted(sum(rng.choice(values) for _ in range(sample_size)) / sample_size for _ in range(samples))
-    return means[min(samples - 1, int(math.ceil((1 - alpha) * samples)) - 1)], means
+    indexes = list(range(len(golden_vectors)))
+    null = []
+    for _ in range(samples):
+        rng.shuffle(indexes)
+        null.append(mmd2(golden_vectors[indexes[:size]], golden_vectors[indexes[size:]], bandwidth))
+    null.sort()
+    return null[min(samples - 1, int(math.ceil((1 - alpha) * samples)) - 1)], null
 
 
 @dataclass
@@ -86,9 +115,10 @@ def drift_report(
     unseen vocabulary, sources hit, and the production queries farthest from every golden case."""
     index, distances = nearest(production_vectors, golden_vectors)
     threshold, null = calibrate_threshold(golden_vectors, len(production_queries), bootstrap_samples, alpha)
+    distance = mmd2(production_vectors, golden_vectors, median_bandwidth(golden_vectors)) if len(production_queries) > 1 else float("nan")
     report = DriftReport(
         day=day,
-        distance=float(distances.mean()) if len(distances) else float("nan"),
+        distance=distance,
         threshold=threshold,
         production_queries=len(production_queries),
         golden_cases=len(golden_questions),

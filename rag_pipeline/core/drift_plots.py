@@ -46,14 +46,17 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     ax.hist(report.null_distribution, bins=30, alpha=0.6, label="null: golden resampled")
     ax.axvline(report.threshold, color="black", linestyle="--", label=f"threshold {report.threshold:.3f}")
     ax.axvline(report.distance, color="red", label=f"production {report.distance:.3f}")
-    ax.set_title("Coverage distance (mean 1 - cos to nearest golden question)")
+    ax.set_title("MMD² production vs golden (null: golden vs golden)")
     ax.legend()
 
     ax = axes[1][1]
     days = [row["day"] for row in trend]
-    ax.plot(days, [row["distance"] for row in trend], marker="o", label="coverage distance")
+    ax.plot(days, [row["distance"] for row in trend], marker="o", label="MMD²")
     ax.plot(days, [row["threshold"] for row in trend], linestyle="--", label="threshold")
-    ax.plot(days, [row["no_result_rate"] for row in trend], marker="s", label="no-result rate")
+    ax.set_ylabel("MMD²")
+    twin = ax.twinx()
+    twin.plot(days, [row["no_result_rate"] for row in trend], marker="s", color="tab:green", label="no-result rate")
+    twin.set_ylabel("no-result rate")
     ax.set_title("Trend")
     ax.tick_params(axis="x", rotation=60, labelsize=7)
     ax.legend()
@@ -67,7 +70,7 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     lines = [
         f"# Drift report {report.day}",
         "",
-        f"- coverage distance **{report.distance:.4f}** against threshold {report.threshold:.4f} "
+        f"- MMD² production vs golden **{report.distance:.4f}** against threshold {report.threshold:.4f} "
         f"(calibrated on the golden set, 95th percentile of {len(report.null_distribution)} resamples): "
         + ("**DRIFT**" if report.drifted else "no drift"),
         f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",

@@ -121,7 +121,9 @@ def stratified_sample(queries: Sequence[LoggedQuery], size: int, seed: str) -> l
     rng = random.Random(int(hashlib.sha256(seed.encode()).hexdigest()[:16], 16))
     sample: list[LoggedQuery] = []
     for name in sorted(strata):
-        sample.extend(rng.sample(strata[name], allocation[name]))
+        # Sorted first: the sample must not depend on the order the log was read in.
+        items = sorted(strata[name], key=lambda q: (q.timestamp, q.source, q.query))
+        sample.extend(rng.sample(items, allocation[name]))
     return sorted(sample, key=lambda q: (q.timestamp, q.source))
 
 

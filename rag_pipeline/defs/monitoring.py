@@ -65,7 +65,7 @@ def drift_report(
     report, markdown, pngs = drift_day(config, store.get(), embedder.get(), day, folder)
     yield dg.MaterializeResult(
         metadata={
-            "coverage_distance": dg.MetadataValue.float(report.distance),
+            "mmd2_distance": dg.MetadataValue.float(report.distance),
             "drift_threshold": dg.MetadataValue.float(report.threshold),
             "report": dg.MetadataValue.path(str(markdown)),
             "plot": dg.MetadataValue.path(str(pngs[0])),
@@ -79,7 +79,7 @@ def drift_report(
         passed=not report.drifted,
         severity=dg.AssetCheckSeverity.WARN,
         description=(
-            f"coverage distance {report.distance:.4f} vs threshold {report.threshold:.4f}"
+            f"MMD² {report.distance:.4f} vs threshold {report.threshold:.4f} (calibrated on the golden set)"
             + (f"; farthest: {report.candidates[0]['query']!r}" if report.drifted and report.candidates else "")
         ),
     )

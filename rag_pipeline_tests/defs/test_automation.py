@@ -26,8 +26,8 @@ def two_sources(tmp_path, write_config):
 
 
 def _tick(instance, config, cursor=None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": PipelineSettings.from_config(config)})
-    result = source_change_sensor(context)
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"settings": PipelineSettings.from_config(config)}) as context:
+        result = source_change_sensor(context)
     for request in result.dynamic_partitions_requests or []:
         if isinstance(request, dg.AddDynamicPartitionsRequest):
             instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -61,26 +61,32 @@ def test_source_sensor_new_changed_unchanged_removed(two_sources, write_config):
 def test_golden_sensor_adds_revision_and_waits_for_a_new_index(two_sources):
     config, _, golden = two_sources
     resources = {"settings": PipelineSettings.from_config(config)}
+    def tick(instance, cursor=None):
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
+            return golden_eval_sensor(context)
+
     with dg.instance_for_test() as instance:
-        first = golden_eval_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        first = tick(instance)
         assert len(first.run_requests) == 1
         revision = first.run_requests[0].partition_key
         assert first.dynamic_partitions_requests[0].partition_keys == [revision]
-        again = golden_eval_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources))
+        again = tick(instance, first.cursor)
         assert isinstance(again, dg.SkipReason) and "already evaluated" in again.skip_message
         golden.write_text(golden.read_text() + golden.read_text().replace('"id": "q"', '"id": "q2"'))
-        new_revision = golden_eval_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources))
+        new_revision = tick(instance, first.cursor)
         assert new_revision.run_requests[0].partition_key != revision
 
 
 def test_nightly_schedule_requests_every_source_partition(two_sources):
     config, _, _ = two_sources
     with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(
+        # Entered and closed before the instance goes: a context left to the garbage collector
+        # later restores Dagster's state storage of the disposed test instance.
+        with dg.build_schedule_context(
             instance=instance, scheduled_execution_time=datetime(2026, 12, 1, 2, 0),
             resources={"settings": PipelineSettings.from_config(config)},
-        )
-        requests = nightly_full_suite(context)
+        ) as context:
+            requests = nightly_full_suite(context)
         assert [r.partition_key for r in requests] == ["alpha", "beta"]
         assert requests[0].run_key == "nightly:2026-12-01:alpha"
         assert sorted(instance.get_dynamic_partitions("sources")) == ["alpha", "beta"]
@@ -89,7 +95,7 @@ def test_nightly_schedule_requests_every_source_partition(two_sources):
 def test_definitions_list_the_sensors_schedule_and_jobs(two_sources):
     config, _, _ = two_sources
     defs = build_definitions(config)
-    assert {s.name for s in defs.sensors} == {"source_change_sensor", "golden_eval_sensor"}
+    assert {s.name for s in defs.sensors} == {"source_change_sensor", "golden_eval_sensor", "monitoring_after_evaluation"}
     assert {s.name for s in defs.schedules} == {"nightly_full_suite"}
-    repo = defs.get_repository_def()
-    assert {"ingest_sources", "evaluate_golden_revision", "purge_removed_sources"} <= {j.name for j in repo.get_all_jobs()}
+    # (defs.get_repository_def() would leave Dagster's global load context bound to a test instance.)
+    assert {j.name for j in defs.jobs} == {"ingest_sources", "evaluate_golden_revision", "purge_removed_sources", "monitor_production"}

@@ -1,0 +1,77 @@
+"""Query log reading, the deterministic stratified sample, and the drift statistics."""
+
+import json
+from datetime import date, datetime
+
+import numpy as np
+import pytest
+
+from rag_pipeline.core.drift import calibrate_threshold, drift_report, mmd2, nearest
+from rag_pipeline.core.sampling import LoggedQuery, read_query_log, stratified_sample, window
+
+
+def _line(day: str, query: str, tenant="acme", **extra) -> str:
+    return json.dumps({"timestamp": f"{day}T10:00:00Z", "query": query, "tenant": tenant, "roles": ["customer"], **extra})
+
+
+def test_malformed_lines_are_counted_with_their_position(tmp_path):
+    (tmp_path / "2026-11-01.jsonl").write_text("\n".join([
+        _line("2026-11-01", "refund window"),
+        "{not json",
+        json.dumps({"timestamp": "2026-11-01T10:00:00Z", "query": ""}),
+        json.dumps(["a", "list"]),
+        json.dumps({"timestamp": "yesterday", "query": "x"}),
+        _line("2026-11-01", "sso setup", tenant=None, latency_ms=120, feedback="up"),
+    ]) + "\n")
+    (tmp_path / "notes.txt").write_text("not a log file")
+    log = read_query_log(tmp_path)
+    assert [q.query for q in log.queries] == ["refund window", "sso setup"]
+    assert [(m["file"], m["line"]) for m in log.malformed] == [("2026-11-01.jsonl", n) for n in (2, 3, 4, 5)]
+    assert "query" in log.malformed[1]["reason"] and "timestamp" in log.malformed[3]["reason"]
+    assert log.queries[1].latency_ms == 120 and log.queries[1].tenant is None
+
+
+def _queries(n: int, tenants=("acme", "acme", "globex", None)) -> list[LoggedQuery]:
+    return [LoggedQuery(datetime(2026, 11, 1 + i % 10, 9, i % 60), f"q{i}", tenants[i % len(tenants)], ("customer",))
+            for i in range(n)]
+
+
+def test_sample_is_deterministic_and_stratified_by_tenant():
+    queries = _queries(400)
+    first = stratified_sample(queries, 40, seed="2026-11-10")
+    assert first == stratified_sample(list(reversed(queries)), 40, seed="2026-11-10")
+    assert first != stratified_sample(queries, 40, seed="2026-11-11")
+    tenants = [q.tenant for q in first]
+    assert (tenants.count("acme"), tenants.count("globex"), tenants.count(None)) == (20, 10, 10)
+
+
+def test_window_covers_the_last_days_inclusive():
+    queries = _queries(100)
+    picked = window(queries, date(2026, 11, 5), 3)
+    assert {q.timestamp.day for q in picked} == {3, 4, 5}
+
+
+def test_mmd_and_threshold_separate_a_new_cluster():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(8, 16))
+    golden = np.vstack([c + 0.3 * rng.normal(size=(10, 16)) for c in centres])
+    same = np.vstack([centres[i % 8] + 0.3 * rng.normal(size=16) for i in range(40)])
+    new_topic = rng.normal(size=16) * 3
+    shifted = np.vstack([same[:24], new_topic + 0.3 * rng.normal(size=(16, 16))])
+    threshold, null = calibrate_threshold(golden, 40, samples=300)
+    bandwidth = float(np.median(((golden[:, None] - golden[None]) ** 2).sum(-1)[np.triu_indices(80, 1)]))
+    assert mmd2(same, golden, bandwidth) < threshold < mmd2(shifted, golden, bandwidth)
+    assert len(null) == 300 and null == sorted(null)
+
+
+def test_candidates_are_the_queries_farthest_from_every_golden_case():
+    golden = np.eye(4)
+    production = np.array([[1, 0.1, 0, 0], [1, 1, 1, 1], [0, 1, 0.3, 0], [0, 0.2, 0, 1], [0, 0.2, 0, 1]], dtype=float)
+    queries = ["near a", "far from all", "near b", "near d", "NEAR D"]
+    report = drift_report("2026-11-29", queries, production, ["ga", "gb", "gc", "gd"], ["ga", "gb", "gc", "gd"],
+                          ["s1", "s1", "s2", "s2"], golden, [["x:1"]] * 5, bootstrap_samples=100)
+    assert report.candidates[0]["query"] == "far from all" and report.candidates[0]["nearest_golden"] in {"ga", "gb", "gc", "gd"}
+    distances = [c["distance"] for c in report.candidates]
+    assert distances == sorted(distances, reverse=True)
+    assert len(report.candidates) == 4  # the repeated query (any case) is listed once
+    assert report.slice_mix == {"s1": 3, "s2": 2}
