@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-export DAGSTER_HOME := $(CURDIR)/.dagster_home
+DAGSTER_HOME := $(CURDIR)/.dagster_home
 # Offline: models and parsers must never reach for a hub or send telemetry.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -27,6 +27,9 @@ install: $(BIN)/rag-pipeline
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
 	cp dagster.yaml $@
+
+# The demo and the UI share one Dagster instance folder inside the checkout (git-ignored).
+demo ui: export DAGSTER_HOME := $(DAGSTER_HOME)
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/rag-pipeline demo

@@ -8,6 +8,8 @@ import os
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests make their own Dagster instances; a DAGSTER_HOME from the shell must not leak into them.
+os.environ.pop("DAGSTER_HOME", None)
 
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -41,7 +41,7 @@ def _run(httpx_run):
 def test_first_run_makes_every_page_queryable_and_reports_skips(httpx_run):
     first = httpx_run["first"]
     assert first.success, first.error
-    assert first.checks == {"coverage": True}
+    assert first.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True}
     assert first.counts["discovered"] == 13
     assert first.counts["parsed"] == 13 and first.counts["indexed"] == 13 and first.counts["queryable"] == 13
     assert first.counts["embedded"] > 13 and first.failures == []
@@ -90,7 +90,7 @@ def test_broken_files_fail_alone_with_reasons(httpx_run):
     assert "empty file" in reasons["httpx:empty.md"]
     assert "not valid UTF-8" in reasons["httpx:latin1.md"] and "line 1" in reasons["httpx:latin1.md"]
     # The healthy pages are untouched and the coverage check passes: every failure has a reason.
-    assert run.success and run.checks == {"coverage": True}
+    assert run.success and run.checks["coverage"] and run.checks["deletions_propagated"]
     served = {d["doc_id"] for d in httpx_run["store"].indexed_documents("httpx")}
     assert len(served) == 13 and not served & set(reasons)
     # A failed document is not retried while its bytes are unchanged.
