@@ -37,19 +37,18 @@ def golden_file_for_revision(settings: PipelineSettings, store: StoreResource, r
             f"golden-set revision {revision} is neither the current content of {path} "
             f"(now {file_revision(path) if path.is_file() else 'missing'}) nor a kept snapshot"
         )
-    frozen = path.parent / f".golden-{revision}.jsonl"
+    frozen = Path(config.storage.path).parent / "golden_revisions" / f"{revision}.jsonl"
+    frozen.parent.mkdir(parents=True, exist_ok=True)
     frozen.write_text(content, encoding="utf-8")
     return frozen
 
 
 GOLDEN_LABELS_CHECK = "golden_labels_current"
+_common = dict(partitions_def=golden_partitions, group_name="evaluation", pool=DUCKDB_POOL, kinds={"duckdb"})
 
 
 @dg.asset(
-    partitions_def=golden_partitions,
-    group_name="evaluation",
-    pool=DUCKDB_POOL,
-    kinds={"duckdb"},
+    **_common,
     # Not blocking: stale cases are scored apart by the evaluation, never counted as misses.
     check_specs=[dg.AssetCheckSpec(GOLDEN_LABELS_CHECK, asset="golden_set")],
 )
@@ -88,10 +87,7 @@ GATE_CHECK = "gate_vs_baseline"
 
 
 @dg.asset(
-    partitions_def=golden_partitions,
-    group_name="evaluation",
-    pool=DUCKDB_POOL,
-    kinds={"duckdb"},
+    **_common,
     deps=[golden_set, dg.AssetDep(search_index, partition_mapping=dg.AllPartitionMapping())],
     check_specs=[dg.AssetCheckSpec(GATE_CHECK, asset="golden_eval", blocking=True)],
 )
