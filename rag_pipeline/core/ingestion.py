@@ -25,7 +25,7 @@ from rag_pipeline.core.store import DuckDBStore
 
 # Documents per staging write: one transaction each, so a crash loses at most one batch of work.
 WRITE_BATCH = 500
-EMBED_BATCH = 512
+EMBED_BATCH = 2048
 # A document is queryable when a search with its own opening text finds it this high.
 QUERYABLE_TOP_K = 10
 
