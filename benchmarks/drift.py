@@ -1,0 +1,53 @@
+"""Drift on the sample query log, day by day: the production sample and the drift report of each
+day partition, as the monitoring assets compute them (run `make demo` first: it builds the index).
+
+    python benchmarks/drift.py [--start 2026-11-12] [--end 2026-11-29]
+
+Prints per day: MMD² against the golden set, the golden-calibrated threshold, the verdict, the
+no-result rate, and the top candidates of the last day. Reports and PNGs go to .rag_pipeline/reports/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
+    os.environ.setdefault(_name, "1")
+
+from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
+from rag_pipeline.core.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.monitoring import drift_day, sample_day  # noqa: E402
+from rag_pipeline.core.store import DuckDBStore  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=date.fromisoformat, default=date(2026, 11, 12))
+    parser.add_argument("--end", type=date.fromisoformat, default=date(2026, 11, 29))
+    args = parser.parse_args()
+    config = load_config(PROJECT_ROOT / "data" / "pipeline.yaml")
+    store = DuckDBStore(config.storage.path)
+    embedder = make_embedder(config.embedding)
+    folder = Path(config.storage.path).parent / "reports"
+    print("| day | MMD² | threshold | verdict | no-result rate | sampled |")
+    print("|---|---|---|---|---|---|")
+    day, report = args.start, None
+    while day <= args.end:
+        sample, measures, _ = sample_day(config, store, embedder, day)
+        report, markdown, _ = drift_day(config, store, embedder, day, folder)
+        print(f"| {day} | {report.distance:.4f} | {report.threshold:.4f} | {'DRIFT' if report.drifted else 'ok'} | "
+              f"{measures['no_result_rate']:.2f} | {len(sample.results)} |")
+        day += timedelta(days=1)
+    if report is not None:
+        print(f"\nreport: {markdown}\ntop candidates on {report.day}:")
+        for candidate in report.candidates[:8]:
+            print(f"  {candidate['distance']:.3f}  {candidate['query']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
