@@ -6,6 +6,10 @@ bandwidth is the median pairwise squared distance among golden questions:
 
     MMD² = mean k(p, p') + mean k(g, g') - 2 mean k(p, g),   k(x, y) = exp(-|x - y|² / median)
 
+Both sides are embedded as topic text (`topic_text`: lower-cased content words, function and
+question words removed), so that a golden set written in full sentences and traffic typed as
+keywords are compared by what they ask about rather than by how they ask it.
+
 Its threshold is calibrated on the golden set itself: `B` times, a random subset of the golden
 questions of the production sample's size is compared with the rest; the (1 - alpha) quantile of
 those MMD² values is what two samples of golden-like queries show by chance.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +29,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rag_pipeline.core.lexical import analyze
+
+
+# Function and question words: phrasing, not topic.
+_FUNCTION_WORDS = frozenset(
+    """a an and are as at be but by for if in into is it no not of on or such that the their then there these
+    they this to was will with how what when where which who why do does did can could should would may might
+    must i me my we our us you your he she his her them its am been being have has had get got please hi hello
+    hey so just also any some here im ive dont cant about from up out than too very really thanks thank need
+    want know tell anyone way still""".split()
+)
+_WORD = re.compile(r"[a-z0-9][a-z0-9\-]*")
+
+
+def topic_text(text: str) -> str:
+    """The content words of a query, in order: what it asks about, without how it is phrased."""
+    return " ".join(w for w in _WORD.findall(text.lower().replace("'", "")) if w not in _FUNCTION_WORDS)
 
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:

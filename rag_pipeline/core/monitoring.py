@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core import sampling
-from rag_pipeline.core.drift import DriftReport, drift_report
+from rag_pipeline.core.drift import DriftReport, drift_report, topic_text
 from rag_pipeline.core.drift_plots import render
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.golden import load_golden_set
@@ -53,7 +53,7 @@ def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, da
     golden = load_golden_set(config.golden_set)
     questions = [c.question for c in golden.cases]
     queries = [r["query"] for r in rows]
-    vectors = embedder.encode(queries + questions)
+    vectors = embedder.encode([topic_text(t) for t in queries + questions])
     report = drift_report(
         day.isoformat(), queries, vectors[: len(queries)], questions,
         [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],

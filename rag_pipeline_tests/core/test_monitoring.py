@@ -75,3 +75,11 @@ def test_candidates_are_the_queries_farthest_from_every_golden_case():
     assert distances == sorted(distances, reverse=True)
     assert len(report.candidates) == 4  # the repeated query (any case) is listed once
     assert report.slice_mix == {"s1": 3, "s2": 2}
+
+
+def test_topic_text_keeps_what_is_asked_not_how():
+    from rag_pipeline.core.drift import topic_text
+
+    assert topic_text("Hey, how do I change my invoice template?") == "change invoice template"
+    assert topic_text("invoice template change") == "invoice template change"
+    assert topic_text("What's error TLY-4012?") == "whats error tly-4012"
