@@ -156,9 +156,9 @@ def drift_report(
     seen: set[str] = set()
     for position in np.argsort(-distances):
         text = production_queries[position]
-        if text.lower() in seen:
+        if topic_text(text) in seen:
             continue
-        seen.add(text.lower())
+        seen.add(topic_text(text))
         report.candidates.append({"query": text, "distance": float(distances[position]),
                                   "nearest_golden": golden_questions[index[position]]})
         if len(report.candidates) >= candidates:
