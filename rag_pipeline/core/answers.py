@@ -1,0 +1,190 @@
+"""Answer generators: none, an extractive offline baseline, and any OpenAI-compatible chat endpoint.
+
+Every answer records the prompt version, the model id and the sampling settings, and carries the
+chunk ids it cites; the checks in `answer_checks` verify that those ids were in the context.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rag_pipeline.core.lexical import analyze
+from rag_pipeline.core.models import Hit
+
+ABSTENTION = "I don't know based on the available documents."
+_CITATION = re.compile(r"\[([^\[\]\s]+#\d+)\]")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+@dataclass
+class Answer:
+    text: str
+    citations: list[str]
+    abstained: bool
+    generator: str
+    model: str = ""
+    prompt_version: str = ""
+    settings: dict = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    attempts: int = 1
+    error: str | None = None
+
+    @property
+    def errored(self) -> bool:
+        return self.error is not None
+
+
+def split_sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
+
+
+def parse_citations(text: str) -> list[str]:
+    """Chunk ids cited as `[doc#n]`, in order of first appearance."""
+    return list(dict.fromkeys(_CITATION.findall(text)))
+
+
+class ExtractiveGenerator:
+    """A deterministic, offline baseline: the context sentences that share most terms with the
+    question, each citing its chunk; abstains when the retrieval's best score is under the
+    calibrated no-result threshold or no sentence shares a term with the question."""
+
+    name = "extractive"
+
+    def __init__(self, threshold: float, max_sentences: int = 2) -> None:
+        self.threshold = threshold
+        self.max_sentences = max_sentences
+
+    def generate(self, question: str, context: Sequence[Hit], best_score: float | None) -> Answer:
+        settings = {"threshold": self.threshold, "max_sentences": self.max_sentences}
+        if best_score is None or best_score < self.threshold or not context:
+            return Answer(ABSTENTION, [], True, self.name, "extractive", "", settings)
+        terms = set(analyze(question))
+        scored = []
+        for rank, hit in enumerate(context):
+            for position, sentence in enumerate(split_sentences(hit.text)):
+                overlap = len(terms & set(analyze(sentence)))
+                if overlap:
+                    # More shared terms first; then the better-ranked chunk; then document order.
+                    scored.append((-overlap, rank, position, sentence, hit.chunk_id))
+        if not scored:
+            return Answer(ABSTENTION, [], True, self.name, "extractive", "", settings)
+        chosen = sorted(scored)[: self.max_sentences]
+        chosen.sort(key=lambda s: (s[1], s[2]))
+        text = " ".join(f"{sentence} [{chunk_id}]" for *_, sentence, chunk_id in chosen)
+        return Answer(text, list(dict.fromkeys(c[-1] for c in chosen)), False, self.name, "extractive", "", settings)
+
+
+def load_prompt(path: Path) -> tuple[str, str]:
+    """(version, template) of a prompt file: a `version: ...` line, `---`, then the template."""
+    header, sep, template = Path(path).read_text(encoding="utf-8").partition("\n---\n")
+    version = header.strip().removeprefix("version:").strip() if sep else ""
+    if not sep or not version:
+        raise ValueError(f"prompt {path}: expected a first line 'version: <id>' and a '---' line before the template")
+    return version, template
+
+
+class OpenAICompatibleGenerator:
+    """Any chat-completions endpoint (OpenAI, vLLM, Ollama...): base URL, model and key come from
+    the caller (the config reads them from environment variables). Timeouts, rate limits (429)
+    and server errors are retried with exponential backoff; a reply that is not the expected JSON
+    makes the answer errored, never the run."""
+
+    name = "openai-compatible"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        prompt_path: Path,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 300,
+        timeout_s: float = 30.0,
+        max_retries: int = 3,
+        backoff_s: float = 1.0,
+        price_per_1k_prompt: float = 0.0,
+        price_per_1k_completion: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.prompt_version, self.template = load_prompt(prompt_path)
+        self.settings = {"temperature": temperature, "max_tokens": max_tokens}
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.prices = (price_per_1k_prompt, price_per_1k_completion)
+        self.sleep = sleep
+
+    def _prompt(self, question: str, context: Sequence[Hit]) -> str:
+        passages = "\n\n".join(f"[{h.chunk_id}] {h.text}" for h in context)
+        return self.template.replace("{context}", passages).replace("{question}", question)
+
+    def generate(self, question: str, context: Sequence[Hit], best_score: float | None = None) -> Answer:
+        body = json.dumps({
+            "model": self.model,
+            "messages": [{"role": "user", "content": self._prompt(question, context)}],
+            **self.settings,
+        }).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        answer = Answer("", [], False, self.name, self.model, self.prompt_version, dict(self.settings), attempts=0)
+        for attempt in range(self.max_retries + 1):
+            answer.attempts = attempt + 1
+            try:
+                request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    raw = response.read()
+            except urllib.error.HTTPError as exc:
+                retry = exc.code == 429 or exc.code >= 500
+                answer.error = f"HTTP {exc.code} from {self.url}"
+                if retry and attempt < self.max_retries:
+                    self.sleep(self._delay(attempt, exc.headers.get("Retry-After")))
+                    continue
+                return answer
+            except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
+                answer.error = f"no reply from {self.url}: {getattr(exc, 'reason', exc)}"
+                if attempt < self.max_retries:
+                    self.sleep(self._delay(attempt, None))
+                    continue
+                return answer
+            return self._parse(raw, answer)
+        return answer
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return float(retry_after)
+            except ValueError:
+                pass
+        return self.backoff_s * 2**attempt
+
+    def _parse(self, raw: bytes, answer: Answer) -> Answer:
+        try:
+            payload = json.loads(raw)
+            text = payload["choices"][0]["message"]["content"]
+            if not isinstance(text, str):
+                raise TypeError("message content is not text")
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            answer.error = f"malformed reply ({type(exc).__name__}): {raw[:200]!r}"
+            return answer
+        usage = payload.get("usage") or {}
+        answer.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        answer.completion_tokens = int(usage.get("completion_tokens") or 0)
+        answer.cost = answer.prompt_tokens / 1000 * self.prices[0] + answer.completion_tokens / 1000 * self.prices[1]
+        answer.text = text.strip()
+        answer.citations = parse_citations(answer.text)
+        answer.abstained = answer.text.strip().rstrip(".").lower() == ABSTENTION.rstrip(".").lower()
+        answer.error = None
+        return answer
