@@ -94,7 +94,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _write_trec_run(config, evaluation.summary["eval_id"], Path(args.trec_run))
     if args.json:
         keys = ("eval_id", "revision", "mode", "config_fingerprint", "index_state", "overall", "weighted",
-                "by_slice", "by_split", "unanswerable", "latency", "no_result_threshold", "stale_cases")
+                "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold", "stale_cases")
         print(json.dumps({k: evaluation.summary.get(k) for k in keys}, indent=2, default=_json_number))
     else:
         print(evaluation.golden_summary)
@@ -273,6 +273,16 @@ def _deep_merge(base: dict, updates: dict) -> dict:
     return merged
 
 
+def _print_answers(answers: dict) -> None:
+    """The answer metrics, printed beside (never blended into) the retrieval table."""
+    if not answers:
+        return
+    print(f"\nanswers ({answers['generator']}): " + ", ".join(f"{k} {v:.3f}" for k, v in answers["overall"].items()))
+    table = answers["abstention"]
+    print(f"abstention: answered {table['answered_answerable']} / abstained {table['abstained_answerable']} of answerable; "
+          f"answered {table['answered_unanswerable']} / abstained {table['abstained_unanswerable']} of unanswerable")
+
+
 def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
     """The first evaluation of a golden revision becomes its baseline; later ones are gated."""
     from rag_pipeline.core.gates import compare, render_gate
@@ -305,6 +315,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             else:
                 print(evaluation.golden_summary)
                 print(evaluation.slice_table)
+                _print_answers(evaluation.summary.get("answers") or {})
                 print(f"report: {evaluation.report}")
                 print("\n== gate against the promoted baseline")
                 print(_demo_gate(config, evaluation.summary["eval_id"]))

@@ -152,6 +152,31 @@ class MonitoringConfig(_Strict):
     candidates: int = Field(default=15, ge=1)
 
 
+class AnswersConfig(_Strict):
+    """The generator slot of the evaluation: none (retrieval only), extractive, or openai-compatible."""
+
+    generator: Literal["none", "extractive", "openai-compatible"] = "none"
+    context_k: int = Field(default=5, ge=1, description="chunks handed to the generator")
+    max_sentences: int = Field(default=2, ge=1, description="extractive generator only")
+    prompt: Path = Path("prompts/answer.md")
+    model: str = ""
+    base_url_env: str = "RAG_PIPELINE_LLM_BASE_URL"
+    api_key_env: str = "RAG_PIPELINE_LLM_API_KEY"
+    temperature: float = 0.0
+    max_tokens: int = Field(default=300, ge=1)
+    timeout_s: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    price_per_1k_prompt: float = Field(default=0.0, ge=0)
+    price_per_1k_completion: float = Field(default=0.0, ge=0)
+
+    def endpoint(self) -> tuple[str, str | None]:
+        """(base URL, API key) of the openai-compatible generator, from the named environment variables."""
+        base_url = os.environ.get(self.base_url_env, "")
+        if not base_url:
+            raise ConfigError(f"answers.generator is openai-compatible but ${self.base_url_env} is not set")
+        return base_url, os.environ.get(self.api_key_env) or None
+
+
 class StorageConfig(_Strict):
     path: Path = Path("../.rag_pipeline/index.duckdb")
 
@@ -166,6 +191,7 @@ class PipelineConfig(_Strict):
     lifecycle: LifecycleConfig = LifecycleConfig()
     storage: StorageConfig = StorageConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
+    answers: AnswersConfig = AnswersConfig()
     golden_set: Path | None = None
     gate_policy: Path | None = None
     config_path: Path | None = Field(default=None, exclude=True)
@@ -213,6 +239,7 @@ class PipelineConfig(_Strict):
                 "chunking": self.chunking.model_dump(mode="json"),
                 "embedding": self.embedding.model_dump(mode="json", exclude={"batch_size"}),
                 "retrieval": self.retrieval.model_dump(mode="json"),
+                "answers": self.answers.model_dump(mode="json", include={"generator", "model", "context_k", "max_sentences", "temperature"}),
             }
         )
 
@@ -227,6 +254,11 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     for source in raw.get("sources") or []:
         if isinstance(source, dict) and "path" in source:
             source["path"] = str((base / str(source["path"])).resolve())
+    answers = raw.get("answers")
+    if isinstance(answers, dict):
+        answers["prompt"] = str((base / str(answers.get("prompt", "prompts/answer.md"))).resolve())
+    else:
+        raw["answers"] = {"prompt": str((base / "prompts/answer.md").resolve())}
     monitoring = raw.get("monitoring")
     if isinstance(monitoring, dict) and monitoring.get("query_log"):
         monitoring["query_log"] = str((base / str(monitoring["query_log"])).resolve())

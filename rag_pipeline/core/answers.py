@@ -14,7 +14,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from rag_pipeline.config import AnswersConfig
 from rag_pipeline.core.lexical import analyze
 from rag_pipeline.core.models import Hit
 
@@ -41,6 +43,12 @@ class Answer:
     @property
     def errored(self) -> bool:
         return self.error is not None
+
+
+class Generator(Protocol):
+    name: str
+
+    def generate(self, question: str, context: Sequence[Hit], best_score: float | None) -> Answer: ...
 
 
 def split_sentences(text: str) -> list[str]:
@@ -188,3 +196,17 @@ class OpenAICompatibleGenerator:
         answer.abstained = answer.text.strip().rstrip(".").lower() == ABSTENTION.rstrip(".").lower()
         answer.error = None
         return answer
+
+
+def make_generator(config: AnswersConfig, threshold: float) -> Generator:
+    """The configured generator; the extractive one abstains under the evaluation's threshold."""
+    if config.generator == "extractive":
+        return ExtractiveGenerator(threshold, config.max_sentences)
+    if config.generator == "openai-compatible":
+        base_url, api_key = config.endpoint()
+        return OpenAICompatibleGenerator(
+            base_url, config.model, config.prompt, api_key, config.temperature, config.max_tokens,
+            config.timeout_s, config.max_retries, price_per_1k_prompt=config.price_per_1k_prompt,
+            price_per_1k_completion=config.price_per_1k_completion,
+        )
+    raise ValueError(f"answers.generator {config.generator!r} makes no answers")

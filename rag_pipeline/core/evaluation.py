@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pathlib import Path
 
-from rag_pipeline.config import RetrievalConfig
+from rag_pipeline.config import AnswersConfig, RetrievalConfig
 from rag_pipeline.core import metrics
+from rag_pipeline.core.answer_checks import abstention_table, check_answer
+from rag_pipeline.core.answers import Generator, make_generator
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.golden import GoldenCase, GoldenSet, GoldSpan, load_golden_set
 from rag_pipeline.core.models import Hit, SearchFilters
@@ -29,6 +31,7 @@ EVAL_DEPTH = 100
 HEADLINE_METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "recall_at_100",
                     "mrr_at_10", "ndcg_at_10", "precision_at_5", "success_at_5")
 SPAN_CUTOFFS = (5, 10)
+ANSWER_PREFIX = "answer_"
 
 
 @dataclass
@@ -46,6 +49,7 @@ class CaseResult:
     trace: dict
     superseded_outranks: bool | None = None
     abstained: bool | None = None
+    answer: dict | None = None
 
     @property
     def scored(self) -> bool:
@@ -76,6 +80,7 @@ class EvalResult:
     by_split: dict[str, dict[str, float]] = field(default_factory=dict)
     unanswerable: dict[str, float] = field(default_factory=dict)
     latency: dict[str, float] = field(default_factory=dict)
+    answers: dict = field(default_factory=dict)
 
     @property
     def eval_id(self) -> str:
@@ -86,7 +91,7 @@ class EvalResult:
             "eval_id": self.eval_id, "revision": self.revision, "mode": self.mode,
             "config_fingerprint": self.config_fingerprint, "index_state": self.index_state,
             "overall": self.overall, "weighted": self.weighted, "by_slice": self.by_slice, "by_split": self.by_split,
-            "unanswerable": self.unanswerable, "latency": self.latency,
+            "unanswerable": self.unanswerable, "latency": self.latency, "answers": self.answers,
             "no_result_threshold": self.no_result_threshold, "threshold_source": self.threshold_source,
             "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs},
         }
@@ -129,8 +134,11 @@ def evaluate(
     index_state: Mapping[str, str],
     no_result_threshold: float | None = None,
     supersedes: Mapping[str, str] | None = None,
+    generator_for: Callable[[float], Generator] | None = None,
+    context_k: int = 5,
 ) -> EvalResult:
-    """Run every case through retrieval with its own caller context and score it."""
+    """Run every case through retrieval with its own caller context and score it; with a
+    generator, also answer every case from its top `context_k` chunks and check the answer."""
     cases = golden.cases
     results = retriever.search_many([c.question for c in cases], [case_filters(c) for c in cases], mode, EVAL_DEPTH)
     outranks = _superseded_outranks(cases, retriever, mode, supersedes or {})
@@ -166,8 +174,38 @@ def evaluate(
     for c in case_results:
         c.abstained = c.best_score is None or c.best_score < threshold
     evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold, source)
+    if generator_for is not None:
+        answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {})
     aggregate(evaluation)
     return evaluation
+
+
+def answer_cases(
+    rows: Sequence[CaseResult], results: Sequence[RetrievalResult], generator: Generator, context_k: int,
+    supersedes: Mapping[str, str],
+) -> None:
+    """Answer each case from its own retrieved context and record the answer checks as
+    `answer_*` metrics beside the retrieval metrics (never blended into them)."""
+    superseded = set(supersedes.values())
+    for row, result in zip(rows, results):
+        context = result.hits[:context_k]
+        answer = generator.generate(row.case.question, context, row.best_score)
+        record = {"text": answer.text, "citations": answer.citations, "abstained": answer.abstained,
+                  "generator": answer.generator, "model": answer.model, "prompt_version": answer.prompt_version,
+                  "settings": answer.settings, "prompt_tokens": answer.prompt_tokens,
+                  "completion_tokens": answer.completion_tokens, "cost": answer.cost, "error": answer.error}
+        row.answer = record
+        if answer.errored:
+            continue
+        check = check_answer(answer, {h.chunk_id: h.text for h in context}, row.case.reference, row.case.answerable)
+        values = check.as_metrics()
+        if check.abstention_correct is not None:
+            values["answer_abstained_correctly"] = float(check.abstention_correct)
+        cited_docs = {c.rsplit("#", 1)[0] for c in answer.citations}
+        if any(d in supersedes for d in row.case.gold_docs):
+            # The current version must be the one cited, never the version it replaced.
+            values["answer_cites_current_version"] = float(not (cited_docs & superseded))
+        row.metrics.update(values)
 
 
 def _context_tokens(result: RetrievalResult, k: int) -> int:
@@ -224,7 +262,7 @@ def _average(rows: Sequence[CaseResult], weighted: bool = False) -> dict[str, fl
     scored = [r for r in rows if r.scored]
     if not scored:
         return {}
-    keys = sorted({k for r in scored for k in r.metrics})
+    keys = sorted({k for r in scored for k in r.metrics if not k.startswith(ANSWER_PREFIX)})
     out: dict[str, float] = {"cases": float(len(scored))}
     for key in keys:
         with_key = [r for r in scored if key in r.metrics]
@@ -267,11 +305,39 @@ def aggregate(evaluation: EvalResult) -> None:
         "stale_cases": float(sum(1 for r in rows if r.stale_docs)),
         "no_result_threshold": evaluation.no_result_threshold,
     }
+    evaluation.answers = _answer_summary(rows)
     latencies = [r.latency_ms for r in rows]
     evaluation.latency = {
         "p50_latency_ms": _percentile(latencies, 50),
         "p95_latency_ms": _percentile(latencies, 95),
         "mean_context_tokens": metrics.mean([float(r.context_tokens) for r in rows]),
+    }
+
+
+def _answer_means(rows: Sequence[CaseResult]) -> dict[str, float]:
+    keys = sorted({k for r in rows for k in r.metrics if k.startswith(ANSWER_PREFIX)})
+    return {k: metrics.mean([r.metrics[k] for r in rows if k in r.metrics]) for k in keys}
+
+
+def _answer_summary(rows: Sequence[CaseResult]) -> dict:
+    """Answer metrics overall and by slice, the 2x2 abstention table, errors, tokens and cost."""
+    answered = [r for r in rows if r.answer is not None]
+    if not answered:
+        return {}
+    by_slice: dict[str, list[CaseResult]] = defaultdict(list)
+    for r in answered:
+        by_slice[r.case.slice].append(r)
+    first = answered[0].answer
+    return {
+        "generator": first["generator"], "model": first["model"], "prompt_version": first["prompt_version"],
+        "settings": first["settings"],
+        "overall": _answer_means(answered),
+        "by_slice": {s: _answer_means(v) for s, v in sorted(by_slice.items())},
+        "abstention": abstention_table([(r.case.answerable, r.answer["abstained"]) for r in answered if not r.answer["error"]]),
+        "errored_cases": sum(1 for r in answered if r.answer["error"]),
+        "prompt_tokens": sum(r.answer["prompt_tokens"] for r in answered),
+        "completion_tokens": sum(r.answer["completion_tokens"] for r in answered),
+        "cost": sum(r.answer["cost"] for r in answered),
     }
 
 
@@ -293,6 +359,7 @@ def run_golden_evaluation(
     config_fingerprint: str,
     source_ids: Sequence[str],
     mode: str | None = None,
+    answers: AnswersConfig | None = None,
 ) -> tuple[GoldenSet, EvalResult]:
     """Load and validate the golden set against the index, evaluate, and persist the result."""
     golden = load_golden_set(golden_path, served_hashes=store.document_hashes())
@@ -301,6 +368,8 @@ def run_golden_evaluation(
     result = evaluate(
         golden, retriever, mode or retrieval.mode, config_fingerprint, index_state,
         retrieval.no_result_threshold, store.supersession(),
+        generator_for=(lambda threshold: make_generator(answers, threshold)) if answers and answers.generator != "none" else None,
+        context_k=answers.context_k if answers else 5,
     )
     store.save_evaluation(result)
     return golden, result

@@ -16,7 +16,7 @@ from pathlib import Path
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.evaluation import EvalResult, run_golden_evaluation
-from rag_pipeline.core.gates import GatePolicy, GateResult, compare
+from rag_pipeline.core.gates import GatePolicy, GateResult, compare, paired_significance
 from rag_pipeline.core.ingestion import ingest_source
 from rag_pipeline.core.store import DuckDBStore
 
@@ -30,6 +30,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
     "fusion weights": ("retrieval.rrf_k", "retrieval.dense_weight", "retrieval.bm25_weight"),
     "bm25 parameters": ("retrieval.bm25_k1", "retrieval.bm25_b"),
     "no-result threshold": ("retrieval.no_result_threshold",),
+    "generator": ("answers",),
 }
 
 
@@ -53,6 +54,7 @@ def _relevant(config: PipelineConfig) -> dict[str, object]:
         "chunking": config.chunking.model_dump(mode="json"),
         "embedding": config.embedding.model_dump(mode="json", exclude={"batch_size"}),
         "retrieval": config.retrieval.model_dump(mode="json"),
+        "answers": config.answers.model_dump(mode="json", exclude={"base_url_env", "api_key_env", "timeout_s", "max_retries"}),
     })
 
 
@@ -103,12 +105,16 @@ def run_experiment(
         embedder = embedder_for(config)
         build_index(config, store, embedder, f"{experiment_id}-{label}")
         _, result = run_golden_evaluation(
-            golden_path, store, embedder, config.retrieval, config.retrieval_fingerprint(), config.source_ids
+            golden_path, store, embedder, config.retrieval, config.retrieval_fingerprint(), config.source_ids,
+            answers=config.answers,
         )
         evaluations.append(result)
     base_eval, cand_eval = evaluations
     gate = compare(store.evaluation_record(base_eval.eval_id), store.evaluation_record(cand_eval.eval_id), policy)
     worst = gate.worst_slice()
+    deltas = {d.metric: {"baseline": d.baseline, "candidate": d.candidate, "delta": d.delta,
+                         "ci": [d.ci_low, d.ci_high], "p": d.p_value} for d in gate.deltas}
+    deltas |= _answer_deltas(store.evaluation_record(base_eval.eval_id), store.evaluation_record(cand_eval.eval_id), policy)
     row = {
         "experiment_id": experiment_id,
         "created_at": created,
@@ -117,8 +123,7 @@ def run_experiment(
         "config_diff": diff,
         "baseline_eval": base_eval.eval_id,
         "candidate_eval": cand_eval.eval_id,
-        "deltas": {d.metric: {"baseline": d.baseline, "candidate": d.candidate, "delta": d.delta,
-                              "ci": [d.ci_low, d.ci_high], "p": d.p_value} for d in gate.deltas},
+        "deltas": deltas,
         "worst_slice": worst[0] if worst else None,
         "worst_slice_delta": worst[1] if worst else None,
         "decision": gate.decision,
@@ -126,6 +131,21 @@ def run_experiment(
     }
     store.log_experiment(row)
     return row, gate, base_eval, cand_eval
+
+
+def _answer_deltas(baseline: dict, candidate: dict, policy: GatePolicy) -> dict:
+    """Answer metrics of both runs, logged beside the retrieval deltas (gated only when headline)."""
+    keys = {k for case in baseline["cases"].values() for k in case if k.startswith("answer_")}
+    out = {}
+    for key in sorted(keys - set(policy.headline_metrics)):
+        ids = [c for c in baseline["cases"] if key in baseline["cases"][c] and key in candidate["cases"].get(c, {})]
+        b = [baseline["cases"][c][key] for c in ids]
+        c = [candidate["cases"][i][key] for i in ids]
+        if ids:
+            low, high, p = paired_significance(b, c, policy.significance)
+            out[key] = {"baseline": sum(b) / len(b), "candidate": sum(c) / len(c),
+                        "delta": (sum(c) - sum(b)) / len(b), "ci": [low, high], "p": p}
+    return out
 
 
 def render_log(rows: list[dict], metrics: tuple[str, ...] = ("recall_at_5", "mrr_at_10", "ndcg_at_10")) -> str:

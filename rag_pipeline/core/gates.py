@@ -42,12 +42,18 @@ class GatePolicy(BaseModel):
     latency_budget_p95_ms: float | None = None
     context_tokens_budget: float | None = None
     significance: SignificanceConfig = SignificanceConfig()
+    # Answer metrics may gate only through a grader calibrated against people: human verdicts
+    # file (relative to the policy file) and the largest false-pass rate allowed per critical rubric.
+    grader_verdicts: Path | None = None
+    grader_false_pass_budgets: dict[str, float] = Field(default_factory=dict)
 
 
 def load_policy(path: Path | str) -> GatePolicy:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if raw.get("grader_verdicts"):
+            raw["grader_verdicts"] = str((path.parent / raw["grader_verdicts"]).resolve())
         return GatePolicy.model_validate(raw)
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"gate policy {path}: {exc}") from exc
@@ -167,6 +173,7 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy) -> GateRe
         c = [cand_cases[c][metric] for c in ids]
         low, high, p = paired_significance(b, c, policy.significance)
         result.deltas.append(Delta(metric, _mean(b), _mean(c), low, high, p, len(ids)))
+    _check_grader(result, policy)
     _check_headlines(result, policy)
     _check_slices(result, baseline, candidate, policy)
     _check_budgets(result, candidate, policy)
@@ -176,6 +183,22 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy) -> GateRe
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+def _check_grader(result: GateResult, policy: GatePolicy) -> None:
+    """Answer metrics are graded; a grader whose false-pass rate on a critical rubric is over budget
+    (against human verdicts) cannot gate a release, and the gate says so."""
+    if not any(m.startswith("answer_") for m in policy.headline_metrics):
+        return
+    if policy.grader_verdicts is None:
+        result.findings.append(Finding("ERROR", "answer metrics are headline metrics but no grader_verdicts file "
+                                                "calibrates the grader against people"))
+        return
+    from rag_pipeline.core.calibration import calibrate, load_verdicts
+
+    usable, reasons = calibrate(load_verdicts(policy.grader_verdicts)).usable(policy.grader_false_pass_budgets)
+    if not usable:
+        result.findings.append(Finding("ERROR", "grader cannot gate: " + "; ".join(reasons)))
 
 
 def _check_headlines(result: GateResult, policy: GatePolicy) -> None:

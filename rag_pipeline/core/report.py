@@ -55,6 +55,33 @@ def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
     return "\n".join(lines)
 
 
+ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
+                  "answer_abstained_correctly", "answer_cites_current_version")
+
+
+def _answer_section(result: EvalResult) -> list[str]:
+    """Answer metrics beside the retrieval table: by slice, the 2x2 abstention table, cost."""
+    answers = result.answers
+    if not answers:
+        return []
+    columns = [c for c in ANSWER_COLUMNS if c in answers["overall"]]
+    lines = [
+        "## Answers", "",
+        f"generator `{answers['generator']}`, model `{answers['model']}`, prompt `{answers['prompt_version'] or '–'}`, "
+        f"settings {answers['settings']}; errored cases {answers['errored_cases']}; tokens "
+        f"{answers['prompt_tokens']} + {answers['completion_tokens']}, cost {answers['cost']:.4f}. "
+        "`answer_claim_support_proxy` is a lexical proxy, not an entailment judgement.", "",
+        "| slice | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1),
+    ]
+    for name, values in [*answers["by_slice"].items(), ("**overall**", answers["overall"])]:
+        lines.append(f"| {name} | " + " | ".join(_fmt(values.get(c)) for c in columns) + " |")
+    table = answers["abstention"]
+    lines += ["", "|  | answerable | unanswerable |", "|---|---|---|",
+              f"| answered | {table['answered_answerable']} | {table['answered_unanswerable']} |",
+              f"| abstained | {table['abstained_answerable']} | {table['abstained_unanswerable']} |", ""]
+    return lines
+
+
 def render_markdown(result: EvalResult) -> str:
     """The full report: header, slice table, splits, unanswerable, failed cases and their traces."""
     parts = [
@@ -84,6 +111,7 @@ def render_markdown(result: EvalResult) -> str:
         "",
         *(f"- {key}: {_count_or_rate(key, value)}" for key, value in result.unanswerable.items()),
         "",
+        *_answer_section(result),
         "## Failed cases",
         "",
         failed_cases_table(result),

@@ -104,7 +104,7 @@ def golden_eval(
     path = golden_file_for_revision(settings, store, context.partition_key)
     _, result = run_golden_evaluation(
         path, store.get(), embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
-        pipeline.source_ids, config.mode or None,
+        pipeline.source_ids, config.mode or None, pipeline.answers,
     )
     report_path = report_file(pipeline.storage.path, result.eval_id)
     report_path.write_text(render_markdown(result), encoding="utf-8")
@@ -117,6 +117,7 @@ def golden_eval(
         "unanswerable_abstain_rate": result.unanswerable["abstain_rate"],
         "forbidden_leak_cases": result.unanswerable["forbidden_leak_cases"],
         "stale_cases": result.unanswerable["stale_cases"],
+        **(result.answers.get("overall", {}) if result.answers else {}),
     }
     metadata = {
         "eval_id": result.eval_id,
