@@ -156,6 +156,9 @@ class AnswersConfig(_Strict):
     """The generator slot of the evaluation: none (retrieval only), extractive, or openai-compatible."""
 
     generator: Literal["none", "extractive", "openai-compatible"] = "none"
+    claim_judge: Literal["proxy", "llm"] = Field(
+        default="proxy", description="claim-level citation support: lexical proxy, or the chat model at the same endpoint"
+    )
     context_k: int = Field(default=5, ge=1, description="chunks handed to the generator")
     max_sentences: int = Field(default=2, ge=1, description="extractive generator only")
     prompt: Path = Path("prompts/answer.md")

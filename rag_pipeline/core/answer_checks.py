@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rag_pipeline.core.answers import Answer, parse_citations, split_sentences
@@ -40,6 +40,7 @@ class AnswerCheck:
     abstention_correct: bool | None = None
     claims: int = 0
     supported_claims: int = 0
+    judge: str = "proxy"
 
     @property
     def faithful(self) -> bool:
@@ -51,12 +52,20 @@ class AnswerCheck:
         if self.missing_facts is not None:
             metrics["answer_required_facts"] = float(not self.missing_facts)
         if self.claims:
-            metrics["answer_claim_support_proxy"] = self.supported_claims / self.claims
+            # The key says which judge it was: never mistake the lexical proxy for entailment.
+            metrics[f"answer_claim_support_{self.judge}"] = self.supported_claims / self.claims
         return metrics
 
 
-def check_answer(answer: Answer, context: Mapping[str, str], reference: str, answerable: bool) -> AnswerCheck:
-    """Check one answer; `context` maps each chunk id given to the generator to its text."""
+def check_answer(
+    answer: Answer, context: Mapping[str, str], reference: str, answerable: bool,
+    claim_judge: Callable[[str, str], bool | None] | None = None,
+) -> AnswerCheck:
+    """Check one answer; `context` maps each chunk id given to the generator to its text.
+
+    Claim support uses `claim_judge(claim, cited text)` when given (an LLM grader), else the
+    lexical proxy.
+    """
     cited = answer.citations or parse_citations(answer.text)
     valid = all(c in context for c in cited) and (answer.abstained or bool(cited))
     cited_text = _normalised(" ".join(context.get(c, "") for c in cited))
@@ -75,8 +84,17 @@ def check_answer(answer: Answer, context: Mapping[str, str], reference: str, ans
         ids = parse_citations(sentence)
         if not ids:
             continue
-        terms = set(analyze(re.sub(r"\[[^\[\]\s]+#\d+\]", " ", sentence)))
-        support = set(analyze(" ".join(context.get(i, "") for i in ids)))
+        claim = re.sub(r"\[[^\[\]\s]+#\d+\]", " ", sentence).strip()
+        cited_passage = " ".join(context.get(i, "") for i in ids)
+        if claim_judge is not None:
+            verdict = claim_judge(claim, cited_passage)
+            check.judge = "llm"
+            if verdict is None:
+                continue
+            check.claims += 1
+            check.supported_claims += verdict
+            continue
+        terms, support = set(analyze(claim)), set(analyze(cited_passage))
         check.claims += 1
         if terms and len(terms & support) / len(terms) >= CLAIM_SUPPORT_SHARE:
             check.supported_claims += 1

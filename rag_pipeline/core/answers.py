@@ -100,11 +100,87 @@ def load_prompt(path: Path) -> tuple[str, str]:
     return version, template
 
 
+@dataclass
+class ChatReply:
+    text: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    attempts: int = 0
+    error: str | None = None
+
+
+class ChatClient:
+    """One chat-completions endpoint (OpenAI, vLLM, Ollama...). Timeouts, rate limits (429) and
+    server errors are retried with exponential backoff, honouring `Retry-After`; a reply that is
+    not the expected JSON comes back as an error, never as an exception."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, settings: dict | None = None,
+                 timeout_s: float = 30.0, max_retries: int = 3, backoff_s: float = 1.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.settings = settings or {}
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.sleep = sleep
+
+    def complete(self, content: str) -> ChatReply:
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": content}], **self.settings}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        reply = ChatReply(None)
+        for attempt in range(self.max_retries + 1):
+            reply.attempts = attempt + 1
+            try:
+                request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return self._parse(response.read(), reply)
+            except urllib.error.HTTPError as exc:
+                reply.error = f"HTTP {exc.code} from {self.url}"
+                if (exc.code == 429 or exc.code >= 500) and attempt < self.max_retries:
+                    self.sleep(self._delay(attempt, exc.headers.get("Retry-After")))
+                    continue
+                return reply
+            except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
+                reply.error = f"no reply from {self.url}: {getattr(exc, 'reason', exc)}"
+                if attempt < self.max_retries:
+                    self.sleep(self._delay(attempt, None))
+                    continue
+                return reply
+        return reply
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return float(retry_after)
+            except ValueError:
+                pass
+        return self.backoff_s * 2**attempt
+
+    @staticmethod
+    def _parse(raw: bytes, reply: ChatReply) -> ChatReply:
+        try:
+            payload = json.loads(raw)
+            text = payload["choices"][0]["message"]["content"]
+            if not isinstance(text, str):
+                raise TypeError("message content is not text")
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            reply.error = f"malformed reply ({type(exc).__name__}): {raw[:200]!r}"
+            return reply
+        usage = payload.get("usage") or {}
+        reply.text = text.strip()
+        reply.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        reply.completion_tokens = int(usage.get("completion_tokens") or 0)
+        reply.error = None
+        return reply
+
+
 class OpenAICompatibleGenerator:
-    """Any chat-completions endpoint (OpenAI, vLLM, Ollama...): base URL, model and key come from
-    the caller (the config reads them from environment variables). Timeouts, rate limits (429)
-    and server errors are retried with exponential backoff; a reply that is not the expected JSON
-    makes the answer errored, never the run."""
+    """Answers from a chat-completions endpoint with the versioned prompt; the base URL, model and
+    key come from the caller (the config reads them from environment variables)."""
 
     name = "openai-compatible"
 
@@ -123,79 +199,47 @@ class OpenAICompatibleGenerator:
         price_per_1k_completion: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
-        self.api_key = api_key
         self.prompt_version, self.template = load_prompt(prompt_path)
         self.settings = {"temperature": temperature, "max_tokens": max_tokens}
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
+        self.client = ChatClient(base_url, model, api_key, self.settings, timeout_s, max_retries, backoff_s, sleep)
         self.prices = (price_per_1k_prompt, price_per_1k_completion)
-        self.sleep = sleep
 
     def _prompt(self, question: str, context: Sequence[Hit]) -> str:
         passages = "\n\n".join(f"[{h.chunk_id}] {h.text}" for h in context)
         return self.template.replace("{context}", passages).replace("{question}", question)
 
     def generate(self, question: str, context: Sequence[Hit], best_score: float | None = None) -> Answer:
-        body = json.dumps({
-            "model": self.model,
-            "messages": [{"role": "user", "content": self._prompt(question, context)}],
-            **self.settings,
-        }).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        answer = Answer("", [], False, self.name, self.model, self.prompt_version, dict(self.settings), attempts=0)
-        for attempt in range(self.max_retries + 1):
-            answer.attempts = attempt + 1
-            try:
-                request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    raw = response.read()
-            except urllib.error.HTTPError as exc:
-                retry = exc.code == 429 or exc.code >= 500
-                answer.error = f"HTTP {exc.code} from {self.url}"
-                if retry and attempt < self.max_retries:
-                    self.sleep(self._delay(attempt, exc.headers.get("Retry-After")))
-                    continue
-                return answer
-            except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
-                answer.error = f"no reply from {self.url}: {getattr(exc, 'reason', exc)}"
-                if attempt < self.max_retries:
-                    self.sleep(self._delay(attempt, None))
-                    continue
-                return answer
-            return self._parse(raw, answer)
-        return answer
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return float(retry_after)
-            except ValueError:
-                pass
-        return self.backoff_s * 2**attempt
-
-    def _parse(self, raw: bytes, answer: Answer) -> Answer:
-        try:
-            payload = json.loads(raw)
-            text = payload["choices"][0]["message"]["content"]
-            if not isinstance(text, str):
-                raise TypeError("message content is not text")
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            answer.error = f"malformed reply ({type(exc).__name__}): {raw[:200]!r}"
+        reply = self.client.complete(self._prompt(question, context))
+        answer = Answer(reply.text or "", [], False, self.name, self.model, self.prompt_version, dict(self.settings),
+                        reply.prompt_tokens, reply.completion_tokens, attempts=reply.attempts, error=reply.error)
+        if reply.text is None:
             return answer
-        usage = payload.get("usage") or {}
-        answer.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        answer.completion_tokens = int(usage.get("completion_tokens") or 0)
-        answer.cost = answer.prompt_tokens / 1000 * self.prices[0] + answer.completion_tokens / 1000 * self.prices[1]
-        answer.text = text.strip()
+        answer.cost = reply.prompt_tokens / 1000 * self.prices[0] + reply.completion_tokens / 1000 * self.prices[1]
         answer.citations = parse_citations(answer.text)
-        answer.abstained = answer.text.strip().rstrip(".").lower() == ABSTENTION.rstrip(".").lower()
-        answer.error = None
+        answer.abstained = answer.text.rstrip(".").lower() == ABSTENTION.rstrip(".").lower()
         return answer
+
+
+CLAIM_PROMPT = (
+    "Does the passage support the claim? Answer with one word, yes or no.\n\n"
+    "Passage:\n{passage}\n\nClaim: {claim}"
+)
+
+
+class LLMClaimJudge:
+    """Claim-level citation support judged by a chat model: is this claim supported by the
+    chunks it cites? Returns None when the model gives no usable verdict (counted apart)."""
+
+    name = "llm-judge"
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+
+    def __call__(self, claim: str, passage: str) -> bool | None:
+        reply = self.client.complete(CLAIM_PROMPT.replace("{passage}", passage).replace("{claim}", claim))
+        word = (reply.text or "").strip().split(maxsplit=1)[0].strip(".,!").lower() if reply.text else ""
+        return {"yes": True, "no": False}.get(word)
 
 
 def make_generator(config: AnswersConfig, threshold: float) -> Generator:
@@ -210,3 +254,12 @@ def make_generator(config: AnswersConfig, threshold: float) -> Generator:
             price_per_1k_completion=config.price_per_1k_completion,
         )
     raise ValueError(f"answers.generator {config.generator!r} makes no answers")
+
+
+def make_claim_judge(config: AnswersConfig) -> LLMClaimJudge | None:
+    """The LLM claim judge when configured; None means the lexical proxy."""
+    if config.claim_judge != "llm":
+        return None
+    base_url, api_key = config.endpoint()
+    return LLMClaimJudge(ChatClient(base_url, config.model, api_key, {"temperature": 0.0, "max_tokens": 3},
+                                    config.timeout_s, config.max_retries))

@@ -19,7 +19,7 @@ from pathlib import Path
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
 from rag_pipeline.core import metrics
 from rag_pipeline.core.answer_checks import abstention_table, check_answer
-from rag_pipeline.core.answers import Generator, make_generator
+from rag_pipeline.core.answers import Generator, make_claim_judge, make_generator
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.golden import GoldenCase, GoldenSet, GoldSpan, load_golden_set
 from rag_pipeline.core.models import Hit, SearchFilters
@@ -136,6 +136,7 @@ def evaluate(
     supersedes: Mapping[str, str] | None = None,
     generator_for: Callable[[float], Generator] | None = None,
     context_k: int = 5,
+    claim_judge: Callable[[str, str], bool | None] | None = None,
 ) -> EvalResult:
     """Run every case through retrieval with its own caller context and score it; with a
     generator, also answer every case from its top `context_k` chunks and check the answer."""
@@ -175,14 +176,14 @@ def evaluate(
         c.abstained = c.best_score is None or c.best_score < threshold
     evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold, source)
     if generator_for is not None:
-        answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {})
+        answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {}, claim_judge)
     aggregate(evaluation)
     return evaluation
 
 
 def answer_cases(
     rows: Sequence[CaseResult], results: Sequence[RetrievalResult], generator: Generator, context_k: int,
-    supersedes: Mapping[str, str],
+    supersedes: Mapping[str, str], claim_judge: Callable[[str, str], bool | None] | None = None,
 ) -> None:
     """Answer each case from its own retrieved context and record the answer checks as
     `answer_*` metrics beside the retrieval metrics (never blended into them)."""
@@ -197,7 +198,8 @@ def answer_cases(
         row.answer = record
         if answer.errored:
             continue
-        check = check_answer(answer, {h.chunk_id: h.text for h in context}, row.case.reference, row.case.answerable)
+        check = check_answer(answer, {h.chunk_id: h.text for h in context}, row.case.reference, row.case.answerable,
+                             claim_judge)
         values = check.as_metrics()
         if check.abstention_correct is not None:
             values["answer_abstained_correctly"] = float(check.abstention_correct)
@@ -370,6 +372,7 @@ def run_golden_evaluation(
         retrieval.no_result_threshold, store.supersession(),
         generator_for=(lambda threshold: make_generator(answers, threshold)) if answers and answers.generator != "none" else None,
         context_k=answers.context_k if answers else 5,
+        claim_judge=make_claim_judge(answers) if answers and answers.generator != "none" else None,
     )
     store.save_evaluation(result)
     return golden, result

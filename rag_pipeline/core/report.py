@@ -56,6 +56,7 @@ def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
 
 
 ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
+                  "answer_claim_support_llm",
                   "answer_abstained_correctly", "answer_cites_current_version")
 
 

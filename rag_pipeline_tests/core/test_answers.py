@@ -163,3 +163,15 @@ def test_malformed_json_and_timeouts_make_the_case_errored_not_the_run(chat):
     generator, sleeps = _generator(slow.url, timeout_s=0.2, max_retries=1)
     answer = generator.generate("q", CONTEXT)
     assert answer.errored and "no reply" in answer.error and answer.attempts == 2 and len(sleeps) == 1
+
+
+def test_llm_claim_judge_decides_claim_support_when_configured(chat):
+    from rag_pipeline.core.answers import ChatClient, LLMClaimJudge
+
+    server = chat([(200, _reply("Yes."), {}), (200, _reply("no"), {})])
+    judge = LLMClaimJudge(ChatClient(server.url, "judge-model", max_retries=0))
+    answer = _answer("Refunds are issued within 14 days [hc:refunds.html#0]. Payroll runs monthly [hc:refunds.html#0].")
+    result = check_answer(answer, CONTEXT_TEXT, "14 days", True, claim_judge=judge)
+    assert (result.claims, result.supported_claims) == (2, 1)
+    assert result.as_metrics()["answer_claim_support_llm"] == 0.5 and "answer_claim_support_proxy" not in result.as_metrics()
+    assert "Claim: Refunds are issued within 14 days" in server.requests[0]["messages"][0]["content"]
