@@ -60,7 +60,7 @@ ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_
                   "answer_abstained_correctly", "answer_cites_current_version")
 
 
-def _answer_section(result: EvalResult) -> list[str]:
+def answer_section(result: EvalResult) -> list[str]:
     """Answer metrics beside the retrieval table: by slice, the 2x2 abstention table, cost."""
     answers = result.answers
     if not answers:
@@ -112,7 +112,7 @@ def render_markdown(result: EvalResult) -> str:
         "",
         *(f"- {key}: {_count_or_rate(key, value)}" for key, value in result.unanswerable.items()),
         "",
-        *_answer_section(result),
+        *answer_section(result),
         "## Failed cases",
         "",
         failed_cases_table(result),

@@ -8,7 +8,7 @@ import dagster as dg
 from rag_pipeline.core.evaluation import HEADLINE_METRICS, run_golden_evaluation
 from rag_pipeline.core.gates import GatePolicy, compare, load_policy, render_gate
 from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
-from rag_pipeline.core.report import failed_cases_table, render_markdown, slice_table
+from rag_pipeline.core.report import answer_section, failed_cases_table, render_markdown, slice_table
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
 from rag_pipeline.defs.metadata import markdown_table
 from rag_pipeline.defs.partitions import golden_partitions
@@ -125,6 +125,7 @@ def golden_eval(
         "config_fingerprint": result.config_fingerprint,
         "index_state": dg.MetadataValue.json(result.index_state),
         "slice_table": dg.MetadataValue.md(slice_table(result)),
+        "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result)) or "_no generator configured_"),
         "failed_cases": dg.MetadataValue.md(failed_cases_table(result)),
         "report": dg.MetadataValue.path(str(report_path)),
         # Numbers as numeric metadata, so the Dagster UI plots their trend; NaN (no such cases) is left out.

@@ -91,3 +91,28 @@ def test_a_broken_endpoint_errors_cases_and_the_evaluation_goes_on(sample_index,
     assert [bool(c.answer["error"]) for c in result.cases] == [True, False, True, False]
     assert result.cases[3].metrics["answer_citations_valid"] == 0.0  # cites a chunk that was not in its context
     assert result.overall  # retrieval metrics are unaffected by the broken generator
+
+
+def test_on_the_sample_corpus_an_invented_number_and_an_outside_citation_fail(answered, sample_index):
+    import re
+
+    from rag_pipeline.core.answer_checks import check_answer
+    from rag_pipeline.core.answers import Answer, parse_citations
+
+    _, store, _ = sample_index
+    row = next(r for r in answered.cases
+               if r.answer and not r.answer["abstained"] and re.search(r"\b\d+\b", r.answer["text"]))
+    with store.connect() as con:
+        context = dict(con.execute(
+            "SELECT chunk_id, text FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)",
+            [[h["chunk_id"] for h in row.trace["final"][:5]]]).fetchall())
+    honest = Answer(row.answer["text"], row.answer["citations"], False, "extractive")
+    assert check_answer(honest, context, row.case.reference, True).faithful
+    invented = re.sub(r"\b(\d+)\b", lambda m: str(int(m.group(1)) + 7919), row.answer["text"], count=1)
+    assert not check_answer(Answer(invented, parse_citations(invented), False, "t"), context, row.case.reference, True).faithful
+    with store.connect() as con:
+        outside = con.execute("SELECT chunk_id FROM chunks WHERE NOT list_contains(?::VARCHAR[], chunk_id) LIMIT 1",
+                              [list(context)]).fetchall()[0][0]
+    cited_outside = f"{row.answer['text']} [{outside}]"
+    assert not check_answer(Answer(cited_outside, parse_citations(cited_outside), False, "t"), context,
+                            row.case.reference, True).citations_valid
