@@ -297,6 +297,20 @@ def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
     return render_gate(compare(store.evaluation_record(baseline_id), candidate, _policy(config, None)))
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """How far the answer grader agrees with people; exit 1 when it may not gate."""
+    from rag_pipeline.core.calibration import calibrate, load_verdicts, render_calibration
+
+    config = load_config(args.config)
+    policy = _policy(config, args.policy)
+    verdicts = Path(args.verdicts) if args.verdicts else policy.grader_verdicts
+    if verdicts is None:
+        raise ConfigError("no human verdicts: pass --verdicts or set grader_verdicts in the gate policy")
+    report = calibrate(load_verdicts(verdicts))
+    print(render_calibration(report, policy.grader_false_pass_budgets))
+    return 0 if report.usable(policy.grader_false_pass_budgets)[0] else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole pipeline on the bundled sample data, recorded in $DAGSTER_HOME for `make ui`."""
     from rag_pipeline.runner import evaluate_golden, ingest
@@ -391,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.add_argument("--config")
     experiments.add_argument("--store")
     experiments.set_defaults(func=cmd_experiments)
+
+    calibration = sub.add_parser("calibrate", help="the answer grader against human verdicts")
+    calibration.add_argument("--config")
+    calibration.add_argument("--policy")
+    calibration.add_argument("--verdicts", help="human verdicts JSONL (default: grader_verdicts in the gate policy)")
+    calibration.set_defaults(func=cmd_calibrate)
 
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)

@@ -117,3 +117,25 @@ def calibrate(verdicts: list[dict], grader: Grader = deterministic_grader, name:
             slices[row.get("slice", "all")].setdefault(rubric, RubricStats()).add(human_pass, grader_pass)
     report.by_slice = dict(slices)
     return report
+
+
+def render_calibration(report: CalibrationReport, budgets: Mapping[str, float]) -> str:
+    """Agreement, false-pass and false-fail rates by rubric and by slice, and whether it may gate."""
+    def fmt(v: float) -> str:
+        return "–" if v != v else f"{v:.2f}"
+
+    lines = [f"grader `{report.grader}` against human verdicts", "",
+             "| rubric | slice | verdicts | agreement | false-pass | false-fail | budget |", "|---|---|---|---|---|---|---|"]
+    for rubric, stats in sorted(report.by_rubric.items()):
+        d = stats.as_dict()
+        budget = budgets.get(rubric)
+        lines.append(f"| {rubric} | all | {int(d['verdicts'])} | {fmt(d['agreement'])} | {fmt(d['false_pass_rate'])} | "
+                     f"{fmt(d['false_fail_rate'])} | {'' if budget is None else f'{budget:.2f}'} |")
+        for slice_name, rubrics in sorted(report.by_slice.items()):
+            if rubric in rubrics:
+                d = rubrics[rubric].as_dict()
+                lines.append(f"| {rubric} | {slice_name} | {int(d['verdicts'])} | {fmt(d['agreement'])} | "
+                             f"{fmt(d['false_pass_rate'])} | {fmt(d['false_fail_rate'])} | |")
+    usable, reasons = report.usable(budgets)
+    lines += ["", "may gate: yes" if usable else "may gate: NO — " + "; ".join(reasons)]
+    return "\n".join(lines)

@@ -107,3 +107,10 @@ def test_dagster_definitions_validate_with_the_workspace():
         capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_calibrate_reports_the_grader_and_refuses_it_over_budget():
+    out = _cli("calibrate", "--config", str(PROJECT_ROOT / "data" / "pipeline.yaml"))
+    assert out.returncode == 1, out.stderr
+    assert "| faithful | all |" in out.stdout and "false-pass" in out.stdout
+    assert "may gate: NO — grader deterministic-checks: false-pass rate on faithful" in out.stdout
