@@ -157,15 +157,15 @@ def cmd_import_beir(args: argparse.Namespace) -> int:
 
 
 def _policy(config: PipelineConfig, path: str | None):
-    from rag_pipeline.core.gates import GatePolicy, load_policy
+    from rag_pipeline.core.gates import policy_or_default
 
-    chosen = path or config.gate_policy
-    return load_policy(chosen) if chosen else GatePolicy()
+    return policy_or_default(path or config.gate_policy)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """Compare two stored evaluations; exit 1 when the gate fails (an ERROR finding)."""
-    from rag_pipeline.core.gates import compare, render_gate
+    from rag_pipeline.core.baselines import compare_with_baseline
+    from rag_pipeline.core.gates import render_gate
     from rag_pipeline.core.store import DuckDBStore
 
     config = load_config(args.config)
@@ -173,22 +173,19 @@ def cmd_gate(args: argparse.Namespace) -> int:
     candidate_id = store.latest_evaluation() if args.candidate == "latest" else args.candidate
     if candidate_id is None:
         raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
-    candidate = store.evaluation_record(candidate_id)
-    baseline_id = store.baseline(candidate["revision"]) if args.baseline == "baseline" else args.baseline
-    if baseline_id is None:
-        other = store.latest_baseline()
-        hint = f" (the latest baseline is on revision {other[0]}: not comparable)" if other else ""
-        print(f"no promoted baseline for golden revision {candidate['revision']}{hint}")
+    baseline_id = None if args.baseline == "baseline" else args.baseline
+    comparison = compare_with_baseline(store, candidate_id, _policy(config, args.policy), baseline_id)
+    if comparison.gate is None:
+        print(comparison.missing_reason)
         return 1
-    result = compare(store.evaluation_record(baseline_id), candidate, _policy(config, args.policy))
-    print(f"baseline {baseline_id}\ncandidate {candidate_id}\n")
-    print(render_gate(result))
-    return 0 if result.passed else 1
+    print(f"baseline {comparison.baseline_id}\ncandidate {candidate_id}\n")
+    print(render_gate(comparison.gate))
+    return 0 if comparison.gate.passed else 1
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
     """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE."""
-    from rag_pipeline.core.gates import compare, render_gate
+    from rag_pipeline.core.baselines import promote_if_better
     from rag_pipeline.core.store import DuckDBStore
 
     config = load_config(args.config)
@@ -196,17 +193,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
     eval_id = args.eval or store.latest_evaluation()
     if eval_id is None:
         raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
-    candidate = store.evaluation_record(eval_id)
-    baseline_id = store.baseline(candidate["revision"])
-    if baseline_id is None:
-        store.promote(candidate["revision"], eval_id, "first baseline of this golden revision")
-        print(f"PROMOTE\n{eval_id} is the first baseline of golden revision {candidate['revision']}")
-        return 0
-    result = compare(store.evaluation_record(baseline_id), candidate, _policy(config, args.policy))
-    print(render_gate(result))
-    if result.promote:
-        store.promote(candidate["revision"], eval_id, f"replaces {baseline_id}")
-    return 0 if result.promote else 1
+    promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
+    print(text)
+    return 0 if promoted else 1
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
@@ -284,17 +273,18 @@ def _print_answers(answers: dict) -> None:
 
 
 def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
-    """The first evaluation of a golden revision becomes its baseline; later ones are gated."""
-    from rag_pipeline.core.gates import compare, render_gate
+    """The first evaluation of a golden revision becomes its baseline; later ones are only gated
+    (promotion stays an explicit act: `rag-pipeline promote`)."""
+    from rag_pipeline.core.baselines import compare_with_baseline
+    from rag_pipeline.core.gates import render_gate
     from rag_pipeline.core.store import DuckDBStore
 
     store = DuckDBStore(config.storage.path)
-    candidate = store.evaluation_record(eval_id)
-    baseline_id = store.baseline(candidate["revision"])
-    if baseline_id is None:
-        store.promote(candidate["revision"], eval_id, "first baseline of this golden revision (demo)")
-        return f"PROMOTE: {eval_id} is the first baseline of golden revision {candidate['revision']}"
-    return render_gate(compare(store.evaluation_record(baseline_id), candidate, _policy(config, None)))
+    comparison = compare_with_baseline(store, eval_id, _policy(config, None))
+    if comparison.gate is None:
+        store.promote(comparison.revision, eval_id, "first baseline of this golden revision (demo)")
+        return f"PROMOTE: {eval_id} is the first baseline of golden revision {comparison.revision}"
+    return render_gate(comparison.gate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -91,25 +91,34 @@ def ingest(
 
 
 def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBStore) -> SourceRun:
-    metadata: dict[str, dict] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.event_specific_data.materialization
-        metadata[materialization.asset_key.to_user_string()] = materialization.metadata
+    metadata = _materialized_metadata(result)
     counts = {}
     for name, (asset, key) in COUNT_SOURCES.items():
         value = metadata.get(asset, {}).get(key)
         counts[name] = int(value.value) if value is not None else 0
     # Failures come from the ledger: it also holds earlier failures of documents not retried since.
     failures = coverage_report(store, source_id).failed
-    checks = _checks(result)
-    error = None
-    if not result.success:
-        for event in result.all_events:
-            if event.is_step_failure:
-                error = f"{event.step_key}: {_root_cause(event.step_failure_data.error)}"
-                break
     success = result.success and not _failed_errors(result)
-    return SourceRun(source_id, success, counts, failures, checks, error)
+    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result))
+
+
+def _materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
+    """Asset key -> metadata of its materialization in this run."""
+    metadata: dict[str, dict] = {}
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization
+        metadata[materialization.asset_key.to_user_string()] = materialization.metadata
+    return metadata
+
+
+def _step_error(result: dg.ExecuteInProcessResult) -> str | None:
+    """`step: innermost error` of the first failed step, or None when the run succeeded."""
+    if result.success:
+        return None
+    return next(
+        (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),
+        "run failed",
+    )
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
@@ -168,16 +177,9 @@ def evaluate_golden(
         raise_on_error=False,
         run_config=run_config,
     )
-    metadata: dict[str, dict] = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.event_specific_data.materialization
-        metadata[materialization.asset_key.to_user_string()] = materialization.metadata
-    run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result))
-    if not result.success:
-        run.error = next(
-            (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),
-            "run failed",
-        )
+    metadata = _materialized_metadata(result)
+    run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result), error=_step_error(result))
+    if run.error:
         return run
     evaluation = metadata.get("golden_eval", {})
     run.slice_table = evaluation["slice_table"].value
@@ -212,14 +214,5 @@ def monitor(
         raise_on_error=False,
         run_config=QUIET_LOGS,
     )
-    metadata: dict = {}
-    for event in result.get_asset_materialization_events():
-        materialization = event.event_specific_data.materialization
-        metadata.update({k: v.value for k, v in materialization.metadata.items()})
-    run = MonitorRun(day, result.success, metadata, _checks(result))
-    if not result.success:
-        run.error = next(
-            (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),
-            "run failed",
-        )
-    return run
+    metadata = {k: v.value for asset in _materialized_metadata(result).values() for k, v in asset.items()}
+    return MonitorRun(day, result.success, metadata, _checks(result), _step_error(result))

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rag_pipeline.core.embedding import normalise_rows
 from rag_pipeline.core.lexical import analyze
 
 
@@ -47,14 +48,9 @@ def topic_text(text: str) -> str:
     return " ".join(w for w in _WORD.findall(text.lower().replace("'", "")) if w not in _FUNCTION_WORDS)
 
 
-def _normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms == 0, 1, norms)
-
-
 def nearest(queries: np.ndarray, reference: np.ndarray, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(index of the nearest reference row, cosine distance to it) for every query row."""
-    similarity = _normalise(queries) @ _normalise(reference).T
+    similarity = normalise_rows(queries) @ normalise_rows(reference).T
     if exclude_self:
         np.fill_diagonal(similarity, -np.inf)
     index = similarity.argmax(axis=1)

@@ -34,6 +34,12 @@ class Embedder(Protocol):
         ...
 
 
+def normalise_rows(matrix: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit length (zero rows stay zero), so that dot products are cosines."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1, norms)
+
+
 def resolve_model_path(model: str) -> str:
     """A sentence-transformers model name or folder; the bundled default maps to its package folder."""
     if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
@@ -131,10 +137,7 @@ class HashingEmbedder:
                 index = int.from_bytes(digest[:4], "little") % self.dimension
                 sign = 1.0 if digest[4] & 1 else -1.0
                 matrix[row, index] += sign
-        if self.config.normalize:
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix /= np.where(norms == 0, 1, norms)
-        return matrix
+        return normalise_rows(matrix) if self.config.normalize else matrix
 
 
 def make_embedder(config: EmbeddingConfig) -> Embedder:

@@ -273,14 +273,6 @@ def _average(rows: Sequence[CaseResult], weighted: bool = False) -> dict[str, fl
     return out
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[index]
-
-
 def aggregate(evaluation: EvalResult) -> None:
     """Fill the overall, weighted, per-slice, per-split and unanswerable sections."""
     rows = evaluation.cases
@@ -310,8 +302,8 @@ def aggregate(evaluation: EvalResult) -> None:
     evaluation.answers = _answer_summary(rows)
     latencies = [r.latency_ms for r in rows]
     evaluation.latency = {
-        "p50_latency_ms": _percentile(latencies, 50),
-        "p95_latency_ms": _percentile(latencies, 95),
+        "p50_latency_ms": metrics.nearest_rank_quantile(latencies, 0.50),
+        "p95_latency_ms": metrics.nearest_rank_quantile(latencies, 0.95),
         "mean_context_tokens": metrics.mean([float(r.context_tokens) for r in rows]),
     }
 

@@ -62,6 +62,11 @@ def load_policy(path: Path | str) -> GatePolicy:
         raise ValueError(f"gate policy {path} is invalid: {fields}") from exc
 
 
+def policy_or_default(path: Path | str | None) -> GatePolicy:
+    """The policy file's policy, or the defaults when no file is configured."""
+    return load_policy(path) if path else GatePolicy()
+
+
 @dataclass(frozen=True)
 class Delta:
     """Baseline and candidate values of one metric, the paired difference and its significance."""

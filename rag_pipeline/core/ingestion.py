@@ -64,7 +64,7 @@ def discover_source(
         source_id, diff, len(previous), lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
     )
     meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
-    store.write_manifest(source_id, files, meta_json, run_id)
+    store.write_manifest(source_id, files, meta_json)
 
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []

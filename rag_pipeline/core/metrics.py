@@ -93,3 +93,12 @@ def mean(values: Sequence[float], weights: Sequence[float] | None = None) -> flo
     if weights is None:
         return sum(values) / len(values)
     return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
+
+
+def nearest_rank_quantile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank q-quantile (0 < q <= 1): the smallest value with at least q of the values
+    at or below it; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])

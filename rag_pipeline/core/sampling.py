@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from rag_pipeline.core.metrics import nearest_rank_quantile
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.retrieval import Retriever, rollup_documents
 
@@ -160,22 +161,15 @@ class SampleReport:
             "sampled_queries": float(n),
             "window_queries": float(self.window_queries),
             "no_result_rate": sum(1 for r in self.results if r.no_result) / n,
-            "best_score_p10": _quantile(best, 0.10),
-            "best_score_p50": _quantile(best, 0.50),
-            "best_score_p90": _quantile(best, 0.90),
+            "best_score_p10": nearest_rank_quantile(best, 0.10),
+            "best_score_p50": nearest_rank_quantile(best, 0.50),
+            "best_score_p90": nearest_rank_quantile(best, 0.90),
             "lexical_dense_overlap": sum(overlaps) / len(overlaps) if overlaps else float("nan"),
-            "p50_latency_ms": _quantile(latencies, 0.50),
-            "p95_latency_ms": _quantile(latencies, 0.95),
+            "p50_latency_ms": nearest_rank_quantile(latencies, 0.50),
+            "p95_latency_ms": nearest_rank_quantile(latencies, 0.95),
             "superseded_hit_share": statuses.count("superseded") / len(statuses) if statuses else 0.0,
             "stale_hit_share": sum(1 for d in hits if d in self.stale_docs) / len(hits) if hits else 0.0,
         }
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return float(ordered[index])
 
 
 def run_sample(

@@ -27,6 +27,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from rag_pipeline.core.embedding import normalise_rows
 from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, Hit, ParsedDocument, SearchFilters
 
 SCHEMA = """
@@ -170,7 +171,8 @@ class DuckDBStore:
             ).fetchall()
         return {doc_id: (content_hash, meta_json) for doc_id, content_hash, meta_json in rows}
 
-    def write_manifest(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str], run_id: str) -> None:
+    def write_manifest(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str]) -> None:
+        """Replace the source's manifest: every file found by this discovery, supported or not."""
         now = utcnow()
         rows = [
             (f.source_id, f.doc_id, f.rel_path, f.content_hash, meta_json.get(f.doc_id, ""), f.size,
@@ -632,7 +634,7 @@ class DuckDBStore:
             vectors = table.column("vector").combine_chunks()
             matrix = vectors.flatten().to_numpy().astype(np.float32).reshape(table.num_rows, -1)
             queries = query_vectors.astype(np.float32)
-            scores = _normalise(queries) @ _normalise(matrix).T
+            scores = normalise_rows(queries) @ normalise_rows(matrix).T
             depth = min(k, len(ids))
             top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
             rows = [(qid, ids[j], float(scores[qid, j])) for qid in range(len(queries)) for j in top[qid]]
@@ -919,11 +921,6 @@ def filter_sql(filters: SearchFilters, alias: str = "c") -> tuple[str, list]:
     clauses.append(f"({alias}.effective_date IS NULL OR {alias}.effective_date <= ?)")
     params.append(filters.as_of or date.today())
     return " AND ".join(clauses), params
-
-
-def _normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms == 0, 1, norms)
 
 
 def _group_hits(rows: Sequence[tuple], n_queries: int) -> list[list[Hit]]:

@@ -6,7 +6,8 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core.evaluation import HEADLINE_METRICS, run_golden_evaluation
-from rag_pipeline.core.gates import GatePolicy, compare, load_policy, render_gate
+from rag_pipeline.core.baselines import compare_with_baseline
+from rag_pipeline.core.gates import policy_or_default, render_gate
 from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
 from rag_pipeline.core.report import answer_section, failed_cases_table, render_markdown, slice_table
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
@@ -138,18 +139,13 @@ def golden_eval(
 def gate_check_result(db, eval_id: str, policy_path: Path | None) -> dg.AssetCheckResult:
     """ERROR (blocking) when the gate finds a regression; WARN for unprotected slice drops or when
     no baseline of this golden revision exists to compare with."""
-    candidate = db.evaluation_record(eval_id)
-    baseline_id = db.baseline(candidate["revision"])
-    if baseline_id is None:
-        other = db.latest_baseline()
-        reason = (f"the latest baseline is on golden revision {other[0]}: not comparable" if other
-                  else "no baseline promoted yet")
+    comparison = compare_with_baseline(db, eval_id, policy_or_default(policy_path))
+    if comparison.gate is None:
         return dg.AssetCheckResult(
             check_name=GATE_CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
-            description=f"no baseline for revision {candidate['revision']} ({reason}); promote one with `rag-pipeline promote`",
+            description=f"{comparison.missing_reason}; promote one with `rag-pipeline promote`",
         )
-    policy = load_policy(policy_path) if policy_path else GatePolicy()
-    gate = compare(db.evaluation_record(baseline_id), candidate, policy)
+    gate, baseline_id = comparison.gate, comparison.baseline_id
     severity = dg.AssetCheckSeverity.ERROR if gate.errors else dg.AssetCheckSeverity.WARN
     return dg.AssetCheckResult(
         check_name=GATE_CHECK,
