@@ -8,6 +8,7 @@ import dagster as dg
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.coverage import coverage_report
+from rag_pipeline.core.locks import SourceBusyError, exclusive_source
 from rag_pipeline.core.store import DuckDBStore
 from rag_pipeline.core.golden import file_revision
 from rag_pipeline.defs.evaluation import evaluation_assets
@@ -82,10 +83,16 @@ def ingest(
     resources = resources_for(config, embedder, overrides)
     runs = []
     for source_id in source_ids:
-        result = dg.materialize(
-            ingestion_assets, instance=instance, resources=resources, partition_key=source_id,
-            raise_on_error=False, run_config=QUIET_LOGS,
-        )
+        try:
+            # Another process ingesting the same source would overwrite this run's staging.
+            with exclusive_source(config.storage.path, source_id):
+                result = dg.materialize(
+                    ingestion_assets, instance=instance, resources=resources, partition_key=source_id,
+                    raise_on_error=False, run_config=QUIET_LOGS,
+                )
+        except SourceBusyError as busy:
+            runs.append(SourceRun(source_id, False, error=str(busy)))
+            continue
         runs.append(_summarise(source_id, result, DuckDBStore(config.storage.path)))
     return runs
 

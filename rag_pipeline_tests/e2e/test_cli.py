@@ -81,7 +81,8 @@ def test_unmounted_source_fails_the_run_and_keeps_the_index(tmp_path):
 
 
 def test_two_processes_writing_one_duckdb_file_both_succeed(tmp_path):
-    """DuckDB allows one writer per file: concurrent source runs must wait for each other, not crash."""
+    """Both processes ingest both sources: DuckDB allows one writer per file, and two runs of one
+    source would overwrite each other's staging, so they must wait for each other, not crash."""
     config = _config(tmp_path, {"a": _docs(tmp_path / "a", 20, "a"), "b": _docs(tmp_path / "b", 20, "b")})
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DO_NOT_TRACK": "1"}
     env.pop("DAGSTER_HOME", None)
