@@ -45,7 +45,7 @@ def main() -> int:
     if report is not None:
         print(f"\nreport: {markdown}\ntop candidates on {report.day}:")
         for candidate in report.candidates[:8]:
-            print(f"  {candidate['distance']:.3f}  {candidate['query']}")
+            print(f"  {candidate['excess_density']:.3f}  {candidate['distance']:.3f}  {candidate['query']}")
     return 0
 
 

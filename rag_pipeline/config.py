@@ -146,9 +146,10 @@ class MonitoringConfig(_Strict):
 
     query_log: Path | None = None
     sample_size: int = Field(default=40, ge=1, description="queries sampled per day partition")
-    days_back: int = Field(default=3, ge=1, description="the sample is drawn from this many days ending with the partition")
-    bootstrap_samples: int = Field(default=1000, ge=100)
-    alpha: float = Field(default=0.05, gt=0, lt=1)
+    days_back: int = Field(default=1, ge=1, description="the sample is drawn from this many days ending with the partition")
+    bootstrap_samples: int = Field(default=2000, ge=100)
+    # A daily WARN at 5% would cry wolf every three weeks on unchanged traffic; 1% is about four times a year.
+    alpha: float = Field(default=0.01, gt=0, lt=1, description="false-alarm rate of the daily drift check")
     candidates: int = Field(default=15, ge=1)
 
 

@@ -16,8 +16,9 @@ The log has two periods:
 
 * 2026-11-10 .. 2026-11-25, the "normal" period: questions on the topics the
   corpus and the golden set cover, in many wordings (keywords, full
-  questions, typos, lowercase, long questions). Normal lines have no
-  ``_scenario`` field.
+  questions, typos, lowercase, long questions); GOLDEN_SHARE of them re-ask
+  a golden question in a user's own words (tools/query_log_paraphrases.json).
+  Normal lines have no ``_scenario`` field.
 * 2026-11-26 .. 2026-11-29, the "shift": about 40 % normal traffic plus three
   injected changes, each marked with ``_scenario``:
     - ``new_topic``     (~35 %) questions about "Tallyo Payroll", a new product
@@ -32,7 +33,7 @@ Seven malformed lines are written at fixed positions (see MALFORMED below and
 the README) so that a loader's error handling can be tested.
 
 Everything is generated with a seeded ``random.Random`` and the standard
-library only, so re-running the script rewrites byte-identical files:
+library only, from this script's pools, the golden set and the rewordings file, so re-running the script rewrites byte-identical files:
 
     python3 tools/make_query_log.py
 
@@ -50,6 +51,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = ROOT / "data" / "query_log"
+GOLDEN_SET = ROOT / "data" / "golden" / "golden_set.jsonl"
+PARAPHRASES = ROOT / "tools" / "query_log_paraphrases.json"
+
+# Share of normal-period queries that re-ask a golden question in other words. The golden set
+# was drawn from this traffic (popular questions recur), so before the shift it describes it;
+# the rest of normal traffic asks about other facts of the same documents.
+GOLDEN_SHARE = 0.6
 SEED = 20261147
 
 FIRST_DAY = dt.date(2026, 11, 10)
@@ -1247,16 +1255,37 @@ def session_size(rng: random.Random) -> int:
     return rng.choices([1, 2, 3, 4], weights=[55, 25, 13, 7], k=1)[0]
 
 
+def load_golden_rewordings() -> list[dict]:
+    """Golden cases with four user rewordings each (tools/query_log_paraphrases.json)."""
+    rewordings = json.loads(PARAPHRASES.read_text(encoding="utf-8"))
+    cases = [json.loads(line) for line in GOLDEN_SET.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [{"id": c["id"], "tenant": c["tenant"], "roles": c["roles"], "texts": rewordings[c["id"]]} for c in cases]
+
+
+def asks_as(user: dict, case: dict) -> bool:
+    """Could this user have asked the golden case's question (its tenant and audience)?"""
+    if user["tenant"] is None:
+        return case["tenant"] is None and "employee" in case["roles"]
+    return case["tenant"] in (None, user["tenant"]) and "customer" in case["roles"]
+
+
 class Generator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.used_sessions: set[str] = set()
+        self.golden = load_golden_rewordings()
 
     # ---- query text ----------------------------------------------------
 
     def normal_query(self, user: dict, day: dt.date, topic: str | None) -> tuple[str, str, str]:
         """Return (topic, text, template) for a normal-traffic query."""
         rng = self.rng
+        if (topic is None or topic.startswith("golden:")) and rng.random() < GOLDEN_SHARE:
+            case = rng.choice([c for c in self.golden if asks_as(user, c)])
+            text = rng.choice(case["texts"])
+            return f"golden:{case['id']}", vary(text, rng), text
+        if topic is not None and topic.startswith("golden:"):
+            topic = None
         if user["tenant"] is None:
             if topic is None:
                 if user["support"]:
@@ -1550,19 +1579,22 @@ weekends.
 
 ## Two periods
 
-- **2026-11-10 .. 2026-11-25 (normal).** Questions on the topics the corpus and the golden set
-  cover: plans and pricing, billing, refunds, error codes (TLY-4012, TLY-5003, TLY-61xx...), API
+- **2026-11-10 .. 2026-11-25 (normal).** The golden set was drawn from traffic like this, so
+  about {GOLDEN_SHARE:.0%} of normal queries re-ask a golden question in other words (four
+  hand-written rewordings per case, `tools/query_log_paraphrases.json`, by a user who could have
+  asked it: the case's tenant and audience). The rest ask about other facts of the same topics:
+  plans and pricing, billing, refunds, error codes (TLY-4012, TLY-5003, TLY-61xx...), API
   rate limits and keys, SSO and 2FA, export, retention and deletion, integrations, invoices,
   reminders, expense approvals, receipts, payouts, webhooks, CLI, SDK, security, roles; for
   employees parental leave, PTO, expenses and travel, remote work, laptops, security, on-call,
   incidents, benefits and reviews; for support staff the escalation runbook; plus tenant
-  questions on the Acme and Globex SSO and SLA pages, and a little noise ("hi", "test"). They are
-  paraphrases, not copies of the golden questions. A few are unanswerable from the corpus, as
-  in real traffic.
+  questions on the Acme and Globex SSO and SLA pages, and a little noise ("hi", "test"). A few
+  are unanswerable from the corpus, as in real traffic (one golden case asks about payroll in
+  Brazil before the product exists).
 - **2026-11-26 .. 2026-11-29 (shift).** About 40% normal traffic, plus three injected changes:
   - `new_topic`: the launch of **Tallyo Payroll** (running payroll, payslips, payroll tax
-    filings, contractors abroad, payroll calendar, direct deposit cutoffs). The corpus and the
-    golden set say nothing about payroll.
+    filings, contractors abroad, payroll calendar, direct deposit cutoffs). The corpus says
+    nothing about it; one unanswerable golden case asks whether payroll exists.
   - `deleted_page`: questions about the removed **Tallyo Classic invoice templates / legacy
     invoice designer** help page.
   - `new_phrasing`: long, chatty, multi-sentence messages from the new mobile app ("hey so I'm

@@ -59,7 +59,10 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     twin.set_ylabel("no-result rate")
     ax.set_title("Trend")
     ax.tick_params(axis="x", rotation=60, labelsize=7)
-    ax.legend()
+    # One legend for both axes: the no-result rate lives on the twin.
+    handles, labels = ax.get_legend_handles_labels()
+    twin_handles, twin_labels = twin.get_legend_handles_labels()
+    ax.legend(handles + twin_handles, labels + twin_labels, loc="upper left", fontsize=8)
     fig.suptitle(f"Drift report {report.day}: {'DRIFT' if report.drifted else 'no drift'}")
     fig.tight_layout()
     overview = folder / f"drift-{report.day}.png"
@@ -71,18 +74,22 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
         f"# Drift report {report.day}",
         "",
         f"- MMD² production vs golden **{report.distance:.4f}** against threshold {report.threshold:.4f} "
-        f"(calibrated on the golden set, 95th percentile of {len(report.null_distribution)} resamples): "
+        f"(calibrated on the golden set: the {report.quantile:.0%} quantile of {len(report.null_distribution)} resamples): "
         + ("**DRIFT**" if report.drifted else "no drift"),
         f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",
         *(f"- {key}: {value:.4f}" if isinstance(value, float) else f"- {key}: {value}" for key, value in measures.items()),
         "",
         f"![overview]({overview.name})",
         "",
-        "## Candidates for new golden cases (farthest from every golden question)",
+        "## Candidates for new golden cases",
         "",
-        "| distance | production query | nearest golden question |",
-        "|---|---|---|",
-        *(f"| {c['distance']:.3f} | {c['query']} | {c['nearest_golden']} |" for c in report.candidates),
+        "Ranked by excess density: how much more production traffic than golden cases surrounds the query",
+        "(the MMD witness). Distance: 1 - cosine to the nearest golden question.",
+        "",
+        "| excess density | distance | production query | nearest golden question |",
+        "|---|---|---|---|",
+        *(f"| {c['excess_density']:.3f} | {c['distance']:.3f} | {c['query']} | {c['nearest_golden']} |"
+          for c in report.candidates),
         "",
         "## Vocabulary unseen in the golden set",
         "",

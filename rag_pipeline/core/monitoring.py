@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core import sampling
-from rag_pipeline.core.drift import DriftReport, drift_report, topic_text
+from rag_pipeline.core.drift import DriftReport, drift_report
 from rag_pipeline.core.drift_plots import render
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.golden import load_golden_set
@@ -28,13 +29,18 @@ def no_result_threshold(store: DuckDBStore) -> tuple[float, str]:
     return float(json.loads(rows[0][1])["no_result_threshold"]), f"from evaluation {rows[0][0]}"
 
 
+def draw_sample(config: PipelineConfig, log: sampling.QueryLog, day: date) -> tuple[list[sampling.LoggedQuery], list[sampling.LoggedQuery]]:
+    """(the queries of the day's window, its deterministic tenant-stratified sample)."""
+    in_window = sampling.window(log.queries, day, config.monitoring.days_back)
+    return in_window, sampling.stratified_sample(in_window, config.monitoring.sample_size, seed=day.isoformat())
+
+
 def sample_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date) -> tuple[sampling.SampleReport, dict, sampling.QueryLog]:
     """Draw the day's deterministic sample, run it, store it; return the report, measures and log."""
     if config.monitoring.query_log is None:
         raise ValueError("no monitoring.query_log configured in the pipeline config")
     log = sampling.read_query_log(config.monitoring.query_log)
-    in_window = sampling.window(log.queries, day, config.monitoring.days_back)
-    sample = sampling.stratified_sample(in_window, config.monitoring.sample_size, seed=day.isoformat())
+    in_window, sample = draw_sample(config, log, day)
     threshold, _ = no_result_threshold(store)
     stale = {s["doc_id"] for source in config.sources
              for s in freshness_report(store, source, config.lifecycle.max_staleness_hours).stale}
@@ -45,22 +51,29 @@ def sample_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, d
     return report, measures, log
 
 
+def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries: Sequence[str],
+                 hit_docs: Sequence[Sequence[str]] = ()) -> DriftReport:
+    """The drift report of one day's sampled queries against the configured golden set."""
+    golden = load_golden_set(config.golden_set)
+    questions = [c.question for c in golden.cases]
+    # Encoded apart: batched with the day's queries, padding would nudge the golden vectors and
+    # with them the threshold, which must be the golden set's alone.
+    golden_vectors = embedder.encode(questions)
+    return drift_report(
+        day.isoformat(), queries, embedder.encode(list(queries)), questions,
+        [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],
+        golden_vectors, [c.gold_docs for c in golden.cases], hit_docs,
+        candidates=config.monitoring.candidates, bootstrap_samples=config.monitoring.bootstrap_samples,
+        alpha=config.monitoring.alpha,
+    )
+
+
 def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> tuple[DriftReport, Path, list[Path]]:
     """The day's sample against the golden set; the report and its plots are written to `folder`."""
     rows = store.sample_rows(day)
     if not rows:
         raise ValueError(f"no production sample for {day}: materialize production_sample for that day first")
-    golden = load_golden_set(config.golden_set)
-    questions = [c.question for c in golden.cases]
-    queries = [r["query"] for r in rows]
-    vectors = embedder.encode([topic_text(t) for t in queries + questions])
-    report = drift_report(
-        day.isoformat(), queries, vectors[: len(queries)], questions,
-        [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],
-        vectors[len(queries):], [c.gold_docs for c in golden.cases], [r["top_docs"] for r in rows],
-        candidates=config.monitoring.candidates, bootstrap_samples=config.monitoring.bootstrap_samples,
-        alpha=config.monitoring.alpha,
-    )
+    report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows])
     sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), {})
     store.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
                                          "drifted": report.drifted,

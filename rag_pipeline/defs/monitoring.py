@@ -70,7 +70,7 @@ def drift_report(
             "report": dg.MetadataValue.path(str(markdown)),
             "plot": dg.MetadataValue.path(str(pngs[0])),
             "overview": dg.MetadataValue.md(f"![drift]({pngs[0].as_uri()})"),
-            "candidates": dg.MetadataValue.md(markdown_table(report.candidates, ["distance", "query", "nearest_golden"])),
+            "candidates": dg.MetadataValue.md(markdown_table(report.candidates, ["excess_density", "distance", "query", "nearest_golden"])),
             "unseen_terms": ", ".join(t for t, _ in report.unseen_terms),
         }
     )
@@ -80,7 +80,7 @@ def drift_report(
         severity=dg.AssetCheckSeverity.WARN,
         description=(
             f"MMD² {report.distance:.4f} vs threshold {report.threshold:.4f} (calibrated on the golden set)"
-            + (f"; farthest: {report.candidates[0]['query']!r}" if report.drifted and report.candidates else "")
+            + (f"; top candidate: {report.candidates[0]['query']!r}" if report.drifted and report.candidates else "")
         ),
     )
 

@@ -64,17 +64,25 @@ def test_mmd_and_threshold_separate_a_new_cluster():
     assert len(null) == 300 and null == sorted(null)
 
 
-def test_candidates_are_the_queries_farthest_from_every_golden_case():
-    golden = np.eye(4)
-    production = np.array([[1, 0.1, 0, 0], [1, 1, 1, 1], [0, 1, 0.3, 0], [0, 0.2, 0, 1], [0, 0.2, 0, 1]], dtype=float)
-    queries = ["near a", "far from all", "near b", "near d", "NEAR D"]
-    report = drift_report("2026-11-29", queries, production, ["ga", "gb", "gc", "gd"], ["ga", "gb", "gc", "gd"],
-                          ["s1", "s1", "s2", "s2"], golden, [["x:1"]] * 5, bootstrap_samples=100)
-    assert report.candidates[0]["query"] == "far from all" and report.candidates[0]["nearest_golden"] in {"ga", "gb", "gc", "gd"}
-    distances = [c["distance"] for c in report.candidates]
-    assert distances == sorted(distances, reverse=True)
-    assert len(report.candidates) == 4  # the repeated query (any case) is listed once
-    assert report.slice_mix == {"s1": 3, "s2": 2}
+def test_candidates_put_a_topic_many_users_ask_above_one_odd_query():
+    rng = np.random.default_rng(1)
+    golden = np.eye(6)[:5]  # five golden topics; nothing in direction 6
+    new_topic = [np.eye(6)[5] + 0.1 * rng.normal(size=6) for _ in range(4)]
+    covered = [np.eye(6)[i] + 0.05 * rng.normal(size=6) for i in (0, 1, 2)]
+    odd = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 0.4])  # between two golden topics, alone
+    production = np.vstack([covered[0], new_topic[0], odd, covered[1], new_topic[1], new_topic[2],
+                            covered[2], new_topic[3], new_topic[3]])
+    queries = ["near a", "new 1", "odd one", "near b", "new 2", "new 3", "near c", "new 4", "NEW 4"]
+    report = drift_report("2026-11-29", queries, production, [f"g{i}" for i in range(5)], [f"g{i}" for i in range(5)],
+                          ["s1", "s1", "s2", "s2", "s2"], golden, [["x:1"]] * 5, bootstrap_samples=100)
+    ranked = [c["query"] for c in report.candidates]
+    assert set(ranked[:4]) == {"new 1", "new 2", "new 3", "new 4"}
+    assert ranked.index("odd one") < min(ranked.index(q) for q in ("near a", "near b", "near c"))
+    excess = [c["excess_density"] for c in report.candidates]
+    assert excess == sorted(excess, reverse=True)
+    assert len(ranked) == 8  # the repeated query (any case) is listed once
+    assert all(c["nearest_golden"] in {f"g{i}" for i in range(5)} for c in report.candidates)
+    assert sum(report.slice_mix.values()) == 9 and report.slice_mix["s1"] >= 2  # near a, near b
 
 
 def test_topic_text_keeps_what_is_asked_not_how():
