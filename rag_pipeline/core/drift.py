@@ -29,7 +29,6 @@ text of, its nearest golden question.
 
 from __future__ import annotations
 
-import math
 import random
 import re
 from collections import Counter
@@ -40,6 +39,7 @@ import numpy as np
 
 from rag_pipeline.core.embedding import normalise_rows
 from rag_pipeline.core.lexical import analyze
+from rag_pipeline.core.metrics import nearest_rank_quantile
 
 
 # Function and question words: phrasing, not topic.
@@ -96,17 +96,35 @@ def median_bandwidth(golden_vectors: np.ndarray) -> float:
 def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: int = 1000, alpha: float = 0.05,
                         seed: int = 0) -> tuple[float, list[float]]:
     """(threshold, null distribution): MMD² of random golden subsets of the sample's size against
-    the remaining golden questions; the threshold is the (1 - alpha) quantile."""
-    bandwidth = median_bandwidth(golden_vectors)
-    size = max(2, min(sample_size, len(golden_vectors) // 2))
+    the remaining golden questions; the threshold is the nearest-rank (1 - alpha) quantile.
+
+    The golden kernel matrix is computed once; each resample's block sums follow from the subset's
+    own block and the row sums (sum over the rest = total - 2 * subset rows + subset block), so a
+    resample costs O(size²), not O(golden²): large golden sets stay cheap.
+    """
+    kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / median_bandwidth(golden_vectors))
+    m = len(golden_vectors)
+    size = max(2, min(sample_size, m // 2))
+    rest = m - size
+    row_sums, total, diagonal = kernel.sum(1), kernel.sum(), np.diag(kernel)
     rng = random.Random(seed)
-    indexes = list(range(len(golden_vectors)))
+    indexes = list(range(m))
     null = []
     for _ in range(samples):
         rng.shuffle(indexes)
-        null.append(mmd2(golden_vectors[indexes[:size]], golden_vectors[indexes[size:]], bandwidth))
+        subset = np.array(indexes[:size])
+        within = kernel[np.ix_(subset, subset)].sum()
+        subset_rows = row_sums[subset].sum()
+        across = subset_rows - within
+        within_rest = total - 2 * subset_rows + within
+        diagonal_subset = diagonal[subset].sum()
+        null.append(float(
+            (within - diagonal_subset) / (size * (size - 1))
+            + (within_rest - (diagonal.sum() - diagonal_subset)) / (rest * (rest - 1))
+            - 2 * across / (size * rest)
+        ))
     null.sort()
-    return null[min(samples - 1, int(math.ceil((1 - alpha) * samples)) - 1)], null
+    return nearest_rank_quantile(null, 1 - alpha), null
 
 
 @dataclass

@@ -64,6 +64,22 @@ def test_mmd_and_threshold_separate_a_new_cluster():
     assert len(null) == 300 and null == sorted(null)
 
 
+def test_threshold_resamples_equal_the_direct_mmd_of_each_split():
+    """The block-sum shortcut of the calibration against mmd2 on the same random splits."""
+    import random
+
+    from rag_pipeline.core.drift import median_bandwidth
+
+    golden = np.random.default_rng(3).normal(size=(31, 8))
+    threshold, null = calibrate_threshold(golden, 9, samples=50, alpha=0.1, seed=7)
+    rng, indexes, direct = random.Random(7), list(range(31)), []
+    for _ in range(50):
+        rng.shuffle(indexes)
+        direct.append(mmd2(golden[indexes[:9]], golden[indexes[9:]], median_bandwidth(golden)))
+    assert np.allclose(null, sorted(direct), atol=1e-12)
+    assert threshold == sorted(direct)[44]  # nearest rank: the 45th of 50 for the 0.9 quantile
+
+
 def test_candidates_put_a_topic_many_users_ask_above_one_odd_query():
     rng = np.random.default_rng(1)
     golden = np.eye(6)[:5]  # five golden topics; nothing in direction 6
