@@ -4,6 +4,7 @@ be measured without reference answers."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -38,20 +39,29 @@ class QueryLog:
     files: int = 0
 
 
+def _timestamp(stamp: object) -> datetime:
+    """An ISO 8601 date-time (string or parsed by Parquet), or Unix epoch seconds or milliseconds."""
+    if isinstance(stamp, datetime):
+        return stamp
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+        # Epoch milliseconds pass 1e11 in 1973 as seconds would in 5138: the size tells them apart.
+        return datetime.fromtimestamp(stamp / 1000 if stamp > 1e11 else stamp, UTC)
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"field 'timestamp' is not an ISO date-time or epoch: {stamp!r}") from exc
+
+
 def _parse_line(raw: object, where: str) -> LoggedQuery:
     if not isinstance(raw, dict):
         raise ValueError("not a JSON object")
     query = raw.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ValueError("field 'query' missing or empty")
-    stamp = raw.get("timestamp")
-    try:
-        timestamp = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ValueError(f"field 'timestamp' is not an ISO date-time: {stamp!r}") from exc
+    timestamp = _timestamp(raw.get("timestamp"))
     roles = raw.get("roles") or []
     if isinstance(roles, str):
-        roles = [roles]
+        roles = [r.strip() for r in roles.split(",") if r.strip()]
     if not isinstance(roles, list):
         raise ValueError("field 'roles' must be a list")
     latency = raw.get("latency_ms")
@@ -68,34 +78,47 @@ def _parse_line(raw: object, where: str) -> LoggedQuery:
     )
 
 
+JSON_LINES_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
+
+
+def _read_json_line(log: QueryLog, line: bytes, name: str, number: int) -> None:
+    """Parse one line into the log, or record why it is malformed (bad bytes, bad JSON, bad fields)."""
+    try:
+        log.queries.append(_parse_line(json.loads(line.decode("utf-8")), f"{name}:{number}"))
+    except UnicodeDecodeError as exc:
+        log.malformed.append({"file": name, "line": number, "reason": f"not UTF-8 (byte {exc.start})"})
+    except json.JSONDecodeError as exc:
+        log.malformed.append({"file": name, "line": number, "reason": f"invalid JSON ({exc.msg})"})
+    except ValueError as exc:
+        log.malformed.append({"file": name, "line": number, "reason": str(exc)})
+
+
 def read_query_log(folder: Path) -> QueryLog:
-    """Every query in the folder's JSONL (and Parquet) files; malformed lines are counted and
-    reported with their file and line number, never fatal."""
+    """Every query in the folder's JSON-lines (.jsonl, .ndjson, optionally gzipped) and Parquet
+    files, subfolders included; malformed lines are counted and reported with their file and line
+    number, never fatal."""
     log = QueryLog(queries=[])
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"query log folder {folder} does not exist (monitoring.query_log in the config)")
-    for path in sorted(folder.iterdir()):
-        if path.suffix == ".jsonl":
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if path.name.endswith(JSON_LINES_SUFFIXES):
             log.files += 1
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-                if not line.strip():
-                    continue
-                where = f"{path.name}:{number}"
-                try:
-                    log.queries.append(_parse_line(json.loads(line), where))
-                except (json.JSONDecodeError, ValueError) as exc:
-                    reason = f"invalid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else str(exc)
-                    log.malformed.append({"file": path.name, "line": number, "reason": reason})
+            opener = gzip.open if path.name.endswith(".gz") else open
+            with opener(path, "rb") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if line.strip():
+                        _read_json_line(log, line, name, number)
         elif path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
             log.files += 1
             for number, record in enumerate(pq.read_table(path).to_pylist(), start=1):
                 try:
-                    log.queries.append(_parse_line(record, f"{path.name}:{number}"))
+                    log.queries.append(_parse_line(record, f"{name}:{number}"))
                 except ValueError as exc:
-                    log.malformed.append({"file": path.name, "line": number, "reason": str(exc)})
+                    log.malformed.append({"file": name, "line": number, "reason": str(exc)})
     log.queries.sort(key=lambda q: (q.timestamp, q.source))
     return log
 

@@ -31,6 +31,26 @@ def test_malformed_lines_are_counted_with_their_position(tmp_path):
     assert log.queries[1].latency_ms == 120 and log.queries[1].tenant is None
 
 
+def test_gzipped_nested_and_epoch_logs_are_read_and_bad_bytes_are_one_malformed_line(tmp_path):
+    import gzip
+
+    (tmp_path / "2026" / "11").mkdir(parents=True)
+    lines = [
+        json.dumps({"timestamp": 1_793_527_200, "query": "epoch seconds", "roles": "customer, admin"}).encode(),
+        b'{"timestamp": "2026-11-01T10:00:00Z", "query": "caf\xe9 bad bytes"}',  # Latin-1, not UTF-8
+        json.dumps({"timestamp": 1_793_527_200_000, "query": "epoch millis"}).encode(),
+    ]
+    with gzip.open(tmp_path / "2026" / "11" / "01.jsonl.gz", "wb") as handle:
+        handle.write(b"\n".join(lines) + b"\n")
+    (tmp_path / "extra.ndjson").write_text(_line("2026-11-02", "ndjson line") + "\n")
+    log = read_query_log(tmp_path)
+    assert [q.query for q in log.queries] == ["epoch seconds", "epoch millis", "ndjson line"]
+    assert log.queries[0].timestamp == log.queries[1].timestamp == datetime(2026, 11, 1, 10, 0)
+    assert log.queries[0].roles == ("customer", "admin")
+    assert log.malformed == [{"file": "2026/11/01.jsonl.gz", "line": 2, "reason": "not UTF-8 (byte 51)"}]
+    assert log.files == 2
+
+
 def _queries(n: int, tenants=("acme", "acme", "globex", None)) -> list[LoggedQuery]:
     return [LoggedQuery(datetime(2026, 11, 1 + i % 10, 9, i % 60), f"q{i}", tenants[i % len(tenants)], ("customer",))
             for i in range(n)]
