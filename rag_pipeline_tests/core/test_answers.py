@@ -64,7 +64,19 @@ def test_claim_support_proxy():
 
 
 def test_quantities_normalise_amounts_codes_and_percentages():
-    assert quantities("€1,000 fee, 2.5 % of TLY-4012 over 30 days") == ["€1000", "2.5%", "TLY-4012", "30"]
+    assert quantities("€1,000 fee, 2.5 % of TLY-4012 over 30 days") == ["EUR 1000", "2.5%", "TLY-4012", "30"]
+    assert quantities("EUR 55, 55€, 55 euros and 55.00 Euro") == ["EUR 55"]
+    assert quantities("$55 or £55, 5 percent, ERR_42, a top-10 list") == ["USD 55", "GBP 55", "5%", "ERR-42", "10"]
+
+
+def test_an_amount_matches_across_notations_but_not_across_currencies():
+    context = {"hb:expenses.md#3": "The daily meal allowance is €55 when travelling."}
+    same = check_answer(_answer("Meals are reimbursed up to 55 euros a day [hb:expenses.md#3]."), context, "€55 a day.", True)
+    assert same.faithful and same.missing_facts == []
+    bare = check_answer(_answer("Meals: up to 55 a day [hb:expenses.md#3]."), context, "€55 a day.", True)
+    assert bare.faithful and bare.missing_facts == []
+    other = check_answer(_answer("Meals are reimbursed up to $55 a day [hb:expenses.md#3]."), context, "€55 a day.", True)
+    assert other.unsupported_quantities == ["USD 55"] and other.missing_facts == ["EUR 55"]
 
 
 def test_extractive_generator_cites_its_sentences_and_abstains_under_the_threshold():
