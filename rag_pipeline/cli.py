@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 
 from rag_pipeline.config import ConfigError, PipelineConfig, load_config
@@ -301,9 +302,57 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0 if report.usable(policy.grader_false_pass_budgets)[0] else 1
 
 
+def _monitoring_day(config: PipelineConfig, day: str | None) -> str:
+    """The requested day, or the last day of the query log."""
+    from rag_pipeline.core.sampling import read_query_log
+
+    if day:
+        return date.fromisoformat(day).isoformat()
+    if config.monitoring.query_log is None:
+        raise ConfigError("no monitoring.query_log in the config: nothing to monitor")
+    log = read_query_log(config.monitoring.query_log)
+    if not log.queries:
+        raise ConfigError(f"the query log {config.monitoring.query_log} holds no valid query")
+    return log.queries[-1].timestamp.date().isoformat()
+
+
+def _print_monitoring(run) -> None:
+    """What the on-call person reads first: the sample's measures, the drift verdict, the candidates."""
+    if run.error:
+        print(f"monitoring FAILED: {run.error}")
+        return
+    m = run.metadata
+    print(f"sampled {m['sampled_queries']:.0f} of {m['window_queries']:.0f} queries | "
+          f"no-result rate {m.get('no_result_rate', float('nan')):.2f} | p95 latency {m.get('p95_latency_ms', float('nan')):.0f} ms | "
+          f"superseded hits {m.get('superseded_hit_share', 0.0):.2f} | stale hits {m.get('stale_hit_share', 0.0):.2f}")
+    drifted = not run.checks.get("drift_within_threshold", True)
+    print(f"drift: MMD² {m['mmd2_distance']:.4f} against the golden-calibrated threshold {m['drift_threshold']:.4f}: "
+          + ("DRIFT (WARN)" if drifted else "within threshold"))
+    print("\ncandidates for new golden cases:\n" + m["candidates"])
+    print(f"\nreport: {m['report']}")
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from rag_pipeline.runner import monitor
+
+    config, _ = _load(args)
+    day = _monitoring_day(config, args.day)
+    with _instance() as instance:
+        run = monitor(config, instance, day)
+    if args.json:
+        print(json.dumps({"day": day, "success": run.success, "checks": run.checks, "error": run.error,
+                          "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))}}, indent=2))
+    else:
+        print(f"== production monitoring, day {day}")
+        _print_monitoring(run)
+    if not run.success:
+        return 1
+    return 1 if args.fail_on_drift and not run.checks.get("drift_within_threshold", True) else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The whole pipeline on the bundled sample data, recorded in $DAGSTER_HOME for `make ui`."""
-    from rag_pipeline.runner import evaluate_golden, ingest
+    from rag_pipeline.runner import evaluate_golden, ingest, monitor
 
     config, overrides = _load(args)
     with _instance() as instance:
@@ -323,7 +372,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 print(f"report: {evaluation.report}")
                 print("\n== gate against the promoted baseline")
                 print(_demo_gate(config, evaluation.summary["eval_id"]))
-    ok = all(run.success for run in runs) and (evaluation is None or evaluation.success)
+        monitoring = None
+        if config.monitoring.query_log is not None and evaluation is not None and evaluation.success:
+            day = _monitoring_day(config, None)
+            print(f"\n== production monitoring of {config.monitoring.query_log}, day {day} (the log's last)")
+            monitoring = monitor(config, instance, day)
+            _print_monitoring(monitoring)
+    ok = (all(run.success for run in runs) and (evaluation is None or evaluation.success)
+          and (monitoring is None or monitoring.success))
     print("\ndemo " + ("succeeded" if ok else "FAILED") + "; `make ui` shows the runs, checks and metadata")
     return 0 if ok else 1
 
@@ -401,6 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
     calibration.add_argument("--policy")
     calibration.add_argument("--verdicts", help="human verdicts JSONL (default: grader_verdicts in the gate policy)")
     calibration.set_defaults(func=cmd_calibrate)
+
+    monitoring = sub.add_parser("monitor", help="sample a day of production queries and report drift against the golden set")
+    common(monitoring)
+    monitoring.add_argument("--day", help="YYYY-MM-DD (default: the last day of the query log)")
+    monitoring.add_argument("--fail-on-drift", action="store_true", help="exit 1 when the drift check warns")
+    monitoring.set_defaults(func=cmd_monitor)
 
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)

@@ -267,7 +267,8 @@ def _check_root_readable(source_id: str, root: Path) -> None:
             "nothing was deleted; fix the path in the config or remove the source"
         )
     if not root.is_dir():
-        raise SourceUnavailableError(f"source {source_id!r}: root {root} is not a folder; nothing was changed")
+        hint = "; for a BEIR corpus.jsonl set `kind: beir` on the source" if root.suffix == ".jsonl" else ""
+        raise SourceUnavailableError(f"source {source_id!r}: root {root} is not a folder; nothing was changed{hint}")
     if not os.access(root, os.R_OK | os.X_OK):
         raise SourceUnavailableError(f"source {source_id!r}: root {root} is not readable; nothing was changed")
 

@@ -71,10 +71,15 @@ def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries:
 def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> tuple[DriftReport, Path, list[Path]]:
     """The day's sample against the golden set; the report and its plots are written to `folder`."""
     rows = store.sample_rows(day)
-    if not rows:
+    sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), None)
+    if sample_measures is None:
         raise ValueError(f"no production sample for {day}: materialize production_sample for that day first")
+    if len(rows) < 2:
+        raise ValueError(
+            f"the production sample of {day} holds {len(rows)} queries (window of {config.monitoring.days_back} days in "
+            f"{config.monitoring.query_log}): too few to compare with the golden set; is the query log being written?"
+        )
     report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows])
-    sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), {})
     store.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
                                          "drifted": report.drifted,
                                          "no_result_rate": sample_measures.get("no_result_rate", float("nan"))})

@@ -13,12 +13,16 @@ from rag_pipeline.core.lifecycle import DeletionReport, FreshnessReport
 MAX_TABLE_ROWS = 50
 
 
+def _cell(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
 def markdown_table(rows: Sequence[Mapping], columns: Sequence[str], limit: int = MAX_TABLE_ROWS) -> str:
     if not rows:
         return "_none_"
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows[:limit]:
-        cells = [str(row.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in columns]
+        cells = [_cell(row.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
     if len(rows) > limit:
         lines.append(f"\n… and {len(rows) - limit} more")

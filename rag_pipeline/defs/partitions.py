@@ -7,4 +7,6 @@ source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 # Keys are golden-set revisions: the first 12 hex digits of the file's sha256.
 golden_partitions = dg.DynamicPartitionsDefinition(name="golden_revisions")
 # One partition per day of production traffic.
-daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", end_offset=1)
+# Starts early enough for real logs (a day before the start cannot be materialized); end_offset=1
+# makes today a partition too, so that a day can be watched while it fills.
+daily_partitions = dg.DailyPartitionsDefinition(start_date="2020-01-01", end_offset=1)

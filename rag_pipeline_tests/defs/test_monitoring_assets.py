@@ -36,3 +36,17 @@ def test_same_day_gives_the_same_sample_and_report(tmp_path, write_config):
     report = (tmp_path / "reports" / "drift-2026-11-20.md").read_text()
     assert "Candidates for new golden cases" in report and "![overview](drift-2026-11-20.png)" in report
     assert set(first.checks) == {"drift_within_threshold"}
+
+
+def test_a_day_without_traffic_fails_the_drift_step_with_the_reason(tmp_path, write_config):
+    root = tmp_path / "kb"
+    root.mkdir()
+    (root / "refunds.md").write_text("# Refunds\n\nRefunds are issued within 14 days.\n")
+    config = write_config({"kb": root}, golden_set=str(GOLDEN),
+                          monitoring={"query_log": str(QUERY_LOG), "bootstrap_samples": 200})
+    instance = dg.DagsterInstance.ephemeral()
+    assert ingest(config, instance)[0].success
+    run = monitor(config, instance, "2026-11-05")  # the sample log starts on 2026-11-10
+    assert not run.success
+    assert run.metadata["sampled_queries"] == 0  # the sample itself is recorded: zero queries that day
+    assert "drift_report" in run.error and "holds 0 queries" in run.error and "query log" in run.error

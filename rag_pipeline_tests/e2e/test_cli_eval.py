@@ -81,3 +81,33 @@ def test_beir_import_eval_search_promote_gate(tmp_path):
     assert "| recall_at_5 |" in out.stdout and "keep baseline — no significant gain" in out.stdout
     out = _cli("promote", "--config", str(config), cwd=tmp_path)
     assert out.returncode == 1 and "keep baseline" in out.stdout
+
+
+def test_monitor_reports_a_day_and_fails_on_drift_only_when_asked(tmp_path):
+    """A golden set about refunds and SSO; day one asks about those, day two about something else."""
+    dataset = _dataset(tmp_path / "tiny-beir")
+    config = tmp_path / "pipeline.yaml"
+    log = tmp_path / "log"
+    log.mkdir()
+    assert _cli("import-beir", str(dataset), "--name", "tiny", "--out", str(tmp_path / "golden.jsonl"), cwd=tmp_path).returncode == 0
+    ordinary = ["how long do refunds take", "okta saml login", "api requests per minute limit", "download invoices csv"]
+    shifted = ["kubernetes pod eviction", "helm chart rollback", "container image registry", "node autoscaling policy"]
+    for day, queries in (("2026-11-02", ordinary * 3), ("2026-11-03", shifted * 3)):
+        (log / f"{day}.jsonl").write_text("".join(
+            json.dumps({"timestamp": f"{day}T{9 + i % 8:02d}:00:00Z", "query": q, "tenant": None, "roles": ["customer"]}) + "\n"
+            for i, q in enumerate(queries)) + "{broken\n")
+    config.write_text(yaml.safe_dump({
+        "sources": [{"name": "tiny", "path": str(dataset / "corpus.jsonl"), "kind": "beir"}], "embedding": {"kind": "hashing"},
+        "storage": {"path": str(tmp_path / "index.duckdb")}, "golden_set": str(tmp_path / "golden.jsonl"),
+        "monitoring": {"query_log": str(log), "sample_size": 12, "bootstrap_samples": 200},
+    }))
+    assert _cli("ingest", "--config", str(config), cwd=tmp_path).returncode == 0
+    out = _cli("monitor", "--config", str(config), "--json", cwd=tmp_path)  # the log's last day by default
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["day"] == "2026-11-03" and report["checks"] == {"drift_within_threshold": False}
+    assert report["metadata"]["sampled_queries"] == 12 and report["metadata"]["malformed_lines"] == 2
+    assert _cli("monitor", "--config", str(config), "--fail-on-drift", cwd=tmp_path).returncode == 1
+    calm = _cli("monitor", "--config", str(config), "--day", "2026-11-02", "--fail-on-drift", cwd=tmp_path)
+    assert calm.returncode == 0, calm.stdout[-2000:] + calm.stderr[-2000:]
+    assert "within threshold" in calm.stdout and "candidates for new golden cases" in calm.stdout
