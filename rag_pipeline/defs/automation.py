@@ -1,7 +1,8 @@
 """Automation: the source-change sensor, the golden-evaluation sensor, the nightly schedule, the purge job."""
 
 import json
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -22,10 +23,13 @@ golden_eval_job = dg.define_asset_job(
     description="Validate one golden-set revision and evaluate retrieval on it.",
 )
 
+# A run tag naming the day an evaluation's monitoring run should sample (YYYY-MM-DD).
+MONITORING_DAY_TAG = "rag_pipeline/day"
+
 monitoring_job = dg.define_asset_job(
     "monitor_production",
     selection=dg.AssetSelection.groups("monitoring"),
-    description="Sample the day's production queries and compare them with the golden set.",
+    description="Sample a day's production queries and compare them with the golden set.",
 )
 
 
@@ -127,10 +131,16 @@ def nightly_full_suite(context: dg.ScheduleEvaluationContext, settings: Pipeline
     minimum_interval_seconds=60,
 )
 def monitoring_after_evaluation(context: dg.RunStatusSensorContext) -> dg.RunRequest:
-    """After a successful golden evaluation (the last step of the nightly suite), sample today's
-    production queries and write the drift report."""
-    day = context.dagster_run.tags.get("rag_pipeline/day") or datetime.now(UTC).strftime("%Y-%m-%d")
+    """After a successful golden evaluation (the last step of the nightly suite), sample the last
+    complete day of production queries and write the drift report."""
+    day = monitoring_day(context.dagster_run.tags, datetime.now(UTC))
     return dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:{context.dagster_run.run_id}")
+
+
+def monitoring_day(tags: Mapping[str, str], now: datetime) -> str:
+    """The day partition to monitor: the run's `rag_pipeline/day` tag when set, else the last
+    complete UTC day. (At 02:00 the current day holds two hours of traffic, not a day's.)"""
+    return tags.get(MONITORING_DAY_TAG) or (now.astimezone(UTC).date() - timedelta(days=1)).isoformat()
 
 
 automation_jobs = [ingest_sources_job, golden_eval_job, purge_removed_sources, monitoring_job]

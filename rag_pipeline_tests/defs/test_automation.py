@@ -99,3 +99,15 @@ def test_definitions_list_the_sensors_schedule_and_jobs(two_sources):
     assert {s.name for s in defs.schedules} == {"nightly_full_suite"}
     # (defs.get_repository_def() would leave Dagster's global load context bound to a test instance.)
     assert {j.name for j in defs.jobs} == {"ingest_sources", "evaluate_golden_revision", "purge_removed_sources", "monitor_production"}
+
+
+def test_the_nightly_monitoring_samples_the_last_complete_day():
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from rag_pipeline.defs.automation import MONITORING_DAY_TAG, monitoring_day
+
+    two_am = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+    assert monitoring_day({}, two_am) == "2026-11-29"
+    # The same instant seen from UTC+9 is still 11-30 02:00 UTC: the day is a UTC day.
+    assert monitoring_day({}, two_am.astimezone(timezone(timedelta(hours=9)))) == "2026-11-29"
+    assert monitoring_day({MONITORING_DAY_TAG: "2026-11-20"}, two_am) == "2026-11-20"
