@@ -102,8 +102,10 @@ def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: i
     own block and the row sums (sum over the rest = total - 2 * subset rows + subset block), so a
     resample costs O(size²), not O(golden²): large golden sets stay cheap.
     """
-    kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / median_bandwidth(golden_vectors))
     m = len(golden_vectors)
+    if m < 4:
+        raise ValueError(f"the golden set has {m} questions: at least 4 are needed to calibrate a drift threshold")
+    kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / median_bandwidth(golden_vectors))
     size = max(2, min(sample_size, m // 2))
     rest = m - size
     row_sums, total, diagonal = kernel.sum(1), kernel.sum(), np.diag(kernel)

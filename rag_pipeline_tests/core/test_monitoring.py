@@ -100,6 +100,11 @@ def test_threshold_resamples_equal_the_direct_mmd_of_each_split():
     assert threshold == sorted(direct)[44]  # nearest rank: the 45th of 50 for the 0.9 quantile
 
 
+def test_a_golden_set_too_small_to_calibrate_is_refused_with_its_size():
+    with pytest.raises(ValueError, match="has 3 questions"):
+        calibrate_threshold(np.eye(3), 10, samples=100)
+
+
 def test_candidates_put_a_topic_many_users_ask_above_one_odd_query():
     rng = np.random.default_rng(1)
     golden = np.eye(6)[:5]  # five golden topics; nothing in direction 6
