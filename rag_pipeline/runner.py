@@ -13,7 +13,7 @@ from rag_pipeline.core.store import DuckDBStore
 from rag_pipeline.core.golden import file_revision
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
-from rag_pipeline.defs.monitoring import monitoring_assets
+from rag_pipeline.defs.monitoring import DRIFT_CHECK, monitoring_assets
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -203,6 +203,11 @@ class MonitorRun:
     metadata: dict = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        """The drift check warned (False when it did not run)."""
+        return self.checks.get(DRIFT_CHECK) is False
 
 
 def monitor(

@@ -22,12 +22,13 @@ from rag_pipeline.core.lexical import analyze
 
 CLAIM_SUPPORT_SHARE = 0.6
 
-# Currency signs, ISO codes and words, each to its ISO code: "€55", "EUR 55" and "55 euros" are
-# one amount. Codes are listed (not any three capitals) so that "API 120" stays a plain number.
+# Currency signs, ISO codes and words (keys lower-case), each to its ISO code: "€55", "EUR 55" and
+# "55 euros" are one amount. Codes are listed (not any three capitals) so that "API 120" stays a
+# plain number.
 _CURRENCIES = {
     "€": "EUR", "$": "USD", "£": "GBP", "¥": "JPY", "euro": "EUR", "euros": "EUR", "dollar": "USD",
     "dollars": "USD", "pound": "GBP", "pounds": "GBP", "franc": "CHF", "francs": "CHF",
-    **{code: code for code in "EUR USD GBP CHF JPY CAD AUD NZD SEK NOK DKK PLN CZK HUF INR BRL MXN ZAR SGD HKD CNY".split()},
+    **{code.lower(): code for code in "EUR USD GBP CHF JPY CAD AUD NZD SEK NOK DKK PLN CZK HUF INR BRL MXN ZAR SGD HKD CNY".split()},
 }
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 _UNIT = "|".join(sorted((k for k in _CURRENCIES if k.isalpha()), key=len, reverse=True))
@@ -71,19 +72,15 @@ def parse_quantities(text: str) -> list[Quantity]:
         if match["code"]:
             quantity = Quantity("code", match["code"].upper().replace("_", "-"))
         elif match["pre"]:
-            quantity = Quantity(_CURRENCIES[_unit_key(match["pre"])], _canonical_number(match["pre_value"]))
+            quantity = Quantity(_CURRENCIES[match["pre"].lower()], _canonical_number(match["pre_value"]))
         elif match["percent"]:
             quantity = Quantity("%", _canonical_number(match["value"]))
         elif match["post"]:
-            quantity = Quantity(_CURRENCIES[_unit_key(match["post"])], _canonical_number(match["value"]))
+            quantity = Quantity(_CURRENCIES[match["post"].lower()], _canonical_number(match["value"]))
         else:
             quantity = Quantity("", _canonical_number(match["value"]))
         found[quantity] = None
     return list(found)
-
-
-def _unit_key(unit: str) -> str:
-    return unit if unit in _CURRENCIES else (unit.upper() if unit.upper() in _CURRENCIES else unit.lower())
 
 
 def quantities(text: str) -> list[str]:

@@ -94,7 +94,7 @@ def median_bandwidth(golden_vectors: np.ndarray) -> float:
 
 
 def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: int = 1000, alpha: float = 0.05,
-                        seed: int = 0) -> tuple[float, list[float]]:
+                        seed: int = 0, bandwidth: float | None = None) -> tuple[float, list[float]]:
     """(threshold, null distribution): MMD² of random golden subsets of the sample's size against
     the remaining golden questions; the threshold is the nearest-rank (1 - alpha) quantile.
 
@@ -105,7 +105,8 @@ def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: i
     m = len(golden_vectors)
     if m < 4:
         raise ValueError(f"the golden set has {m} questions: at least 4 are needed to calibrate a drift threshold")
-    kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / median_bandwidth(golden_vectors))
+    bandwidth = bandwidth if bandwidth is not None else median_bandwidth(golden_vectors)
+    kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / bandwidth)
     size = max(2, min(sample_size, m // 2))
     rest = m - size
     row_sums, total, diagonal = kernel.sum(1), kernel.sum(), np.diag(kernel)
@@ -170,8 +171,8 @@ def drift_report(
     """Production window against the golden set: distance and threshold, lengths, slice mix,
     unseen vocabulary, sources hit, and the candidates for new golden cases (by witness)."""
     index, distances = nearest(production_vectors, golden_vectors)
-    threshold, null = calibrate_threshold(golden_vectors, len(production_queries), bootstrap_samples, alpha)
     bandwidth = median_bandwidth(golden_vectors)
+    threshold, null = calibrate_threshold(golden_vectors, len(production_queries), bootstrap_samples, alpha, bandwidth=bandwidth)
     distance = mmd2(production_vectors, golden_vectors, bandwidth) if len(production_queries) > 1 else float("nan")
     excess = witness(production_vectors, golden_vectors, bandwidth)
     report = DriftReport(
