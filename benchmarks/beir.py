@@ -83,7 +83,7 @@ def main() -> int:
     timings["ingest_total_s"] = time.perf_counter() - started
     counts = {stage: report.counts for stage, report in reports.items()}
 
-    golden = load_golden_set(golden_path, served_hashes=store.document_hashes())
+    golden = load_golden_set(golden_path, served_hashes=store.document_hashes(), known_documents=store.document_history())
     results = {}
     for mode in ("dense", "bm25", "hybrid"):
         started = time.perf_counter()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from rag_pipeline.config import ConfigError, PipelineConfig, load_config
 from rag_pipeline.core.golden import GoldenSetError
+from rag_pipeline.core.render import printable
 
 if TYPE_CHECKING:  # the runner imports Dagster: only commands that run something pay for it
     from rag_pipeline.runner import MonitorRun
@@ -61,7 +62,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(json.dumps({"sources": {run.source_id: run.as_json() for run in runs}}, indent=2, default=str))
     else:
         print_ingest_summary(runs)
-    return 0 if all(run.success for run in runs) else 1
+    if not all(run.success for run in runs):
+        return 1
+    return 1 if args.fail_on_document_errors and any(run.failures for run in runs) else 0
 
 
 def print_ingest_summary(runs) -> None:
@@ -74,12 +77,12 @@ def print_ingest_summary(runs) -> None:
         print(run.source_id.ljust(width) + " " + " ".join(str(values.get(c, 0)).rjust(max(len(c), 5)) for c in SUMMARY_COLUMNS))
     for run in runs:
         for failure in run.failures:
-            print(f"  FAILED {failure['doc_id']} at {failure['stage']}: {failure['reason']}")
+            print(f"  FAILED {printable(failure['doc_id'])} at {failure['stage']}: {printable(failure['reason'])}")
         for check, passed in run.checks.items():
             if not passed:
-                print(f"  CHECK FAILED {run.source_id}: {check}")
+                print(f"  CHECK {'WARNED' if check in run.warnings else 'FAILED'} {run.source_id}: {check}")
         if run.error:
-            print(f"  RUN FAILED {run.source_id}: {run.error}")
+            print(f"  RUN FAILED {run.source_id}: {printable(run.error)}")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -93,7 +96,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print_ingest_summary(runs)
         evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides)
     if evaluation.error:
-        print(f"error: evaluation failed: {evaluation.error}", file=sys.stderr)
+        print(f"error: evaluation failed: {printable(evaluation.error)}", file=sys.stderr)
         return 1
     if args.trec_run:
         _write_trec_run(config, evaluation.summary["eval_id"], Path(args.trec_run))
@@ -102,7 +105,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold", "stale_cases")
         print(json.dumps({k: evaluation.summary.get(k) for k in keys}, indent=2, default=_json_number))
     else:
-        print(evaluation.golden_summary)
+        print(printable(evaluation.golden_summary))
         print(evaluation.slice_table)
         print(f"report: {evaluation.report}")
     ingestion_ok = all(r.success for r in runs)
@@ -140,10 +143,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in result.hits:
         where = " > ".join(hit.heading_path) or hit.title
         lines = f" lines {hit.line_start}-{hit.line_end}" if hit.line_start else ""
-        print(f"{hit.rank:>3}. {hit.score:.4f}  {hit.doc_id}{lines}  [{where}]")
-        print("      " + " ".join(hit.text.split())[:160])
+        print(f"{hit.rank:>3}. {hit.score:.4f}  {printable(hit.doc_id)}{lines}  [{printable(where)}]")
+        print("      " + printable(" ".join(hit.text.split())[:160]))
     for stage, hits in result.candidates.items():
-        print(f"  {stage}: " + ", ".join(f"{h.doc_id}#{h.rank}" for h in hits[:5]))
+        print(f"  {stage}: " + ", ".join(f"{printable(h.doc_id)}#{h.rank}" for h in hits[:5]))
     print("  latency ms: " + ", ".join(f"{k} {v:.1f}" for k, v in result.latency_ms.items()))
     print(f"  context: {result.context_tokens} words")
     return 0
@@ -323,7 +326,7 @@ def _monitoring_day(config: PipelineConfig, day: str | None) -> str:
 def _print_monitoring(run: MonitorRun) -> None:
     """What the on-call person reads first: the sample's measures, the drift verdict, the candidates."""
     if run.error:
-        print(f"monitoring FAILED: {run.error}")
+        print(f"monitoring FAILED: {printable(run.error)}")
         return
     m = run.metadata
     print(f"sampled {m['sampled_queries']:.0f} of {m['window_queries']:.0f} queries | "
@@ -367,9 +370,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"\n== golden evaluation of {config.golden_set}")
             evaluation = evaluate_golden(config, instance, overrides=overrides)
             if evaluation.error:
-                print(f"evaluation FAILED: {evaluation.error}")
+                print(f"evaluation FAILED: {printable(evaluation.error)}")
             else:
-                print(evaluation.golden_summary)
+                print(printable(evaluation.golden_summary))
                 print(evaluation.slice_table)
                 _print_answers(evaluation.summary.get("answers") or {})
                 print(f"report: {evaluation.report}")
@@ -398,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = sub.add_parser("ingest", help="ingest every configured source and report coverage")
     common(ingest)
+    ingest.add_argument("--fail-on-document-errors", action="store_true",
+                        help="exit 1 when any document failed (by default a failed document is a warning)")
     ingest.set_defaults(func=cmd_ingest)
 
     evaluate = sub.add_parser("eval", help="ingest, then evaluate retrieval on a golden set")

@@ -74,6 +74,18 @@ class ChunkingConfig(_Strict):
         return _fingerprint(self.model_dump(mode="json"))
 
 
+class DocumentLimits(_Strict):
+    """Per-document limits: a document over one fails alone, with the limit in its reason."""
+
+    max_file_mb: float = Field(default=50.0, gt=0, description="files larger than this are not read")
+    max_parse_seconds: float = Field(default=120.0, gt=0, description="the parser is stopped after this long")
+    max_text_chars: int = Field(default=2_000_000, ge=1, description="characters of text per document")
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 1024 * 1024)
+
+
 class SourceConfig(_Strict):
     """One configured source: a folder of files, or a BEIR-format corpus.jsonl."""
 
@@ -85,6 +97,9 @@ class SourceConfig(_Strict):
         default=(), description="glob patterns (relative POSIX paths) never treated as documents"
     )
     chunking: ChunkingConfig | None = Field(default=None, description="overrides the pipeline's chunking for this source")
+    # A link is read only when its target lies inside the source root (and then only once).
+    follow_symlinks: Literal["within_root", "never"] = "within_root"
+    limits: DocumentLimits = DocumentLimits()
 
     @property
     def source_id(self) -> str:

@@ -10,12 +10,13 @@ from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.coverage import coverage_report
 from rag_pipeline.core.locks import SourceBusyError, exclusive_source
 from rag_pipeline.core.store import DuckDBStore
-from rag_pipeline.core.golden import file_revision
+from rag_pipeline.core.golden import file_revision, load_golden_set
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
 from rag_pipeline.defs.monitoring import DRIFT_CHECK, monitoring_assets
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+from rag_pipeline.defs.runs import TRIGGER_TAG, process_tags
 
 # The counts the command line reports per source, and the asset each comes from.
 COUNT_SOURCES: dict[str, tuple[str, str]] = {
@@ -30,12 +31,14 @@ COUNT_SOURCES: dict[str, tuple[str, str]] = {
     "embedded": ("chunk_embeddings", "embedded"),
     "cache_hits": ("chunk_embeddings", "cache_hits"),
     "indexed": ("search_index", "indexed"),
-    "queryable": ("search_index", "queryable"),
+    "queryable": ("search_index", "queryable"),  # state: served documents proven queryable
+    "probed": ("search_index", "probed"),  # this run: documents whose queryable probe ran
 }
 
 
-# Dagster's console logger at WARNING: the command line prints its own summary.
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Dagster's console logger at ERROR: the command line prints its own summary (failed documents included).
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+CLI_TAGS = {TRIGGER_TAG: "cli"}
 
 
 @dataclass
@@ -48,10 +51,12 @@ class SourceRun:
     failures: list[dict] = field(default_factory=list)
     checks: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
+    # Checks that failed with severity WARN: shown, but they do not fail the run.
+    warnings: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict:
         return {**self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
-                "success": self.success, "error": self.error}
+                "warnings": self.warnings, "success": self.success, "error": self.error}
 
 
 def resources_for(
@@ -88,7 +93,7 @@ def ingest(
             with exclusive_source(config.storage.path, source_id):
                 result = dg.materialize(
                     ingestion_assets, instance=instance, resources=resources, partition_key=source_id,
-                    raise_on_error=False, run_config=QUIET_LOGS,
+                    raise_on_error=False, run_config=QUIET_LOGS, tags=CLI_TAGS | process_tags(),
                 )
         except SourceBusyError as busy:
             runs.append(SourceRun(source_id, False, error=str(busy)))
@@ -106,7 +111,7 @@ def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBS
     # Failures come from the ledger: it also holds earlier failures of documents not retried since.
     failures = coverage_report(store, source_id).failed
     success = result.success and not _failed_errors(result)
-    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result))
+    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result), _failed_warnings(result))
 
 
 def _materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
@@ -130,6 +135,13 @@ def _step_error(result: dg.ExecuteInProcessResult) -> str | None:
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
     return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def _failed_warnings(result: dg.ExecuteInProcessResult) -> list[str]:
+    return [
+        e.check_name for e in result.get_asset_check_evaluations()
+        if not e.passed and e.severity == dg.AssetCheckSeverity.WARN
+    ]
 
 
 def _failed_errors(result: dg.ExecuteInProcessResult) -> list[str]:
@@ -183,6 +195,7 @@ def evaluate_golden(
         partition_key=revision,
         raise_on_error=False,
         run_config=run_config,
+        tags=CLI_TAGS,
     )
     metadata = _materialized_metadata(result)
     run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result), error=_step_error(result))
@@ -191,7 +204,7 @@ def evaluate_golden(
     evaluation = metadata.get("golden_eval", {})
     run.slice_table = evaluation["slice_table"].value
     run.report = evaluation["report"].value
-    run.golden_summary = metadata["golden_set"]["summary"].value
+    run.golden_summary = load_golden_set(config.golden_set).summary()
     run.summary = DuckDBStore(config.storage.path).evaluation_summary(evaluation["eval_id"].value)
     return run
 
@@ -225,6 +238,7 @@ def monitor(
         partition_key=day,
         raise_on_error=False,
         run_config=QUIET_LOGS,
+        tags=CLI_TAGS,
     )
     metadata = {k: v.value for asset in _materialized_metadata(result).values() for k, v in asset.items()}
     return MonitorRun(day, result.success, metadata, _checks(result), _step_error(result))

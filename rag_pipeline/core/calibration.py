@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rag_pipeline.core.answer_checks import check_answer
 from rag_pipeline.core.answers import ABSTENTION, Answer, parse_citations
+from rag_pipeline.core.render import inline, table
 
 Grader = Callable[[dict], dict[str, bool]]
 
@@ -121,21 +122,18 @@ def calibrate(verdicts: list[dict], grader: Grader = deterministic_grader, name:
 
 def render_calibration(report: CalibrationReport, budgets: Mapping[str, float]) -> str:
     """Agreement, false-pass and false-fail rates by rubric and by slice, and whether it may gate."""
-    def fmt(v: float) -> str:
-        return "–" if v != v else f"{v:.2f}"
-
-    lines = [f"grader `{report.grader}` against human verdicts", "",
-             "| rubric | slice | verdicts | agreement | false-pass | false-fail | budget |", "|---|---|---|---|---|---|---|"]
-    for rubric, stats in sorted(report.by_rubric.items()):
+    def rates(name: str, slice_name: str, stats: RubricStats, budget: float | None) -> tuple:
         d = stats.as_dict()
-        budget = budgets.get(rubric)
-        lines.append(f"| {rubric} | all | {int(d['verdicts'])} | {fmt(d['agreement'])} | {fmt(d['false_pass_rate'])} | "
-                     f"{fmt(d['false_fail_rate'])} | {'' if budget is None else f'{budget:.2f}'} |")
-        for slice_name, rubrics in sorted(report.by_slice.items()):
-            if rubric in rubrics:
-                d = rubrics[rubric].as_dict()
-                lines.append(f"| {rubric} | {slice_name} | {int(d['verdicts'])} | {fmt(d['agreement'])} | "
-                             f"{fmt(d['false_pass_rate'])} | {fmt(d['false_fail_rate'])} | |")
+        return (name, slice_name, int(d["verdicts"]), d["agreement"], d["false_pass_rate"], d["false_fail_rate"], budget)
+
+    rows = []
+    for rubric, stats in sorted(report.by_rubric.items()):
+        rows.append(rates(rubric, "all", stats, budgets.get(rubric)))
+        rows += [rates(rubric, slice_name, rubrics[rubric], None)
+                 for slice_name, rubrics in sorted(report.by_slice.items()) if rubric in rubrics]
     usable, reasons = report.usable(budgets)
-    lines += ["", "may gate: yes" if usable else "may gate: NO — " + "; ".join(reasons)]
-    return "\n".join(lines)
+    return "\n".join([
+        f"grader {inline(report.grader)} against human verdicts", "",
+        table(rows, ["rubric", "slice", "verdicts", "agreement", "false-pass", "false-fail", "budget"], limit=None),
+        "", "may gate: yes" if usable else "may gate: NO — " + inline("; ".join(reasons)),
+    ])

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, replace
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import date
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
@@ -30,6 +32,7 @@ SIDECAR_SUFFIX = ".meta.yaml"
 FRONT_MATTER_TYPES = {"md", "txt"}
 _META_FIELDS = {f for f in DocumentMeta.__dataclass_fields__}
 _STATUSES = {"published", "draft", "superseded"}
+MAX_SIDECAR_BYTES = 1024 * 1024
 _VISIBILITIES = {"public", "internal"}
 
 
@@ -69,11 +72,20 @@ def split_front_matter(text: str) -> tuple[dict | None, str, int]:
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 where = f" at line {mark.line + 2}" if mark is not None else ""
-                raise ValueError(f"front matter is not valid YAML{where}: {exc}") from exc
+                raise ValueError(f"front matter is not valid YAML{where}: {yaml_problem(exc)}") from exc
             if not isinstance(data, dict):
                 raise ValueError("front matter must be a YAML mapping (key: value lines)")
             return data, "".join(lines[index + 1 :]), index + 1
     raise ValueError("front matter opened with '---' on line 1 but never closed")
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """The one-line gist of a YAML error (PyYAML's own text spans several lines with a caret)."""
+    problem = getattr(error, "problem", None)
+    context = getattr(error, "context", None)
+    if problem:
+        return f"{context}, {problem}" if context else problem
+    return " ".join(str(error).split())
 
 
 def build_meta(raw: Mapping | None, defaults: Mapping) -> DocumentMeta:
@@ -116,6 +128,14 @@ def meta_to_json(meta: DocumentMeta) -> str:
     return json.dumps(asdict(meta), sort_keys=True, default=str)
 
 
+def meta_from_json(text: str | None) -> DocumentMeta:
+    """The inverse of `meta_to_json` (for documents carried over from the committed manifest)."""
+    raw = json.loads(text) if text else {}
+    effective = raw.get("effective_date")
+    return DocumentMeta(**{**raw, "roles": tuple(raw.get("roles") or ()),
+                           "effective_date": date.fromisoformat(effective) if effective else None})
+
+
 _CODE_BLOCKS = re.compile(rb"<(pre|code)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
 _TEMPLATE_TAG = re.compile(rb"\{%-?\s*(if|for|block|extends|include|import|set|macro)\b")
 
@@ -125,15 +145,23 @@ def is_html_template(data: bytes) -> bool:
     return bool(_TEMPLATE_TAG.search(_CODE_BLOCKS.sub(b"", data)))
 
 
-def _read_meta(path: Path, file_type: str, data: bytes, defaults: Mapping) -> tuple[DocumentMeta, str | None]:
+def _read_meta(
+    tree: SourceTree, rel_path: str, file_type: str, data: bytes, defaults: Mapping
+) -> tuple[DocumentMeta, str | None]:
     """Metadata of one file from its sidecar or front matter; a problem becomes an error string."""
-    sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
+    sidecar = rel_path + SIDECAR_SUFFIX
     raw: dict | None = None
     try:
-        if sidecar.is_file():
-            loaded = yaml.safe_load(sidecar.read_text(encoding="utf-8")) or {}
+        if tree.exists(sidecar):
+            try:
+                text = tree.read(sidecar, MAX_SIDECAR_BYTES).decode("utf-8")
+            except DocumentReadError as exc:
+                raise ValueError(f"sidecar {PurePosixPath(sidecar).name}: {exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"sidecar {PurePosixPath(sidecar).name} is not valid UTF-8") from exc
+            loaded = yaml.safe_load(text) or {}
             if not isinstance(loaded, dict):
-                raise ValueError(f"sidecar {sidecar.name} must be a YAML mapping")
+                raise ValueError(f"sidecar {PurePosixPath(sidecar).name} must be a YAML mapping")
             raw = loaded
         elif file_type in FRONT_MATTER_TYPES:
             try:
@@ -142,7 +170,9 @@ def _read_meta(path: Path, file_type: str, data: bytes, defaults: Mapping) -> tu
                 text = ""  # the parser reports the encoding problem with its position
             raw, _, _ = split_front_matter(text)
         return build_meta(raw, defaults), None
-    except (ValueError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        return build_meta(None, defaults), f"metadata: sidecar is not valid YAML: {yaml_problem(exc)}"
+    except ValueError as exc:
         return build_meta(None, defaults), f"metadata: {exc}"
 
 
@@ -150,65 +180,277 @@ def _is_excluded(rel_path: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatch(rel_path, pattern) for pattern in patterns)
 
 
-def discover_files(
-    source_id: str, root: Path, defaults: Mapping | None = None, exclude: Iterable[str] = ()
-) -> list[DiscoveredFile]:
-    """Every file under `root`, in path order: supported documents and skipped files alike.
+class DocumentReadError(OSError):
+    """One document cannot be read safely; the message is the reason recorded in the ledger."""
 
-    Hidden folders (`.git`, `.cache`...) are not walked; hidden files are recorded as skipped.
-    Sidecar metadata files are consumed by their document, not listed on their own.
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One name under a source root, and what may be read for it.
+
+    `real_path` is the file to open (the target of a link inside the root); `skip_reason` marks
+    a name that is not a document (a link leaving the root, a folder link, a special file);
+    `error` a document that cannot be read (dangling link, permission denied, over the size limit).
     """
-    defaults = defaults or {}
-    _check_root_readable(source_id, root)
-    found: list[DiscoveredFile] = []
-    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise_walk_error(source_id)):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            rel_path = path.relative_to(root).as_posix()
-            if _is_excluded(rel_path, exclude):
-                continue
-            if name.endswith(SIDECAR_SUFFIX):
-                owner = path.with_name(name[: -len(SIDECAR_SUFFIX)])
-                if owner.exists():
-                    continue
-            found.append(describe_file(source_id, path, rel_path, defaults))
+
+    rel_path: str
+    real_path: Path | None
+    size: int = 0
+    mtime_ns: int = 0
+    link_target: str | None = None
+    skip_reason: str | None = None
+    error: str | None = None
+
+
+class SourceTree:
+    """Safe access to the files under one source root: nothing outside the root is ever opened.
+
+    Paths are resolved to real paths and checked against the real root; folders that are
+    symbolic links are never walked; a link to a file is followed only with
+    `follow_symlinks="within_root"` and only when its target lies inside the root; special files
+    (FIFOs, sockets, devices) are never opened; files over `max_file_bytes` are never read.
+    """
+
+    def __init__(
+        self, source_id: str, root: Path, follow_symlinks: str = "within_root",
+        max_file_bytes: int | None = None, exclude: Iterable[str] = (),
+    ) -> None:
+        self.source_id = source_id
+        self.configured_root = Path(root)
+        self.follow_symlinks = follow_symlinks
+        self.max_file_bytes = max_file_bytes
+        self.exclude = tuple(exclude)
+        self.root = Path(os.path.realpath(root))
+
+    def walk(self) -> tuple[list[TreeEntry], list[str]]:
+        """Every name under the root in path order, and the folders that could not be listed.
+
+        Hidden folders (`.git`, `.cache`...) are not walked. A link inside the root to a file that
+        is discovered under its own path is skipped as a duplicate, and several links to one
+        target are read once, through the first.
+        """
+        _check_root_readable(self.source_id, self.configured_root)
+        entries: list[TreeEntry] = []
+        unreadable: list[str] = []
+
+        def on_error(error: OSError) -> None:
+            if error.filename and Path(error.filename) != self.root:
+                unreadable.append(self._rel(Path(error.filename)))
+                return
+            raise SourceUnavailableError(
+                f"source {self.source_id!r}: cannot read {error.filename}: {error.strerror}; nothing was changed"
+            ) from error
+
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=on_error):
+            folder = Path(dirpath)
+            visible = sorted(d for d in dirnames if not d.startswith("."))
+            dirnames[:] = [d for d in visible if not (folder / d).is_symlink()]
+            for name in visible:
+                if (folder / name).is_symlink():
+                    rel = self._rel(folder / name)
+                    if not _is_excluded(rel, self.exclude):
+                        target = os.readlink(folder / name)
+                        entries.append(TreeEntry(rel, None, link_target=target,
+                                                 skip_reason=f"symbolic link to a folder ({target}): folders behind links are not walked"))
+            for name in sorted(filenames):
+                rel = self._rel(folder / name)
+                if not _is_excluded(rel, self.exclude):
+                    entries.append(self.resolve(rel))
+        return self._read_links_once(entries), sorted(unreadable)
+
+    def _rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def _read_links_once(self, entries: list[TreeEntry]) -> list[TreeEntry]:
+        regular = {e.rel_path for e in entries
+                   if e.link_target is None and e.real_path is not None and _is_document_name(e.rel_path)}
+        first_reader: dict[Path, str] = {}
+        result = []
+        for entry in entries:
+            if entry.link_target is not None and entry.real_path is not None and entry.error is None:
+                target_rel = self._rel(entry.real_path)
+                if target_rel in regular:
+                    entry = replace(entry, real_path=None,
+                                    skip_reason=f"symbolic link to {target_rel}, which is read under its own path")
+                elif entry.real_path in first_reader:
+                    entry = replace(entry, real_path=None, skip_reason=(
+                        f"symbolic link to {target_rel}, already read through {first_reader[entry.real_path]}"))
+                else:
+                    first_reader[entry.real_path] = entry.rel_path
+            result.append(entry)
+        return result
+
+    def resolve(self, rel_path: str) -> TreeEntry:
+        """What `rel_path` is, and which real file (if any) may be read for it."""
+        path = self.root / rel_path
+        # The walk never enters folders behind links; a folder swapped for a link since must not lead out.
+        if os.path.realpath(path.parent) != str(path.parent):
+            return TreeEntry(rel_path, None, error="a folder on its path became a symbolic link; not read")
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return TreeEntry(rel_path, None, error="the file vanished while the source was read")
+        except OSError as exc:
+            return TreeEntry(rel_path, None, error=f"cannot be read: {exc.strerror}")
+        if stat.S_ISLNK(st.st_mode):
+            return self._resolve_link(rel_path, path)
+        if not stat.S_ISREG(st.st_mode):
+            return TreeEntry(rel_path, None, skip_reason=f"not a regular file ({_file_kind(st.st_mode)}): never opened")
+        return self._sized(TreeEntry(rel_path, path, st.st_size, st.st_mtime_ns))
+
+    def _resolve_link(self, rel_path: str, path: Path) -> TreeEntry:
+        target = os.readlink(path)
+        if self.follow_symlinks == "never":
+            return TreeEntry(rel_path, None, link_target=target,
+                             skip_reason=f"symbolic link to {target} (follow_symlinks: never)")
+        try:
+            real = Path(os.path.realpath(path, strict=True))
+        except FileNotFoundError:
+            return TreeEntry(rel_path, None, link_target=target, error=f"dangling symbolic link to {target}: the target does not exist")
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return TreeEntry(rel_path, None, link_target=target, skip_reason=f"symbolic link loop ({target})")
+            return TreeEntry(rel_path, None, link_target=target, error=f"symbolic link to {target} cannot be resolved: {exc.strerror}")
+        if not real.is_relative_to(self.root):
+            return TreeEntry(rel_path, None, link_target=target,
+                             skip_reason=f"symbolic link to {real}, outside the source root: not read")
+        st = os.stat(real)
+        if not stat.S_ISREG(st.st_mode):
+            return TreeEntry(rel_path, None, link_target=target,
+                             skip_reason=f"symbolic link to {_file_kind(st.st_mode)} {self._rel(real) or '.'}: not read")
+        return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, link_target=target))
+
+    def _sized(self, entry: TreeEntry) -> TreeEntry:
+        if self.max_file_bytes is not None and entry.size > self.max_file_bytes:
+            return replace(entry, error=(
+                f"file is {_mb(entry.size)}, over the {_mb(self.max_file_bytes)} limit (limits.max_file_mb): "
+                "not read; raise the source's limit or remove the file"))
+        return entry
+
+    def exists(self, rel_path: str) -> bool:
+        return os.path.lexists(self.root / rel_path)
+
+    def read(self, rel_path: str, max_bytes: int | None = None) -> bytes:
+        """The bytes of one document, read through the same checks as the walk; DocumentReadError if not allowed."""
+        entry = self.resolve(rel_path)
+        if entry.skip_reason or entry.error or entry.real_path is None:
+            raise DocumentReadError(entry.error or entry.skip_reason or "not readable")
+        return self.read_entry(entry, max_bytes)
+
+    def read_entry(self, entry: TreeEntry, max_bytes: int | None = None) -> bytes:
+        limit = max_bytes if max_bytes is not None else self.max_file_bytes
+        try:
+            # O_NOFOLLOW: a file swapped for a link since it was resolved is refused;
+            # O_NONBLOCK: a file swapped for a FIFO cannot hang the run (and is refused below).
+            fd = os.open(entry.real_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise DocumentReadError("the file vanished while the source was read") from None
+        except PermissionError:
+            raise DocumentReadError("cannot be read: permission denied (check the file's owner and mode)") from None
+        except OSError as exc:
+            raise DocumentReadError(f"cannot be read: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise DocumentReadError(f"not a regular file ({_file_kind(st.st_mode)}): never read")
+            data = handle.read() if limit is None else handle.read(limit + 1)
+        if limit is not None and len(data) > limit:
+            raise DocumentReadError(f"file grew over the {_mb(limit)} limit (limits.max_file_mb) while it was read")
+        return data
+
+
+def _is_document_name(rel_path: str) -> bool:
+    """A name the walk treats as a document: not hidden, not a sidecar, of a supported type."""
+    name = PurePosixPath(rel_path).name
+    return not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX) and PurePosixPath(name).suffix.lower() in SUPPORTED_TYPES
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MB"
+
+
+def discover_files(
+    source_id: str, root: Path, defaults: Mapping | None = None, exclude: Iterable[str] = (),
+    follow_symlinks: str = "within_root", max_file_bytes: int | None = None,
+) -> list[DiscoveredFile]:
+    """Every name under `root`, in path order: supported documents, skipped and failed files alike.
+
+    Sidecar metadata files are consumed by their document, not listed on their own. A file that
+    cannot be read is a failed document of its own; the walk goes on.
+    """
+    tree = SourceTree(source_id, root, follow_symlinks, max_file_bytes, exclude)
+    entries, _ = tree.walk()
+    return describe_entries(tree, entries, defaults or {})
+
+
+def describe_entries(tree: SourceTree, entries: Sequence[TreeEntry], defaults: Mapping) -> list[DiscoveredFile]:
+    names = {e.rel_path for e in entries}
+    found = []
+    for entry in entries:
+        name = PurePosixPath(entry.rel_path).name
+        if name.endswith(SIDECAR_SUFFIX) and entry.rel_path[: -len(SIDECAR_SUFFIX)] in names:
+            continue
+        found.append(describe_entry(tree, entry, defaults))
     return found
 
 
-def describe_file(source_id: str, path: Path, rel_path: str, defaults: Mapping) -> DiscoveredFile:
-    data = path.read_bytes()
-    suffix = path.suffix.lower()
+def describe_entry(tree: SourceTree, entry: TreeEntry, defaults: Mapping) -> DiscoveredFile:
+    """Read (when allowed), hash and classify one entry; a read problem becomes the document's error."""
+    rel_path = entry.rel_path
+    name = PurePosixPath(rel_path).name
+    suffix = PurePosixPath(name).suffix.lower()
     file_type = SUPPORTED_TYPES.get(suffix, suffix.lstrip(".") or "none")
-    skip_reason = None
-    if path.name.endswith(SIDECAR_SUFFIX):
-        skip_reason = "metadata sidecar whose document does not exist"
-    elif path.name.startswith("."):
-        skip_reason = "hidden file"
-    elif suffix not in SUPPORTED_TYPES:
-        skip_reason = f"unsupported file type '{suffix or '(no extension)'}'"
-    elif file_type == "html" and is_html_template(data):
-        skip_reason = "HTML template (Jinja/Liquid tags), not a document"
-    meta, meta_error = (DocumentMeta(), None)
+    skip_reason = entry.skip_reason
     if skip_reason is None:
-        meta, meta_error = _read_meta(path, file_type, data, defaults)
+        if name.endswith(SIDECAR_SUFFIX):
+            skip_reason = "metadata sidecar whose document does not exist"
+        elif name.startswith("."):
+            skip_reason = "hidden file"
+        elif suffix not in SUPPORTED_TYPES:
+            skip_reason = f"unsupported file type '{suffix or '(no extension)'}'"
+    error = entry.error
+    data = b""
+    if skip_reason is None and error is None:
+        try:
+            data = tree.read_entry(entry)
+        except DocumentReadError as exc:
+            error = str(exc)
+    if skip_reason is None and error is None and file_type == "html" and is_html_template(data):
+        skip_reason = "HTML template (Jinja/Liquid tags), not a document"
+    meta, meta_error = DocumentMeta(), None
+    if skip_reason is None and error is None:
+        meta, meta_error = _read_meta(tree, rel_path, file_type, data, defaults)
+    # A file that was not read has no content hash; its size and time identify the failed version.
+    content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else f"unread:{entry.size}:{entry.mtime_ns}"
     return DiscoveredFile(
-        doc_id=make_doc_id(source_id, rel_path),
-        source_id=source_id,
+        doc_id=make_doc_id(tree.source_id, rel_path),
+        source_id=tree.source_id,
         rel_path=rel_path,
-        abs_path=str(path),
-        content_hash=sha256_bytes(data),
-        size=len(data),
+        abs_path=str(entry.real_path or tree.root / rel_path),
+        content_hash=content_hash,
+        size=entry.size,
         file_type=file_type,
         supported=skip_reason is None,
         skip_reason=skip_reason,
         meta=meta,
-        meta_error=meta_error,
+        error=error or meta_error,
+        mtime_ns=entry.mtime_ns,
     )
 
 
-def discover_beir_corpus(source_id: str, corpus_path: Path, defaults: Mapping | None = None) -> list[DiscoveredFile]:
-    """Each line of a BEIR `corpus.jsonl` (`_id`, `title`, `text`) is one document."""
+def discover_beir_corpus(
+    source_id: str, corpus_path: Path, defaults: Mapping | None = None, max_text_chars: int | None = None
+) -> list[DiscoveredFile]:
+    """Each line of a BEIR `corpus.jsonl` (`_id`, `title`, `text`) is one document; a bad line
+    (not JSON, not UTF-8, no `_id`, over the text limit) is a failed document of its own."""
     defaults = defaults or {}
     if not corpus_path.is_file():
         raise SourceUnavailableError(
@@ -216,30 +458,34 @@ def discover_beir_corpus(source_id: str, corpus_path: Path, defaults: Mapping | 
         )
     meta = build_meta(None, defaults)
     found: list[DiscoveredFile] = []
-    with corpus_path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
+
+    def failed(line_number: int, raw: bytes, reason: str) -> DiscoveredFile:
+        rel_path = f"line-{line_number}"
+        return DiscoveredFile(
+            doc_id=make_doc_id(source_id, rel_path), source_id=source_id, rel_path=rel_path,
+            abs_path=str(corpus_path), content_hash=sha256_bytes(raw), size=len(raw), file_type="beir",
+            supported=True, meta=meta, error=f"{corpus_path.name} line {line_number}: {reason}",
+        )
+
+    with corpus_path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if not raw.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(raw.decode("utf-8"))
                 corpus_id = str(record["_id"])
                 title = str(record.get("title") or "")
                 text = str(record.get("text") or "")
+            except UnicodeDecodeError:
+                found.append(failed(line_number, raw, "not valid UTF-8"))
+                continue
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                found.append(
-                    DiscoveredFile(
-                        doc_id=make_doc_id(source_id, f"line-{line_number}"),
-                        source_id=source_id,
-                        rel_path=f"line-{line_number}",
-                        abs_path=str(corpus_path),
-                        content_hash=sha256_bytes(line.encode()),
-                        size=len(line),
-                        file_type="beir",
-                        supported=True,
-                        meta=meta,
-                        meta_error=f"{corpus_path.name} line {line_number}: not a BEIR record ({exc})",
-                    )
-                )
+                found.append(failed(line_number, raw, f"not a BEIR record ({exc})"))
+                continue
+            if max_text_chars is not None and len(title) + len(text) > max_text_chars:
+                found.append(failed(line_number, raw, (
+                    f"record {corpus_id!r} holds {len(title) + len(text):,} characters, over the "
+                    f"{max_text_chars:,} limit (limits.max_text_chars)")))
                 continue
             payload = f"{title}\n{text}".encode()
             found.append(
@@ -271,15 +517,6 @@ def _check_root_readable(source_id: str, root: Path) -> None:
         raise SourceUnavailableError(f"source {source_id!r}: root {root} is not a folder; nothing was changed{hint}")
     if not os.access(root, os.R_OK | os.X_OK):
         raise SourceUnavailableError(f"source {source_id!r}: root {root} is not readable; nothing was changed")
-
-
-def _raise_walk_error(source_id: str):
-    def handler(error: OSError) -> None:
-        raise SourceUnavailableError(
-            f"source {source_id!r}: cannot read {error.filename}: {error.strerror}; nothing was changed"
-        ) from error
-
-    return handler
 
 
 def diff_manifest(
@@ -335,21 +572,24 @@ def source_fingerprint(root: Path, kind: str = "files") -> str:
     """A cheap fingerprint of a source's state from file names, sizes and modification times.
 
     Used by the change sensor to decide whether a source needs a run, without hashing contents
-    (discovery does that). A missing root has its own fingerprint, so the run that follows can
-    fail loudly instead of the sensor going quiet.
+    (discovery does that). Links are not followed (their own times count). A missing root has
+    its own fingerprint, so the run that follows can fail loudly instead of the sensor going quiet.
     """
     root = Path(root)
     if not root.exists():
         return "missing"
     digest = hashlib.sha256()
     if kind == "beir" or root.is_file():
-        stat = root.stat()
-        digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+        info = root.stat()
+        digest.update(f"{info.st_size}:{info.st_mtime_ns}".encode())
         return digest.hexdigest()[:16]
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            stat = path.stat()
-            digest.update(f"{path.relative_to(root).as_posix()}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue  # vanished between listing and stat: the next tick sees the new state
+            digest.update(f"{path.relative_to(root).as_posix()}:{info.st_size}:{info.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rag_pipeline.core.drift import DriftReport
+from rag_pipeline.core.render import inline, number, table
 
 
 def _pyplot():
@@ -77,7 +78,7 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
         f"(calibrated on the golden set: the {report.quantile:.0%} quantile of {len(report.null_distribution)} resamples): "
         + ("**DRIFT**" if report.drifted else "no drift"),
         f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",
-        *(f"- {key}: {value:.4f}" if isinstance(value, float) else f"- {key}: {value}" for key, value in measures.items()),
+        *(f"- {inline(key)}: {number(value, 4) if isinstance(value, float) else inline(value)}" for key, value in measures.items()),
         "",
         f"![overview]({overview.name})",
         "",
@@ -86,21 +87,18 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
         "Ranked by excess density: how much more production traffic than golden cases surrounds the query",
         "(the MMD witness). Distance: 1 - cosine to the nearest golden question.",
         "",
-        "| excess density | distance | production query | nearest golden question |",
-        "|---|---|---|---|",
-        *(f"| {c['excess_density']:.3f} | {c['distance']:.3f} | {c['query']} | {c['nearest_golden']} |"
-          for c in report.candidates),
+        table(report.candidates, ["excess_density", "distance", "query", "nearest_golden"],
+              headers=["excess density", "distance", "production query", "nearest golden question"], limit=None),
         "",
         "## Vocabulary unseen in the golden set",
         "",
-        ", ".join(f"{term} ({n})" for term, n in report.unseen_terms) or "_none_",
+        inline(", ".join(f"{term} ({n})" for term, n in report.unseen_terms)) or "_none_",
         "",
         "## Sources: most hit in production, golden cases per source",
         "",
-        "| source | top-1 hits | gold labels |",
-        "|---|---|---|",
-        *(f"| {s} | {report.sources_hit.get(s, 0)} | {report.golden_per_source.get(s, 0)} |"
-          for s in sorted(set(report.sources_hit) | set(report.golden_per_source))),
+        table([(s, report.sources_hit.get(s, 0), report.golden_per_source.get(s, 0))
+               for s in sorted(set(report.sources_hit) | set(report.golden_per_source))],
+              ["source", "top-1 hits", "gold labels"], limit=None),
     ]
     markdown = folder / f"drift-{report.day}.md"
     markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")

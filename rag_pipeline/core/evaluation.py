@@ -174,11 +174,31 @@ def evaluate(
     threshold, source = (no_result_threshold, "configured") if no_result_threshold is not None else calibrate_threshold(case_results)
     for c in case_results:
         c.abstained = c.best_score is None or c.best_score < threshold
+    _require_scored_cases(golden, case_results)
     evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold, source)
     if generator_for is not None:
         answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {}, claim_judge)
     aggregate(evaluation)
     return evaluation
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot produce a truthful number; the message says why and what to do."""
+
+
+def _require_scored_cases(golden: GoldenSet, results: Sequence[CaseResult]) -> None:
+    """Refuse an evaluation in which no case could be scored: its metrics would be empty, not zero."""
+    if any(r.scored for r in results):
+        return
+    stale = [r for r in results if r.stale_docs]
+    unanswerable = sum(1 for r in results if not r.case.answerable)
+    examples = "; ".join(f"{r.case.id}: {r.stale_docs[0]}" for r in stale[:3])
+    raise EvaluationError(
+        f"golden set {golden.path.name} (revision {golden.revision}): 0 of {len(results)} cases could be scored "
+        f"({len(stale)} stale, {unanswerable} unanswerable)"
+        + (f"; stale labels, e.g. {examples}" if stale else "")
+        + ". Ingest the sources the gold documents come from, or relabel the cases."
+    )
 
 
 def answer_cases(
@@ -356,7 +376,7 @@ def run_golden_evaluation(
     answers: AnswersConfig | None = None,
 ) -> tuple[GoldenSet, EvalResult]:
     """Load and validate the golden set against the index, evaluate, and persist the result."""
-    golden = load_golden_set(golden_path, served_hashes=store.document_hashes())
+    golden = load_golden_set(golden_path, served_hashes=store.document_hashes(), known_documents=store.document_history())
     index_state = {source_id: store.manifest_hash(source_id) for source_id in source_ids}
     retriever = Retriever(store, embedder, retrieval)
     result = evaluate(

@@ -18,6 +18,7 @@ from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.evaluation import EvalResult, run_golden_evaluation
 from rag_pipeline.core.gates import GatePolicy, GateResult, compare, paired_significance
 from rag_pipeline.core.ingestion import ingest_source
+from rag_pipeline.core.render import table
 from rag_pipeline.core.store import DuckDBStore
 
 # Each component is the set of config fields an experiment may change together.
@@ -151,15 +152,14 @@ def _answer_deltas(baseline: dict, candidate: dict, policy: GatePolicy) -> dict:
 def render_log(rows: list[dict], metrics: tuple[str, ...] = ("recall_at_5", "mrr_at_10", "ndcg_at_10")) -> str:
     """The experiment log as a markdown table: deltas with p-values, worst slice, decision."""
     header = ["id", "date", "component", "hypothesis", "change", *(f"Δ {m}" for m in metrics), "worst slice", "decision"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    cells = []
     for row in rows:
         change = ", ".join(f"{k}: {v[0]} → {v[1]}" for k, v in row["config_diff"].items())
-        cells = [row["experiment_id"], f"{row['created_at']:%Y-%m-%d}", row["component"] + (" (bundle)" if row["bundle"] else ""),
-                 row["hypothesis"], change]
+        line = [row["experiment_id"], f"{row['created_at']:%Y-%m-%d}", row["component"] + (" (bundle)" if row["bundle"] else ""),
+                row["hypothesis"], change]
         for metric in metrics:
             d = row["deltas"].get(metric)
-            cells.append("–" if d is None else f"{d['baseline']:.3f} → {d['candidate']:.3f} ({d['delta']:+.3f}, p={d['p']:.3f})")
+            line.append("–" if d is None else f"{d['baseline']:.3f} → {d['candidate']:.3f} ({d['delta']:+.3f}, p={d['p']:.3f})")
         worst = "–" if row["worst_slice"] is None else f"{row['worst_slice']} {row['worst_slice_delta']:+.3f}"
-        cells += [worst, row["decision"]]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
+        cells.append([*line, worst, row["decision"]])
+    return table(cells, header, limit=None, max_cell_chars=None, empty="_no experiments yet_")

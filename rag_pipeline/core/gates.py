@@ -17,6 +17,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rag_pipeline.core.render import Markdown, inline, table
+
 Severity = Literal["ERROR", "WARN"]
 
 
@@ -272,15 +274,16 @@ def _decide(result: GateResult, policy: GatePolicy) -> None:
 
 def render_gate(result: GateResult) -> str:
     """The gate's table and verdict, as printed by the command line and shown in Dagster."""
-    lines = ["| metric | baseline | candidate | delta | 95% CI | p | cases |", "|---|---|---|---|---|---|---|"]
-    for d in result.deltas:
-        lines.append(f"| {d.metric} | {d.baseline:.4f} | {d.candidate:.4f} | {d.delta:+.4f} | "
-                     f"[{d.ci_low:+.4f}, {d.ci_high:+.4f}] | {d.p_value:.3f} | {d.cases} |")
+    metric_rows = [
+        (d.metric, Markdown(f"{d.baseline:.4f}"), Markdown(f"{d.candidate:.4f}"), Markdown(f"{d.delta:+.4f}"),
+         Markdown(f"[{d.ci_low:+.4f}, {d.ci_high:+.4f}]"), Markdown(f"{d.p_value:.3f}"), d.cases)
+        for d in result.deltas
+    ]
+    lines = [table(metric_rows, ["metric", "baseline", "candidate", "delta", "95% CI", "p", "cases"], limit=None)]
     if result.slice_deltas:
-        lines += ["", "| slice | baseline | candidate | delta |", "|---|---|---|---|"]
-        for name, (b, c) in sorted(result.slice_deltas.items()):
-            lines.append(f"| {name} | {b:.3f} | {c:.3f} | {c - b:+.3f} |")
+        slice_rows = [(name, b, c, Markdown(f"{c - b:+.3f}")) for name, (b, c) in sorted(result.slice_deltas.items())]
+        lines += ["", table(slice_rows, ["slice", "baseline", "candidate", "delta"], limit=None)]
     lines.append("")
-    lines += [f"{f.severity}: {f.message}" for f in result.findings]
-    lines.append(result.decision)
+    lines += [f"{f.severity}: {inline(f.message)}" for f in result.findings]
+    lines.append(inline(result.decision))
     return "\n".join(lines)

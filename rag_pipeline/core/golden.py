@@ -8,6 +8,7 @@ One JSON object per line: `id`, `question`, `reference`, `gold_docs`, optional `
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections import Counter
@@ -81,12 +82,19 @@ def file_revision(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
-def load_golden_set(path: Path | str, served_hashes: Mapping[str, str] | None = None) -> GoldenSet:
+def load_golden_set(
+    path: Path | str,
+    served_hashes: Mapping[str, str] | None = None,
+    known_documents: Mapping[str, str | None] | None = None,
+) -> GoldenSet:
     """Parse and validate a golden set; raise GoldenSetError naming every bad line and field.
 
     When `served_hashes` is given (document id -> content hash of the indexed version), labels the
     index no longer supports are reported as stale on their cases, not as errors: the corpus
     moved, not the file. Stale cases are scored apart, never counted as misses.
+    When `known_documents` is given (every document id the ledger has ever seen -> its skip
+    reason, or None for a document), a gold or forbidden id that no source has ever held is an
+    error: a typo must not pass as "stale".
     """
     path = Path(path)
     if not path.is_file():
@@ -107,6 +115,9 @@ def load_golden_set(path: Path | str, served_hashes: Mapping[str, str] | None = 
             errors.append(f"{where}: expected a JSON object")
             continue
         case, problems = _parse_case(raw, line_number)
+        if case is not None and known_documents is not None:
+            problems = unknown_documents(case, known_documents)
+            case = None if problems else case
         errors.extend(f"{where}{'' if not raw.get('id') else ' (' + str(raw['id']) + ')'}: {p}" for p in problems)
         if case is None:
             continue
@@ -123,6 +134,28 @@ def load_golden_set(path: Path | str, served_hashes: Mapping[str, str] | None = 
     if served_hashes is not None:
         golden.stale = stale_labels(cases, served_hashes)
     return golden
+
+
+def unknown_documents(case: GoldenCase, known: Mapping[str, str | None]) -> list[str]:
+    """Problems with the document ids a case names: never held by any source, or not a document."""
+    problems = []
+    sources = {d.split(":", 1)[0] for d in known}
+    named = [("gold_docs", d) for d in case.gold_docs] + [("forbidden_docs", d) for d in case.forbidden_docs]
+    for field_name, doc_id in named:
+        if doc_id in known:
+            if known[doc_id] is not None:
+                problems.append(f"field '{field_name}': {doc_id!r} is not a document (skipped at discovery: {known[doc_id]})")
+            continue
+        source = doc_id.split(":", 1)[0] if ":" in doc_id else None
+        if source not in sources:
+            hint = f"no source {source!r} has been ingested" if source else "ids are <source>:<relative path>"
+            problems.append(f"field '{field_name}': {doc_id!r} is not a document any source has ever held ({hint}; "
+                            f"ingested: {', '.join(sorted(sources)) or 'none'})")
+            continue
+        close = difflib.get_close_matches(doc_id, [d for d in known if known[d] is None], n=1, cutoff=0.8)
+        suggestion = f"; did you mean {close[0]!r}?" if close else ""
+        problems.append(f"field '{field_name}': {doc_id!r} is not a document any source has ever held{suggestion}")
+    return problems
 
 
 def stale_labels(cases: Iterable[GoldenCase], served_hashes: Mapping[str, str]) -> dict[str, list[str]]:

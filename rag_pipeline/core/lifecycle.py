@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+
+import numpy as np
 
 from rag_pipeline.config import SourceConfig
 from rag_pipeline.core import discovery
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.golden import GoldenSet, stale_labels
 from rag_pipeline.core.lexical import analyze
-from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.models import DiscoveredFile, SearchFilters
 from rag_pipeline.core.store import DuckDBStore, utcnow
 
 # A deleted document must not come back from a search for its own text this deep.
@@ -39,13 +41,18 @@ class DeletionReport:
         return rows
 
 
-def deletion_report(store: DuckDBStore, source_id: str, embedder: Embedder, run_id: str | None = None) -> DeletionReport:
+def deletion_report(
+    store: DuckDBStore, source_id: str, embedder: Embedder, run_id: str | None = None,
+    probe_vectors: Mapping[str, np.ndarray] | None = None,
+) -> DeletionReport:
     """Nothing of a deleted document is left in any table, and retrieval cannot return it.
 
     Every tombstoned document of the source is checked against every table; those deleted in
     `run_id` (all, when None) are also searched for with their former title and opening text,
     with no filter, by both retrievers: neither may return them in the top 100. Orphan rows
     (a chunk without its document, a vector or posting without its chunk) fail the check too.
+    `probe_vectors` holds those texts already encoded (the switch encodes them before its
+    transaction); the rest are encoded with `embedder`.
     """
     tombstones = store.tombstones(source_id)
     report = DeletionReport(checked=[t["doc_id"] for t in tombstones])
@@ -53,9 +60,13 @@ def deletion_report(store: DuckDBStore, source_id: str, embedder: Embedder, run_
     report.orphans = store.orphans()
     probes = [t for t in tombstones if run_id is None or t["run_id"] == run_id]
     if probes:
-        queries = [f"{t['title']} {t['opening_text']}" for t in probes]
+        queries = [f"{t['title'] or ''} {t['opening_text'] or ''}" for t in probes]
+        known = probe_vectors or {}
+        missing = [q for t, q in zip(probes, queries) if t["doc_id"] not in known]
+        encoded = iter(embedder.encode(missing)) if missing else iter(())
+        vectors = np.stack([known[t["doc_id"]] if t["doc_id"] in known else next(encoded) for t in probes])
         unfiltered = SearchFilters(unrestricted=True)
-        dense = store.dense_search(embedder.encode(queries), DELETION_PROBE_DEPTH, unfiltered)
+        dense = store.dense_search(vectors, DELETION_PROBE_DEPTH, unfiltered)
         lexical = store.bm25_search([analyze(q) for q in queries], DELETION_PROBE_DEPTH, unfiltered, 0.9, 0.4)
         for tombstone, dense_hits, bm25_hits in zip(probes, dense, lexical):
             for name, hits in (("dense", dense_hits), ("bm25", bm25_hits)):
@@ -87,47 +98,59 @@ def freshness_report(
 ) -> FreshnessReport:
     """Is what the index serves what the source holds now?
 
-    A document is stale when its served content hash differs from the file's current hash, when
-    the file is gone but still served, or when a supported file was never indexed. Its age is the
-    time since the file last changed (for a vanished file: since the source's last successful run).
-    The check fails when the oldest unindexed change is older than `max_staleness_hours`.
+    A document is stale when its served content hash differs from the file's current hash (its
+    new version failed or was not indexed yet, or the file cannot be read now), when the file is
+    gone but still served, or when a supported file was never indexed and has no recorded
+    failure (a failed document that serves nothing is the failed-documents check's business).
+    Its age is the time since the file last changed (for a vanished file: since the source's
+    last successful run). The check fails when the oldest unindexed change is older than
+    `max_staleness_hours`.
     """
     now = now or utcnow()
     served = {d["doc_id"]: d for d in store.indexed_documents(source.source_id)}
+    failed = {d: r["content_hash"] for d, r in store.ledger_failures(source.source_id).items()}
     last_success = store.last_success(source.source_id)
     report = FreshnessReport(source.source_id, max_staleness_hours, indexed_documents=len(served))
     if last_success is not None:
         report.index_age_hours = (now - last_success).total_seconds() / 3600
     try:
-        current = _current_hashes(source)
+        current = _current_documents(source)
     except discovery.SourceUnavailableError as exc:
         report.stale = [{"doc_id": d, "reason": f"source unreadable: {exc}", "age_hours": report.index_age_hours or 0.0}
                         for d in served]
         return report
-    for doc_id, (content_hash, mtime) in current.items():
-        row = served.get(doc_id)
-        if row is not None and row["content_hash"] == content_hash:
+    for doc in current:
+        row = served.get(doc.doc_id)
+        if row is not None and row["content_hash"] == doc.content_hash:
             continue
-        reason = "never indexed" if row is None else "changed since it was indexed"
-        report.stale.append({"doc_id": doc_id, "reason": reason, "age_hours": max(0.0, (now - mtime).total_seconds() / 3600)})
-    for doc_id in sorted(set(served) - set(current)):
+        if row is None and (doc.error or failed.get(doc.doc_id) == doc.content_hash):
+            continue
+        if doc.error:
+            reason = f"cannot be read now ({doc.error}); the version indexed before is served"
+        else:
+            reason = "never indexed" if row is None else "changed since it was indexed"
+        modified = datetime.fromtimestamp(doc.mtime_ns / 1e9, UTC).replace(tzinfo=None) if doc.mtime_ns else now
+        report.stale.append({"doc_id": doc.doc_id, "reason": reason,
+                             "age_hours": max(0.0, (now - modified).total_seconds() / 3600)})
+    for doc_id in sorted(set(served) - {d.doc_id for d in current}):
         report.stale.append({"doc_id": doc_id, "reason": "deleted from the source but still served",
                              "age_hours": report.index_age_hours or 0.0})
     report.stale.sort(key=lambda s: -s["age_hours"])
     return report
 
 
-def _current_hashes(source: SourceConfig) -> dict[str, tuple[str, datetime]]:
-    """doc_id -> (content hash, last modification time) of the source's supported documents now."""
+def _current_documents(source: SourceConfig) -> list[DiscoveredFile]:
+    """The source's supported documents as they are now (hashes, modification times, read errors)."""
     root = Path(source.path)
     if source.kind == "beir":
-        modified = datetime.fromtimestamp(root.stat().st_mtime)
-        return {f.doc_id: (f.content_hash, modified) for f in discovery.discover_beir_corpus(source.source_id, root)}
-    files = discovery.discover_files(source.source_id, root, source.defaults.model_dump(), source.exclude)
-    return {
-        f.doc_id: (f.content_hash, datetime.fromtimestamp(Path(f.abs_path).stat().st_mtime))
-        for f in files if f.supported
-    }
+        modified = root.stat().st_mtime_ns
+        return [replace(f, mtime_ns=modified)
+                for f in discovery.discover_beir_corpus(source.source_id, root, max_text_chars=source.limits.max_text_chars)]
+    files = discovery.discover_files(
+        source.source_id, root, source.defaults.model_dump(), source.exclude, source.follow_symlinks,
+        source.limits.max_file_bytes,
+    )
+    return [f for f in files if f.supported]
 
 
 @dataclass

@@ -41,7 +41,9 @@ class DiscoveredFile:
     supported: bool
     skip_reason: str | None = None
     meta: DocumentMeta = DocumentMeta()
-    meta_error: str | None = None
+    # Why this document failed at discovery: bad metadata, unreadable, a dangling link, over a limit.
+    error: str | None = None
+    mtime_ns: int = 0
     # For records of a BEIR corpus, the text lives in the record rather than in a file of its own.
     inline_text: str | None = None
     inline_title: str | None = None

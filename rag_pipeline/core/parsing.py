@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import io
+import logging
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from html.parser import HTMLParser
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from rag_pipeline.core.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+_BUFFER_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
 # Heading categories of unstructured; everything else is body content under the current heading.
 _TITLE_CATEGORIES = {"Title"}
 _DROP_CATEGORIES = {"PageBreak", "Image", "Header", "Footer", "PageNumber"}
@@ -25,46 +29,102 @@ class ParseError(Exception):
 @lru_cache(maxsize=1)
 def parser_version() -> str:
     """Name and version of the parser, recorded in the ledger with every parsed document."""
-    from unstructured.__version__ import __version__
+    # From the installed distribution: importing unstructured itself costs seconds.
+    return f"unstructured {importlib.metadata.version('unstructured')}"
 
-    return f"unstructured {__version__}"
+
+@dataclass(frozen=True)
+class ParseJob:
+    """One document to parse: its bytes as discovered (hashed), and what the parser needs to know."""
+
+    doc_id: str
+    rel_path: str
+    file_type: str
+    data: bytes
+    content_hash: str
+    title: str | None = None
+    max_text_chars: int | None = None
 
 
-def parse_document(item: DiscoveredFile) -> ParsedDocument:
-    """Partition one discovered document into elements; raise ParseError with a reason."""
+def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> ParsedDocument:
+    """Parse one discovered document in this process (tests and tools; the pipeline isolates the
+    parser in a process of its own, see parse_worker)."""
     if item.file_type == "beir":
         return _parse_beir_record(item)
-    path = Path(item.abs_path)
-    data = path.read_bytes()
+    job = ParseJob(item.doc_id, item.rel_path, item.file_type, Path(item.abs_path).read_bytes(), item.content_hash,
+                   item.meta.title, max_text_chars)
+    return parse_job(job)
+
+
+def parse_job(job: ParseJob) -> ParsedDocument:
+    """Partition one document's bytes into elements; raise ParseError with a true reason."""
+    data = job.data
     if not data.strip():
         raise ParseError("empty file (0 bytes of text): add content or delete the file")
     line_offset = 0
     text: str | None = None
-    if item.file_type in ("md", "txt", "html"):
+    if job.file_type in ("md", "txt", "html"):
         text = _decode_text(data)
-        if item.file_type in FRONT_MATTER_TYPES:
+        if job.file_type in FRONT_MATTER_TYPES:
             try:
                 _, text, line_offset = split_front_matter(text)
             except ValueError as exc:
                 raise ParseError(f"front matter: {exc}") from exc
             if not text.strip():
                 raise ParseError("the file has front matter but no body text")
-    try:
-        raw_elements = _partition(item.file_type, path, text)
-    except ParseError:
-        raise
-    except Exception as exc:  # unstructured raises many types; the reason is what matters here
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ParseError(f"{item.file_type} parser failed: {type(exc).__name__}: {message}") from exc
-    elements = _to_elements(item.doc_id, raw_elements)
+        _check_text_length(len(text), job.max_text_chars)
+    with _ParserMessages() as messages:
+        try:
+            raw_elements = _partition(job.file_type, data, text)
+        except ParseError:
+            raise
+        except Exception as exc:  # unstructured raises many types; the reason is what matters here
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            # The parser read from memory: name the file where its message shows the buffer.
+            message = _BUFFER_REPR.sub(lambda _: job.rel_path, message)
+            raise ParseError(f"{job.file_type} parser failed: {type(exc).__name__}: {message}") from exc
+    elements = _to_elements(job.doc_id, raw_elements)
     if not elements:
-        raise ParseError("no text could be extracted (scanned image or empty layout?)")
+        said = "; ".join(messages.lines[:3])
+        raise ParseError(
+            f"no text could be extracted; the parser reported: {said}" if said
+            else "no text could be extracted: the document holds no text layer (a scanned image?) or only markup"
+        )
+    _check_text_length(sum(len(e.text) for e in elements), job.max_text_chars)
     if text is not None:
-        raw_lines = data.decode("utf-8").splitlines() if item.file_type == "html" else text.splitlines()
-        offset = 0 if item.file_type == "html" else line_offset
+        raw_lines = data.decode("utf-8").splitlines() if job.file_type == "html" else text.splitlines()
+        offset = 0 if job.file_type == "html" else line_offset
         elements = locate_lines(elements, raw_lines, offset)
-    title = item.meta.title or _first_title(elements) or Path(item.rel_path).stem
-    return ParsedDocument(item.doc_id, item.content_hash, parser_version(), title, tuple(elements))
+    title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
+    return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
+
+
+def _check_text_length(chars: int, limit: int | None) -> None:
+    if limit is not None and chars > limit:
+        raise ParseError(f"{chars:,} characters of text, over the {limit:,} limit (limits.max_text_chars)")
+
+
+class _ParserMessages(logging.Handler):
+    """Collects what the parser's libraries log at WARNING and above while one document is parsed
+    (pypdf says "invalid pdf header" where unstructured just returns no elements)."""
+
+    _IGNORED = ("Thank you for using Unstructured",)
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().strip()
+        if message and not message.startswith(self._IGNORED) and message not in self.lines:
+            self.lines.append(message.splitlines()[0][:300])
+
+    def __enter__(self) -> _ParserMessages:
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger().removeHandler(self)
 
 
 def _decode_text(data: bytes) -> str:
@@ -79,30 +139,50 @@ def _decode_text(data: bytes) -> str:
         ) from exc
 
 
-def _partition(file_type: str, path: Path, text: str | None) -> list:
+def warm_up(file_type: str) -> None:
+    """Import the partitioner of a file type, and for text formats run it once on a tiny page
+    (spaCy and language detection load on first use), so no document pays for it in its time limit."""
+    samples = {"md": "# Warm up\n\nA short sentence.\n", "txt": "A short sentence.\n",
+               "html": "<html><body><h1>Warm up</h1><p>A short sentence.</p></body></html>"}
+    if file_type in samples:
+        _partition(file_type, samples[file_type].encode(), samples[file_type])
+    elif file_type in ("pdf", "docx"):
+        _partitioner(file_type)
+
+
+def _partitioner(file_type: str):
     # unstructured's partitioners are imported lazily: they cost seconds and pull spaCy.
     if file_type == "md":
         from unstructured.partition.md import partition_md
 
-        return partition_md(text=text)
+        return partition_md
     if file_type == "html":
         from unstructured.partition.html import partition_html
 
-        return partition_html(text=text)
+        return partition_html
     if file_type == "txt":
         from unstructured.partition.text import partition_text
 
-        return partition_text(text=text)
+        return partition_text
     if file_type == "pdf":
         from unstructured.partition.pdf import partition_pdf
 
-        # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
-        return partition_pdf(filename=str(path), strategy="fast", languages=["eng"])
+        return partition_pdf
     if file_type == "docx":
         from unstructured.partition.docx import partition_docx
 
-        return partition_docx(filename=str(path))
+        return partition_docx
     raise ParseError(f"no parser for file type {file_type!r}")
+
+
+def _partition(file_type: str, data: bytes, text: str | None) -> list:
+    partition = _partitioner(file_type)
+    if file_type in ("md", "html", "txt"):
+        return partition(text=text)
+    if file_type == "pdf":
+        # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
+        return partition(file=io.BytesIO(data), strategy="fast", languages=["eng"])
+    return partition(file=io.BytesIO(data))
 
 
 def _to_elements(doc_id: str, raw_elements: Sequence) -> list[Element]:

@@ -1,58 +1,52 @@
-"""Rendering evaluation results: the slice table, failed cases with traces, TREC run files."""
+"""Rendering evaluation results: the slice table, failed cases with traces, the markdown report.
+
+Case ids, questions, slice names and document ids come from the golden set and the corpus, so
+every one goes through the renderer (`core/render.py`), which escapes them.
+"""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 
 from rag_pipeline.core.evaluation import EvalResult
+from rag_pipeline.core.render import Markdown, inline, number, safe_json, table
 
 SLICE_COLUMNS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10", "ndcg_at_10")
 
 
-def _fmt(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value:.3f}"
-
-
 def _count_or_rate(key: str, value: float) -> str:
-    return str(int(value)) if key.endswith(("cases", "abstained")) else _fmt(value)
+    return str(int(value)) if key.endswith(("cases", "abstained")) and not math.isnan(value) else number(value)
 
 
 def slice_table(result: EvalResult, columns: Sequence[str] = SLICE_COLUMNS) -> str:
     """Markdown table: one row per slice, then overall and weighted; answerable cases only in metrics."""
-    header = "| slice | cases | scored | " + " | ".join(columns) + " | abstain | leaks |"
-    lines = [header, "|" + "---|" * (len(columns) + 5)]
 
-    def row(name: str, values: dict, all_cases: float | str, extras: dict) -> str:
-        cells = [_fmt(values.get(c)) for c in columns]
-        abstain = _fmt(extras.get("abstain_rate")) if "abstain_rate" in extras else ""
-        leaks = str(int(extras["forbidden_leak_cases"])) if "forbidden_leak_cases" in extras else ""
-        scored = str(int(values.get("cases", 0)))
-        return f"| {name} | {all_cases} | {scored} | " + " | ".join(cells) + f" | {abstain} | {leaks} |"
+    def row(name: str, values: dict, all_cases: int, extras: dict) -> list:
+        abstain = number(extras["abstain_rate"]) if "abstain_rate" in extras else ""
+        leaks = int(extras["forbidden_leak_cases"]) if "forbidden_leak_cases" in extras else ""
+        return [name, all_cases, int(values.get("cases", 0)), *(values.get(c) for c in columns), abstain, leaks]
 
-    for name, values in result.by_slice.items():
-        lines.append(row(name, values, int(values.get("all_cases", 0)), values))
+    rows = [row(name, values, int(values.get("all_cases", 0)), values) for name, values in result.by_slice.items()]
     total = len(result.cases)
-    lines.append(row("**overall**", result.overall, total, {}))
-    lines.append(row("**weighted**", result.weighted, total, {}))
-    return "\n".join(lines)
+    rows.append(row(Markdown("**overall**"), result.overall, total, {}))
+    rows.append(row(Markdown("**weighted**"), result.weighted, total, {}))
+    return table(rows, ["slice", "cases", "scored", *columns, "abstain", "leaks"], limit=None)
+
+
+def _rank(rank: int | None) -> str:
+    return str(rank) if rank else "not in top 100"
 
 
 def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
     failed = [c for c in result.cases if c.failed]
-    if not failed:
-        return "_no failed cases_"
-    lines = ["| case | slice | first gold rank | gold | top 3 retrieved | forbidden retrieved |", "|---|---|---|---|---|---|"]
-    for c in failed[:limit]:
-        rank = str(c.first_gold_rank) if c.first_gold_rank else "not in top 100"
-        lines.append(
-            f"| {c.case.id} | {c.case.slice} | {rank} | {', '.join(c.case.gold_docs)} | "
-            f"{', '.join(c.ranked_docs[:3])} | {', '.join(c.forbidden_retrieved)} |"
-        )
-    return "\n".join(lines)
+    rows = [
+        {"case": c.case.id, "slice": c.case.slice, "first gold rank": _rank(c.first_gold_rank), "gold": c.case.gold_docs,
+         "top 3 retrieved": c.ranked_docs[:3], "forbidden retrieved": c.forbidden_retrieved}
+        for c in failed
+    ]
+    columns = ["case", "slice", "first gold rank", "gold", "top 3 retrieved", "forbidden retrieved"]
+    return table(rows, columns, limit=limit, empty="_no failed cases_")
 
 
 ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
@@ -66,31 +60,32 @@ def answer_section(result: EvalResult) -> list[str]:
     if not answers:
         return []
     columns = [c for c in ANSWER_COLUMNS if c in answers["overall"]]
-    lines = [
+    rows = [[name, *(values.get(c) for c in columns)]
+            for name, values in [*answers["by_slice"].items(), (Markdown("**overall**"), answers["overall"])]]
+    table_2x2 = answers["abstention"]
+    return [
         "## Answers", "",
-        f"generator `{answers['generator']}`, model `{answers['model']}`, prompt `{answers['prompt_version'] or '–'}`, "
-        f"settings {answers['settings']}; errored cases {answers['errored_cases']}; tokens "
-        f"{answers['prompt_tokens']} + {answers['completion_tokens']}, cost {answers['cost']:.4f}. "
-        "`answer_claim_support_proxy` is a lexical proxy, not an entailment judgement.", "",
-        "| slice | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 1),
+        f"generator {inline(answers['generator'])}, model {inline(answers['model'] or '–')}, prompt "
+        f"{inline(answers['prompt_version'] or '–')}, settings {inline(answers['settings'])}; errored cases "
+        f"{answers['errored_cases']}; tokens {answers['prompt_tokens']} + {answers['completion_tokens']}, cost "
+        f"{answers['cost']:.4f}. `answer_claim_support_proxy` is a lexical proxy, not an entailment judgement.", "",
+        table(rows, ["slice", *columns], limit=None), "",
+        table([["answered", table_2x2["answered_answerable"], table_2x2["answered_unanswerable"]],
+               ["abstained", table_2x2["abstained_answerable"], table_2x2["abstained_unanswerable"]]],
+              ["", "answerable", "unanswerable"], limit=None), "",
     ]
-    for name, values in [*answers["by_slice"].items(), ("**overall**", answers["overall"])]:
-        lines.append(f"| {name} | " + " | ".join(_fmt(values.get(c)) for c in columns) + " |")
-    table = answers["abstention"]
-    lines += ["", "|  | answerable | unanswerable |", "|---|---|---|",
-              f"| answered | {table['answered_answerable']} | {table['answered_unanswerable']} |",
-              f"| abstained | {table['abstained_answerable']} | {table['abstained_unanswerable']} |", ""]
-    return lines
 
 
 def render_markdown(result: EvalResult) -> str:
     """The full report: header, slice table, splits, unanswerable, failed cases and their traces."""
+    split_rows = [[s, int(v.get("cases", 0)), *(v.get(c) for c in SLICE_COLUMNS)] for s, v in result.by_split.items()]
     parts = [
-        f"# Golden evaluation `{result.eval_id}`",
+        f"# Golden evaluation {inline(result.eval_id)}",
         "",
-        f"- golden-set revision: `{result.revision}` · mode: `{result.mode}` · config fingerprint: `{result.config_fingerprint}`",
-        "- index state: " + ", ".join(f"`{s}`={h}" for s, h in sorted(result.index_state.items())),
-        f"- no-result threshold: {result.no_result_threshold:.4f} ({result.threshold_source})",
+        f"- golden-set revision: {inline(result.revision)} · mode: {inline(result.mode)} · config fingerprint: "
+        f"{inline(result.config_fingerprint)}",
+        "- index state: " + ", ".join(f"{inline(s)}={inline(h)}" for s, h in sorted(result.index_state.items())),
+        f"- no-result threshold: {result.no_result_threshold:.4f} ({inline(result.threshold_source)})",
         f"- latency: p50 {result.latency['p50_latency_ms']:.1f} ms, p95 {result.latency['p95_latency_ms']:.1f} ms; "
         f"context {result.latency['mean_context_tokens']:.0f} words per query",
         "",
@@ -103,10 +98,7 @@ def render_markdown(result: EvalResult) -> str:
         "",
         "## By split",
         "",
-        "| split | scored | " + " | ".join(SLICE_COLUMNS) + " |",
-        "|" + "---|" * (len(SLICE_COLUMNS) + 2),
-        *(f"| {s} | {int(v.get('cases', 0))} | " + " | ".join(_fmt(v.get(c)) for c in SLICE_COLUMNS) + " |"
-          for s, v in result.by_split.items()),
+        table(split_rows, ["split", "scored", *SLICE_COLUMNS], limit=None),
         "",
         "## Unanswerable, permissions, versions",
         "",
@@ -121,5 +113,5 @@ def render_markdown(result: EvalResult) -> str:
         "",
     ]
     for c in [c for c in result.cases if c.failed][:20]:
-        parts += [f"### {c.case.id}: {c.case.question}", "", "```json", json.dumps(c.trace, indent=1), "```", ""]
+        parts += [f"### {inline(c.case.id)}: {inline(c.case.question, 300)}", "", "```json", safe_json(c.trace), "```", ""]
     return "\n".join(parts)

@@ -33,8 +33,13 @@ from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, Hit, Parsed
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (
     source_id VARCHAR, doc_id VARCHAR, rel_path VARCHAR, content_hash VARCHAR, meta_json VARCHAR,
-    size BIGINT, file_type VARCHAR, supported BOOLEAN, skip_reason VARCHAR, meta_error VARCHAR,
-    discovered_at TIMESTAMP
+    size BIGINT, file_type VARCHAR, supported BOOLEAN, skip_reason VARCHAR, error VARCHAR,
+    discovered_at TIMESTAMP, mtime_ns BIGINT
+);
+CREATE TABLE IF NOT EXISTS discovery (
+    source_id VARCHAR, doc_id VARCHAR, rel_path VARCHAR, content_hash VARCHAR, meta_json VARCHAR,
+    size BIGINT, file_type VARCHAR, supported BOOLEAN, skip_reason VARCHAR, error VARCHAR,
+    discovered_at TIMESTAMP, mtime_ns BIGINT
 );
 CREATE TABLE IF NOT EXISTS parsed_docs (
     doc_id VARCHAR, source_id VARCHAR, content_hash VARCHAR, meta_json VARCHAR, title VARCHAR,
@@ -99,13 +104,28 @@ CREATE TABLE IF NOT EXISTS eval_cases (
 );
 CREATE TABLE IF NOT EXISTS source_runs (
     source_id VARCHAR, root VARCHAR, last_run_at TIMESTAMP, last_success_at TIMESTAMP,
-    manifest_hash VARCHAR, run_id VARCHAR
+    manifest_hash VARCHAR, run_id VARCHAR, last_failure VARCHAR, last_failure_at TIMESTAMP
 );
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER);
 """
+
+SCHEMA_VERSION = 2
+# Forward migrations: version -> statements that bring a file of that version to the next one.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 -> 2: the run protocol. The manifest becomes the committed one (written by the switch),
+    # discovery stages its own; sources remember why their last switch was refused.
+    1: (
+        "ALTER TABLE manifest RENAME COLUMN meta_error TO error",
+        "ALTER TABLE manifest ADD COLUMN mtime_ns BIGINT",
+        "INSERT INTO discovery SELECT * FROM manifest",
+        "ALTER TABLE source_runs ADD COLUMN last_failure VARCHAR",
+        "ALTER TABLE source_runs ADD COLUMN last_failure_at TIMESTAMP",
+    ),
+}
 
 # Tables whose rows belong to one source; a purge of the source clears them all.
 SOURCE_TABLES = (
-    "manifest", "parsed_docs", "elements", "staged_chunks", "staged_postings",
+    "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
     "documents", "chunks", "vectors", "postings", "source_runs",
 )
 # Tables holding something of a document (checked by the deletion check).
@@ -136,10 +156,15 @@ class DuckDBStore:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._initialised = False
+        self._active: duckdb.DuckDBPyConnection | None = None
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived connection; waits while another process holds DuckDB's file lock."""
+        """A short-lived connection (waiting while another process holds DuckDB's file lock), or,
+        inside `transaction()`, that transaction's connection."""
+        if self._active is not None:
+            yield self._active
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + _LOCK_WAIT_SECONDS
         delay = 0.05
@@ -154,16 +179,44 @@ class DuckDBStore:
                 delay = min(delay * 2, 2.0)
         try:
             if not self._initialised:
-                con.execute(SCHEMA)
+                _prepare_schema(con, self.path)
                 self._initialised = True
             yield con
         finally:
             con.close()
 
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All store calls inside the block share one transaction: committed together at its end,
+        rolled back together by an exception (or by the death of the process)."""
+        if self._active is not None:
+            raise RuntimeError("a store transaction is already open")
+        with self.connect() as con:
+            con.execute("BEGIN")
+            self._active = con
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            finally:
+                self._active = None
+
+    @contextmanager
+    def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection whose statements commit together: the open transaction's, or a new one."""
+        if self._active is not None:
+            yield self._active
+            return
+        with self.transaction() as con:
+            yield con
+
     # ---- manifest -------------------------------------------------------------------------
 
     def previous_manifest(self, source_id: str) -> dict[str, tuple[str, str]]:
-        """`doc_id -> (content hash, meta json)` of the source's supported documents at the last run."""
+        """`doc_id -> (content hash, meta json)` of the source's supported documents at the last
+        committed switch: what the index was built from, whatever later runs saw before they died."""
         with self.connect() as con:
             rows = con.execute(
                 "SELECT doc_id, content_hash, meta_json FROM manifest WHERE source_id = ? AND supported",
@@ -171,23 +224,49 @@ class DuckDBStore:
             ).fetchall()
         return {doc_id: (content_hash, meta_json) for doc_id, content_hash, meta_json in rows}
 
-    def write_manifest(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str]) -> None:
-        """Replace the source's manifest: every file found by this discovery, supported or not."""
+    def write_discovery(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str]) -> None:
+        """Replace the source's staged discovery: every name found, supported or not (staging only)."""
         now = utcnow()
         rows = [
             (f.source_id, f.doc_id, f.rel_path, f.content_hash, meta_json.get(f.doc_id, ""), f.size,
-             f.file_type, f.supported, f.skip_reason, f.meta_error, now)
+             f.file_type, f.supported, f.skip_reason, f.error, now, f.mtime_ns)
             for f in files
         ]
+        with self._write() as con:
+            con.execute("DELETE FROM discovery WHERE source_id = ?", [source_id])
+            _insert_rows(con, "discovery", rows)
+
+    def discovery_rows(self, source_id: str) -> list[dict]:
+        """The source's latest discovery (what the stages work towards)."""
         with self.connect() as con:
-            con.execute("BEGIN")
-            con.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
-            _insert_rows(con, "manifest", rows)
-            con.execute("COMMIT")
+            return _dicts(con.execute("SELECT * FROM discovery WHERE source_id = ? ORDER BY doc_id", [source_id]))
 
     def manifest_rows(self, source_id: str) -> list[dict]:
+        """The source's committed manifest (what the served index was built from)."""
         with self.connect() as con:
             return _dicts(con.execute("SELECT * FROM manifest WHERE source_id = ? ORDER BY doc_id", [source_id]))
+
+    def commit_manifest(self, source_id: str) -> None:
+        """The staged discovery becomes the committed manifest (part of the switch)."""
+        with self._write() as con:
+            con.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
+            con.execute("INSERT INTO manifest SELECT * FROM discovery WHERE source_id = ?", [source_id])
+
+    def leaving_documents(self, source_id: str) -> list[dict]:
+        """Served documents the latest discovery no longer holds: `doc_id`, `title`,
+        `opening_text` (first chunk) and `text_hashes`; what their tombstones and probes need."""
+        with self.connect() as con:
+            return _dicts(con.execute(
+                """
+                SELECT c.doc_id, any_value(c.title) AS title, arg_min(c.text, c.ordinal) AS opening_text,
+                       list(DISTINCT c.text_hash ORDER BY c.text_hash) AS text_hashes
+                FROM chunks c
+                WHERE c.source_id = ?
+                  AND c.doc_id NOT IN (SELECT doc_id FROM discovery WHERE source_id = ? AND supported)
+                GROUP BY c.doc_id ORDER BY c.doc_id
+                """,
+                [source_id, source_id],
+            ))
 
     # ---- parsing --------------------------------------------------------------------------
 
@@ -209,14 +288,12 @@ class DuckDBStore:
             for doc, _ in docs for e in doc.elements
         ]
         doc_rows = [(d.doc_id, source_id, d.content_hash, meta, d.title, d.parser_version, now) for d, meta in docs]
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             con.execute("CREATE OR REPLACE TEMP TABLE replaced AS SELECT unnest(?::VARCHAR[]) AS doc_id", [[d.doc_id for d, _ in docs]])
             con.execute("DELETE FROM elements WHERE doc_id IN (SELECT doc_id FROM replaced)")
             con.execute("DELETE FROM parsed_docs WHERE doc_id IN (SELECT doc_id FROM replaced)")
             _insert_rows(con, "elements", element_rows)
             _insert_rows(con, "parsed_docs", doc_rows)
-            con.execute("COMMIT")
 
     def load_parsed(self, doc_ids: Sequence[str]) -> list[ParsedDocument]:
         if not doc_ids:
@@ -266,8 +343,7 @@ class DuckDBStore:
             for _, content_hash, chunks, _ in docs for c in chunks
         ]
         posting_rows = [(chunk_id, source_id, term, tf) for *_, postings in docs for chunk_id, term, tf in postings]
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             con.execute("CREATE OR REPLACE TEMP TABLE replaced AS SELECT unnest(?::VARCHAR[]) AS doc_id", [[d[0] for d in docs]])
             con.execute(
                 "DELETE FROM staged_postings WHERE chunk_id IN "
@@ -276,14 +352,12 @@ class DuckDBStore:
             con.execute("DELETE FROM staged_chunks WHERE doc_id IN (SELECT doc_id FROM replaced)")
             _insert_rows(con, "staged_chunks", chunk_rows)
             _insert_rows(con, "staged_postings", posting_rows)
-            con.execute("COMMIT")
 
     def drop_staged_documents(self, doc_ids: Sequence[str]) -> None:
         """Remove deleted documents from every staging table."""
         if not doc_ids:
             return
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             con.execute("CREATE OR REPLACE TEMP TABLE gone AS SELECT unnest(?::VARCHAR[]) AS doc_id", [list(doc_ids)])
             con.execute(
                 "DELETE FROM staged_postings WHERE chunk_id IN "
@@ -291,7 +365,6 @@ class DuckDBStore:
             )
             for table in ("staged_chunks", "elements", "parsed_docs"):
                 con.execute(f"DELETE FROM {table} WHERE doc_id IN (SELECT doc_id FROM gone)")
-            con.execute("COMMIT")
 
     # ---- embedding ------------------------------------------------------------------------
 
@@ -356,40 +429,37 @@ class DuckDBStore:
 
     # ---- publishing -----------------------------------------------------------------------
 
-    def publish_source(self, source_id: str, identity: str) -> dict[str, int]:
-        """Replace the served rows of one source with its staged state, in one transaction.
+    def replace_served(self, source_id: str, identity: str) -> dict[str, int]:
+        """Replace the served rows of one source with its staged state (call inside `transaction()`).
 
-        Only documents whose every staged chunk has a cached vector are published; the rest keep
-        their previously served version, so a failed stage never removes what was searchable.
+        A document is published when its staged version is the one discovery found (same content
+        hash and metadata) and every staged chunk has a cached vector; a document still in the
+        source but not ready keeps its previously served version, so a failed stage never removes
+        what was searchable; a document no longer in the source leaves the index.
         """
-        with self.connect() as con:
-            con.execute("BEGIN")
-            try:
-                counts = self._publish(con, source_id, identity)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-        return counts
+        with self._write() as con:
+            return self._publish(con, source_id, identity)
 
     def _publish(self, con: duckdb.DuckDBPyConnection, source_id: str, identity: str) -> dict[str, int]:
         con.execute(
             """
             CREATE OR REPLACE TEMP TABLE ready AS
             SELECT s.doc_id FROM staged_chunks s
+            JOIN discovery m ON m.doc_id = s.doc_id AND m.content_hash = s.content_hash AND m.error IS NULL
+            JOIN parsed_docs p ON p.doc_id = s.doc_id AND p.content_hash = m.content_hash AND p.meta_json = m.meta_json
             LEFT JOIN embedding_cache c ON c.identity = ? AND c.text_hash = s.text_hash
             WHERE s.source_id = ?
             GROUP BY s.doc_id HAVING count(*) = count(c.text_hash)
             """,
             [identity, source_id],
         )
-        # Documents still in the manifest but not ready keep their served rows untouched.
+        # Documents still in the source but not ready keep their served rows untouched.
         con.execute(
             """
             CREATE OR REPLACE TEMP TABLE keep_old AS
             SELECT d.doc_id FROM documents d
             WHERE d.source_id = ? AND d.doc_id NOT IN (SELECT doc_id FROM ready)
-              AND d.doc_id IN (SELECT doc_id FROM manifest WHERE source_id = ? AND supported)
+              AND d.doc_id IN (SELECT doc_id FROM discovery WHERE source_id = ? AND supported)
             """,
             [source_id, source_id],
         )
@@ -412,7 +482,7 @@ class DuckDBStore:
                    p.parser_version,
                    (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = p.doc_id),
                    now()
-            FROM parsed_docs p JOIN ready USING (doc_id) JOIN manifest m USING (doc_id)
+            FROM parsed_docs p JOIN ready USING (doc_id) JOIN discovery m USING (doc_id)
             """
         )
         con.execute(
@@ -442,27 +512,17 @@ class DuckDBStore:
         kept = con.execute("SELECT count(*) FROM keep_old").fetchall()[0][0]
         return {"indexed": int(indexed), "kept_previous": int(kept)}
 
-    def record_tombstones(self, source_id: str, run_id: str) -> list[str]:
-        """Remember the served documents about to leave the index (title, opening text, text hashes),
-        so that their deletion can be proven afterwards; returns their ids."""
-        with self.connect() as con:
-            rows = con.execute(
-                """
-                SELECT c.doc_id, any_value(c.title),
-                       arg_min(c.text, c.ordinal), list(DISTINCT c.text_hash)
-                FROM chunks c
-                WHERE c.source_id = ?
-                  AND c.doc_id NOT IN (SELECT doc_id FROM staged_chunks WHERE source_id = ?)
-                  AND c.doc_id NOT IN (SELECT doc_id FROM manifest WHERE source_id = ? AND supported)
-                GROUP BY c.doc_id
-                """,
-                [source_id, source_id, source_id],
-            ).fetchall()
-            if rows:
-                now = utcnow()
-                con.execute("DELETE FROM tombstones WHERE list_contains(?::VARCHAR[], doc_id)", [[r[0] for r in rows]])
-                _insert_rows(con, "tombstones", [(d, source_id, t, o, h, now, run_id) for d, t, o, h in rows])
-        return [r[0] for r in rows]
+    def record_tombstones(self, source_id: str, leaving: Sequence[dict], run_id: str) -> None:
+        """Remember documents about to leave the index (title, opening text, text hashes), so that
+        their deletion can be proven afterwards."""
+        if not leaving:
+            return
+        now = utcnow()
+        with self._write() as con:
+            con.execute("DELETE FROM tombstones WHERE list_contains(?::VARCHAR[], doc_id)", [[d["doc_id"] for d in leaving]])
+            _insert_rows(con, "tombstones", [
+                (d["doc_id"], source_id, d["title"], d["opening_text"], list(d["text_hashes"]), now, run_id) for d in leaving
+            ])
 
     def tombstones(self, source_id: str, run_id: str | None = None) -> list[dict]:
         """Deleted documents of a source that have not come back (optionally: deleted in one run)."""
@@ -532,16 +592,6 @@ class DuckDBStore:
             rows = con.execute("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id]).fetchall()
         return rows[0][0] if rows else None
 
-    def hashes_of_unstaged_documents(self, source_id: str) -> list[str]:
-        """Text hashes of served chunks whose documents left staging (deleted in this run)."""
-        with self.connect() as con:
-            rows = con.execute(
-                "SELECT DISTINCT text_hash FROM chunks WHERE source_id = ? "
-                "AND doc_id NOT IN (SELECT doc_id FROM staged_chunks WHERE source_id = ?)",
-                [source_id, source_id],
-            ).fetchall()
-        return [r[0] for r in rows]
-
     def indexed_documents(self, source_id: str) -> list[dict]:
         with self.connect() as con:
             return _dicts(con.execute("SELECT * FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id]))
@@ -563,8 +613,7 @@ class DuckDBStore:
 
     def purge_source(self, source_id: str) -> None:
         """Remove everything of a source (it left the config); the ledger keeps its history."""
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             hashes = [r[0] for r in con.execute("SELECT text_hash FROM staged_chunks WHERE source_id = ?", [source_id]).fetchall()]
             for table in SOURCE_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
@@ -580,7 +629,6 @@ class DuckDBStore:
                 "WHERE source_id = ? AND status <> 'deleted'",
                 [now, source_id],
             )
-            con.execute("COMMIT")
 
     # ---- search ---------------------------------------------------------------------------
 
@@ -704,20 +752,28 @@ class DuckDBStore:
              e.get("parser_version"), e.get("reason"), now, run_id)
             for e in entries
         ]
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             keys = pa.table({"doc_id": [r[0] for r in rows], "stage": [r[2] for r in rows]})
             con.register("incoming_keys", keys)
             con.execute("DELETE FROM ledger WHERE (doc_id, stage) IN (SELECT (doc_id, stage) FROM incoming_keys)")
             con.unregister("incoming_keys")
             _insert_rows(con, "ledger", rows)
-            con.execute("COMMIT")
 
     def ledger_rows(self, source_id: str | None = None) -> list[dict]:
         with self.connect() as con:
             if source_id is None:
                 return _dicts(con.execute("SELECT * FROM ledger ORDER BY doc_id, stage"))
             return _dicts(con.execute("SELECT * FROM ledger WHERE source_id = ? ORDER BY doc_id, stage", [source_id]))
+
+    def document_history(self) -> dict[str, str | None]:
+        """Every document id the ledger has ever recorded -> None, or its skip reason when its
+        latest discovery skipped it (not a document): what golden labels are checked against."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT doc_id, max(CASE WHEN stage = 'discovered' AND status = 'skipped' THEN reason END), "
+                "bool_or(stage <> 'discovered' OR status <> 'skipped') FROM ledger GROUP BY doc_id"
+            ).fetchall()
+        return {doc_id: None if is_document else reason for doc_id, reason, is_document in rows}
 
     def ledger_failures(self, source_id: str) -> dict[str, dict]:
         """Per document, its latest recorded failure (stage and reason), if any."""
@@ -730,14 +786,22 @@ class DuckDBStore:
             )
         return {r["doc_id"]: r for r in rows}
 
-    def record_source_run(self, source_id: str, root: str, run_id: str, success: bool) -> None:
+    def record_source_run(self, source_id: str, root: str, run_id: str, failure: str | None = None) -> None:
+        """A switch of the source committed (`failure` None), or was refused with this reason."""
         now = utcnow()
-        with self.connect() as con:
-            previous = con.execute("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id]).fetchall()
-            last_success = now if success else (previous[0][0] if previous else None)
+        with self._write() as con:
+            previous = con.execute(
+                "SELECT last_success_at, last_failure, last_failure_at FROM source_runs WHERE source_id = ?", [source_id]
+            ).fetchall()
+            last_success, last_failure, last_failure_at = previous[0] if previous else (None, None, None)
+            if failure is None:
+                last_success, last_failure, last_failure_at = now, None, None
+            else:
+                last_failure, last_failure_at = failure, now
             con.execute("DELETE FROM source_runs WHERE source_id = ?", [source_id])
             con.execute(
-                "INSERT INTO source_runs VALUES (?,?,?,?,?,?)", [source_id, root, now, last_success, None, run_id]
+                "INSERT INTO source_runs VALUES (?,?,?,?,?,?,?,?)",
+                [source_id, root, now, last_success, None, run_id, last_failure, last_failure_at],
             )
 
     def manifest_hash(self, source_id: str) -> str:
@@ -756,15 +820,13 @@ class DuckDBStore:
              c.context_tokens, json.dumps(c.metrics), c.ranked_docs[:100], json.dumps(c.trace))
             for c in result.cases
         ]
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             con.execute(
                 "INSERT INTO eval_runs VALUES (?,?,?,?,?,?,?)",
                 [result.eval_id, result.revision, result.mode, result.config_fingerprint,
                  json.dumps(result.index_state), result.created_at, json.dumps(result.as_json(), default=str)],
             )
             _insert_rows(con, "eval_cases", rows)
-            con.execute("COMMIT")
 
     def evaluation_record(self, eval_id: str) -> dict:
         """An evaluation's summary plus `cases`: case id -> metrics, for scored cases (the gate's input)."""
@@ -823,13 +885,11 @@ class DuckDBStore:
              r.best_score, r.no_result, r.top_docs, r.overlap, r.latency_ms)
             for r in results
         ]
-        with self.connect() as con:
-            con.execute("BEGIN")
+        with self._write() as con:
             con.execute("DELETE FROM production_samples WHERE day = ?", [day])
             _insert_rows(con, "production_samples", rows)
             con.execute("DELETE FROM monitoring_days WHERE day = ? AND kind = 'sample'", [day])
             con.execute("INSERT INTO monitoring_days VALUES (?, 'sample', ?, ?)", [day, json.dumps(measures), utcnow()])
-            con.execute("COMMIT")
 
     def sample_rows(self, day) -> list[dict]:
         with self.connect() as con:
@@ -932,6 +992,39 @@ def _group_hits(rows: Sequence[tuple], n_queries: int) -> list[list[Hit]]:
                 status, start, end)
         )
     return grouped
+
+
+class SchemaError(RuntimeError):
+    """The database file cannot be used by this version of rag_pipeline."""
+
+
+def _prepare_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Create missing tables and bring an older file forward, in one transaction."""
+    con.execute("BEGIN")
+    try:
+        con.execute(SCHEMA)
+        rows = con.execute("SELECT version FROM schema_version").fetchall()
+        if rows:
+            version = rows[0][0]
+        else:
+            # A file from before the version table: its manifest still has the old column.
+            old = con.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_name = 'manifest' AND column_name = 'meta_error'"
+            ).fetchall()[0][0]
+            version = 1 if old else SCHEMA_VERSION
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"{path} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: upgrade rag_pipeline"
+            )
+        for from_version in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[from_version]:
+                con.execute(statement)
+        con.execute("DELETE FROM schema_version")
+        con.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[tuple]) -> None:

@@ -11,6 +11,7 @@ from rag_pipeline.core.golden import file_revision
 from rag_pipeline.defs.ingestion import DUCKDB_POOL
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import PipelineSettings, StoreResource
+from rag_pipeline.defs.runs import close_abandoned_runs
 
 ingest_sources_job = dg.define_asset_job(
     "ingest_sources",
@@ -55,6 +56,10 @@ def source_change_sensor(context: dg.SensorEvaluationContext, settings: Pipeline
     """New sources become partitions and runs, changed sources get a run of their partition only,
     unchanged sources trigger nothing, removed sources are purged and their partition deleted."""
     config = settings.load()
+    # A run killed on this machine would hold its partition's queue slot forever (dagster.yaml).
+    for source in config.sources:
+        for run_id in close_abandoned_runs(context.instance, source.source_id):
+            context.log.warning(f"closed run {run_id} of {source.source_id}: its process is gone")
     previous = json.loads(context.cursor) if context.cursor else {}
     current = {s.source_id: source_fingerprint(s.path, s.kind) for s in config.sources}
     existing = set(context.instance.get_dynamic_partitions(source_partitions.name))

@@ -11,7 +11,8 @@ from rag_pipeline.core.gates import policy_or_default, render_gate
 from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
 from rag_pipeline.core.report import answer_section, failed_cases_table, render_markdown, slice_table
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
-from rag_pipeline.defs.metadata import markdown_table
+from rag_pipeline.core import render
+from rag_pipeline.defs.metadata import md_table
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -56,17 +57,18 @@ _common = dict(partitions_def=golden_partitions, group_name="evaluation", pool=D
 def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource):
     """The validated, frozen cases of one golden-set revision."""
     path = golden_file_for_revision(settings, store, context.partition_key)
-    golden = load_golden_set(path, served_hashes=store.get().document_hashes())
+    db = store.get()
+    golden = load_golden_set(path, served_hashes=db.document_hashes(), known_documents=db.document_history())
     context.log.info(golden.summary())
     slices: dict[str, int] = {}
     for case in golden.cases:
         slices[case.slice] = slices.get(case.slice, 0) + 1
     yield dg.MaterializeResult(
         metadata={
-            "summary": golden.summary(),
+            "summary": dg.MetadataValue.md(render.inline(golden.summary())),
             "cases": len(golden.cases),
             "stale_cases": len(golden.stale),
-            **{f"slice_{name}_cases": n for name, n in sorted(slices.items())},
+            **{f"slice_{metadata_key(name)}_cases": n for name, n in sorted(slices.items())},
         }
     )
     rows = [{"case": case_id, "problem": "; ".join(problems)} for case_id, problems in golden.stale.items()]
@@ -78,9 +80,9 @@ def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, st
             "every gold document is indexed and every pinned span unchanged"
             if not golden.stale
             else f"{len(golden.stale)} stale case(s), scored apart: "
-            + "; ".join(f"{r['case']}: {r['problem']}" for r in rows[:5])
+            + "; ".join(render.printable(f"{r['case']}: {r['problem']}") for r in rows[:5])
         ),
-        metadata={"stale_cases": len(golden.stale), "stale": dg.MetadataValue.md(markdown_table(rows, ["case", "problem"]))},
+        metadata={"stale_cases": len(golden.stale), "stale": md_table(rows, ["case", "problem"])},
     )
 
 
@@ -134,6 +136,11 @@ def golden_eval(
     }
     yield dg.MaterializeResult(metadata=metadata)
     yield gate_check_result(store.get(), result.eval_id, pipeline.gate_policy)
+
+
+def metadata_key(name: str) -> str:
+    """A metadata key part from a name written by others (a slice): letters, digits and `_` only."""
+    return "".join(c if c.isascii() and c.isalnum() else "_" for c in name.lower()).strip("_") or "unnamed"
 
 
 def gate_check_result(db, eval_id: str, policy_path: Path | None) -> dg.AssetCheckResult:

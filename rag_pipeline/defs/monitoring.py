@@ -9,7 +9,8 @@ import dagster as dg
 from rag_pipeline.core.monitoring import drift_day, sample_day
 from rag_pipeline.defs.evaluation import golden_eval
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
-from rag_pipeline.defs.metadata import markdown_table
+from rag_pipeline.core import render
+from rag_pipeline.defs.metadata import md_table
 from rag_pipeline.defs.partitions import daily_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -38,9 +39,9 @@ def production_sample(
     return dg.MaterializeResult(
         metadata={
             **_numbers(measures),
-            "malformed": dg.MetadataValue.md(markdown_table(malformed, ["where", "reason"])),
+            "malformed": md_table(malformed, ["where", "reason"]),
             "no_result_queries": dg.MetadataValue.md(
-                "\n".join(f"- {r.query.query} ({r.query.tenant})" for r in report.results if r.no_result) or "_none_"
+                render.bullets([f"{r.query.query} ({r.query.tenant})" for r in report.results if r.no_result])
             ),
         }
     )
@@ -70,8 +71,8 @@ def drift_report(
             "report": dg.MetadataValue.path(str(markdown)),
             "plot": dg.MetadataValue.path(str(pngs[0])),
             "overview": dg.MetadataValue.md(f"![drift]({pngs[0].as_uri()})"),
-            "candidates": dg.MetadataValue.md(markdown_table(report.candidates, ["excess_density", "distance", "query", "nearest_golden"])),
-            "unseen_terms": ", ".join(t for t, _ in report.unseen_terms),
+            "candidates": md_table(report.candidates, ["excess_density", "distance", "query", "nearest_golden"]),
+            "unseen_terms": dg.MetadataValue.md(render.inline(", ".join(t for t, _ in report.unseen_terms))),
         }
     )
     yield dg.AssetCheckResult(
@@ -80,7 +81,7 @@ def drift_report(
         severity=dg.AssetCheckSeverity.WARN,
         description=(
             f"MMD² {report.distance:.4f} vs threshold {report.threshold:.4f} (calibrated on the golden set)"
-            + (f"; top candidate: {report.candidates[0]['query']!r}" if report.drifted and report.candidates else "")
+            + (f"; top candidate: {render.inline(report.candidates[0]['query'], 120)}" if report.drifted and report.candidates else "")
         ),
     )
 

@@ -59,9 +59,9 @@ def test_source_defaults_apply_and_internal_pages_need_a_role(tmp_path):
 def test_bad_metadata_is_a_per_document_error_with_the_reason(tmp_path):
     _tree(tmp_path, {"a.md": "---\nstatus: archived\n---\n# A\n", "b.md": "---\ntitle: [unclosed\n---\n", "c.md": "# fine"})
     files = {f.rel_path: f for f in discover_files("s", tmp_path)}
-    assert "status 'archived'" in files["a.md"].meta_error
-    assert "not valid YAML at line" in files["b.md"].meta_error
-    assert files["c.md"].meta_error is None
+    assert "status 'archived'" in files["a.md"].error
+    assert "not valid YAML at line" in files["b.md"].error
+    assert files["c.md"].error is None
 
 
 def test_front_matter_reports_the_lines_it_used():
@@ -110,4 +110,4 @@ def test_beir_corpus_records_become_documents(tmp_path):
     files = discover_beir_corpus("sci", corpus)
     assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
     assert files[0].inline_title == "T" and files[0].inline_text == "body"
-    assert "line 2" in files[1].meta_error
+    assert "line 2" in files[1].error

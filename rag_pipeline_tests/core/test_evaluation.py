@@ -116,3 +116,21 @@ def test_superseded_and_draft_documents_are_not_retrieved_by_default(evaluations
         assert not hidden & set(c.ranked_docs), c.case.id
     # With superseded versions allowed to compete, the rate at which they outrank their successor is measured.
     assert 0.0 <= results["hybrid"].unanswerable["superseded_outranks_current_rate"] <= 1.0
+
+
+def test_an_evaluation_with_no_scorable_case_fails_with_the_reason(sample_index, tmp_path):
+    import json
+
+    from rag_pipeline.core.evaluation import EvaluationError
+
+    config, store, embedder = sample_index
+    lines = [json.dumps({"id": f"gone-{i}", "question": "What is the refund window?", "reference": "14 days",
+                         "gold_docs": [f"helpcenter:removed-{i}.html"], "slice": "exact_fact", "split": "dev"})
+             for i in range(3)]
+    path = tmp_path / "golden.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    # The documents were held once and are gone now: the cases are stale, so nothing can be scored.
+    golden = load_golden_set(path, served_hashes=store.document_hashes())
+    retriever = Retriever(store, embedder, RetrievalConfig(mode="bm25"))
+    with pytest.raises(EvaluationError, match=r"0 of 3 cases could be scored \(3 stale, 0 unanswerable\)"):
+        evaluate(golden, retriever, "bm25", "fp", {})

@@ -81,3 +81,28 @@ def test_the_sample_golden_set_is_valid_and_covers_every_slice():
     assert len(golden.cases) >= 60
     denied = [c for c in golden.cases if c.slice == "permissioned" and not c.answerable]
     assert len(denied) >= 4 and all(c.forbidden_docs for c in denied)
+
+
+KNOWN = {"hb:leave.md": None, "hb:deleted.md": None, "hb:logo.png": "unsupported file type '.png'"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"gold_docs": ["hb:leeve.md"]}, "'hb:leeve.md' is not a document any source has ever held; did you mean 'hb:leave.md'?"),
+        ({"gold_docs": ["wiki:leave.md"]}, "no source 'wiki' has been ingested"),
+        ({"gold_docs": ["hb:logo.png"]}, "'hb:logo.png' is not a document (skipped at discovery: unsupported file type"),
+        ({"gold_docs": ["hb:leave.md"], "forbidden_docs": ["hb:nope.md"]}, "field 'forbidden_docs': 'hb:nope.md'"),
+    ],
+)
+def test_ids_no_source_ever_held_are_errors_not_stale(tmp_path, overrides, message):
+    path = _write(tmp_path, [_case(), _case(id="c2", **overrides)])
+    with pytest.raises(GoldenSetError) as excinfo:
+        load_golden_set(path, served_hashes={"hb:leave.md": "h"}, known_documents=KNOWN)
+    assert message in str(excinfo.value) and "golden.jsonl line 2 (c2)" in str(excinfo.value)
+
+
+def test_a_document_deleted_since_stays_stale(tmp_path):
+    path = _write(tmp_path, [_case(), _case(id="c2", gold_docs=["hb:deleted.md"])])
+    golden = load_golden_set(path, served_hashes={"hb:leave.md": "h"}, known_documents=KNOWN)
+    assert golden.stale == {"c2": ["hb:deleted.md: not in the index"]}

@@ -111,8 +111,8 @@ def test_a_failed_publish_leaves_the_served_index_untouched(store, monkeypatch):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(DuckDBStore, "_publish", explode)
-    with pytest.raises(RuntimeError, match="disk full"):
-        store.publish_source("kb", store.embedder.identity)
+    with pytest.raises(RuntimeError, match="disk full"), store.transaction():
+        store.replace_served("kb", store.embedder.identity)
     assert store.table_counts("kb") == before
 
 

@@ -41,7 +41,7 @@ def _run(httpx_run):
 def test_first_run_makes_every_page_queryable_and_reports_skips(httpx_run):
     first = httpx_run["first"]
     assert first.success, first.error
-    assert first.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True}
+    assert first.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True}
     assert first.counts["discovered"] == 13
     assert first.counts["parsed"] == 13 and first.counts["indexed"] == 13 and first.counts["queryable"] == 13
     assert first.counts["embedded"] > 13 and first.failures == []
@@ -73,7 +73,8 @@ def test_editing_one_page_reembeds_only_its_changed_chunks(httpx_run):
     new_texts = set(after.values()) - set(before.values())
     assert run.counts["embedded"] == len(new_texts) >= 1
     assert run.counts["cache_hits"] == len(after) - len(new_texts)
-    assert run.counts["indexed"] == 1 and run.counts["queryable"] == 1
+    assert run.counts["indexed"] == 1 and run.counts["probed"] == 1
+    assert run.counts["queryable"] == run.counts["discovered"]  # a state: every page stays queryable
 
 
 def test_broken_files_fail_alone_with_reasons(httpx_run):

@@ -1,0 +1,33 @@
+"""Named points where a test can make the process kill itself, to prove the run protocol survives.
+
+A test sets `RAG_PIPELINE_KILL_AT=<point>` for one process; when that process reaches the point
+it sends itself SIGKILL: no cleanup, no `finally`, no flush, exactly as an OOM kill or a pulled
+plug would. Unset (always, outside such tests) a point costs one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+KILL_AT_ENV = "RAG_PIPELINE_KILL_AT"
+
+# Every point, in the order a run reaches them (the fault-injection test walks this list).
+KILL_POINTS: tuple[str, ...] = (
+    "discovered",          # discovery wrote its staged manifest and ledger rows
+    "parse:batch",         # the first batch of parsed documents is written, others are not
+    "parsed",
+    "chunked",
+    "embed:batch",         # the first batch of vectors is cached, others are not
+    "embedded",
+    "switch:begin",        # inside the switch transaction, nothing changed yet
+    "switch:replaced",     # the source's served rows are replaced, not yet verified
+    "switch:verified",     # probes and checks passed, not yet committed
+    "switch:committed",    # committed; the Dagster materialization is not yet recorded
+)
+
+
+def kill_point(name: str) -> None:
+    """SIGKILL this process if the environment names `name` as the kill point."""
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,85 @@
+"""Runs left STARTED by a process that died: found and closed by the next run of the same partition.
+
+A run killed with SIGKILL never writes its failure, so the instance shows it STARTED forever and
+the tag limit on `dagster/partition` (dagster.yaml) would keep later runs of that source queued.
+Dagster's run monitoring (dagster.yaml) closes such runs only for launchers that can check a run
+worker's health (Kubernetes, ECS, Docker); the local launcher and the command line cannot. So
+before a source runs, its STARTED runs whose process is gone on this machine are marked failed,
+with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import dagster as dg
+
+from rag_pipeline.core.render import printable
+
+# Tags of the runs the command line starts: they run on this host, in this process.
+PID_TAG = "rag_pipeline/pid"
+HOST_TAG = "rag_pipeline/host"
+# What started a run: cli, schedule, sensor, backfill (the UI filters runs by it).
+TRIGGER_TAG = "rag_pipeline/trigger"
+
+
+def process_tags() -> dict[str, str]:
+    """Tags naming this process, for runs executed in it (the command line's)."""
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def close_abandoned_runs(instance: dg.DagsterInstance, partition_key: str, current_run_id: str | None = None) -> list[str]:
+    """Mark failed the STARTED runs of this partition whose process died on this machine; return their ids."""
+    closed = []
+    runs = instance.get_runs(filters=dg.RunsFilter(
+        statuses=[dg.DagsterRunStatus.STARTED], tags={"dagster/partition": partition_key},
+    ))
+    for run in runs:
+        if run.run_id == current_run_id:
+            continue
+        pid, started = _run_process(instance, run)
+        if pid is None or _alive_since(pid, started):
+            continue
+        instance.report_run_failed(run, message=(
+            f"closed by a later run of partition {printable(partition_key)!r}: the process running it "
+            f"(pid {pid}) is gone, most likely killed; its work is redone by the next run"
+        ))
+        closed.append(run.run_id)
+    return closed
+
+
+def _run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[int | None, float | None]:
+    """(pid, start time) of the process that runs `run`, if it runs on this machine."""
+    host = run.tags.get(HOST_TAG)
+    if host is not None and host != socket.gethostname():
+        return None, None
+    if host is None and not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
+        return None, None  # launched elsewhere: that launcher's run monitoring is in charge
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    started = records[0].timestamp if records else None
+    if PID_TAG in run.tags:
+        return int(run.tags[PID_TAG]), started
+    return (records[0].event_log_entry.pid if records else None), started
+
+
+def _alive_since(pid: int, started: float | None) -> bool:
+    """Is `pid` a live process that existed when the run started (not a later one that reused the number)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if started is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as handle:
+            boot = next(float(line.split()[1]) for line in handle if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    process_start = boot + ticks / os.sysconf("SC_CLK_TCK")
+    # A process that started after the run did cannot be the one running it.
+    return process_start <= started + 1.0
