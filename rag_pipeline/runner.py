@@ -8,9 +8,9 @@ import dagster as dg
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.coverage import coverage_report
+from rag_pipeline.core.golden import file_revision, load_golden_set
 from rag_pipeline.core.locks import SourceBusyError, exclusive_source
 from rag_pipeline.core.store import DuckDBStore
-from rag_pipeline.core.golden import file_revision, load_golden_set
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
 from rag_pipeline.defs.monitoring import DRIFT_CHECK, monitoring_assets

@@ -41,7 +41,6 @@ from rag_pipeline.core.embedding import normalise_rows
 from rag_pipeline.core.lexical import analyze
 from rag_pipeline.core.metrics import nearest_rank_quantile
 
-
 # Function and question words: phrasing, not topic.
 _FUNCTION_WORDS = frozenset(
     """a an and are as at be but by for if in into is it no not of on or such that the their then there these

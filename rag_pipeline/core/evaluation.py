@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-
 from pathlib import Path
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig

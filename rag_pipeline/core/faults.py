@@ -17,6 +17,7 @@ KILL_POINTS: tuple[str, ...] = (
     "discovered",          # discovery wrote its staged manifest and ledger rows
     "parse:batch",         # the first batch of parsed documents is written, others are not
     "parsed",
+    "chunk:batch",         # the first batch of chunks is written, others are not
     "chunked",
     "embed:batch",         # the first batch of vectors is cached, others are not
     "embedded",

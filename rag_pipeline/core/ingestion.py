@@ -36,9 +36,16 @@ from rag_pipeline.core.parse_worker import ParserProcess, shared_parser
 from rag_pipeline.core.parsing import ParseError, ParseJob, parse_document, parser_version
 from rag_pipeline.core.store import DuckDBStore
 
-# Documents per staging write: one transaction each, so a crash loses at most one batch of work.
+# Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
+# done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
 WRITE_BATCH = 500
 EMBED_BATCH = 2048
+MIN_EMBED_BATCH = 64
+
+
+def batch_size(total: int, largest: int, smallest: int = 1) -> int:
+    """Items per batch: a quarter of the work, within [smallest, largest]."""
+    return max(smallest, min(largest, -(-total // 4)))
 # A document is queryable when a search with its own opening text finds it this high.
 QUERYABLE_TOP_K = 10
 
@@ -193,6 +200,7 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: 
         ledger.append(_row_entry(row, "parsed", "failed", reason=reason, parser_version=version))
 
     read = _reader(source, [r["doc_id"] for r in todo], parser)
+    per_write = batch_size(len(todo), WRITE_BATCH)
     for row in todo:
         try:
             doc = read(row)
@@ -201,7 +209,7 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: 
             continue
         batch.append((doc, row["meta_json"]))
         ledger.append(_row_entry(row, "parsed", "ok", parser_version=doc.parser_version))
-        if len(batch) >= WRITE_BATCH:
+        if len(batch) >= per_write:
             store.save_parsed(source_id, batch)
             store.record_ledger(ledger, run_id)
             batch, ledger = [], []
@@ -259,6 +267,7 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
     ledger: list[dict] = []
     chunk_total = 0
     batch: list = []
+    per_write = batch_size(len(todo), WRITE_BATCH)
     for doc in store.load_parsed(todo):
         chunks = chunk_document(doc, source_id, config)
         if not chunks:
@@ -272,10 +281,11 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
         batch.append((doc.doc_id, doc.content_hash, chunks, postings))
         chunk_total += len(chunks)
         ledger.append(_doc_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
-        if len(batch) >= WRITE_BATCH:
+        if len(batch) >= per_write:
             store.save_chunks(source_id, fingerprint, batch)
             store.record_ledger(ledger, run_id)
             batch, ledger = [], []
+            kill_point("chunk:batch")
     store.save_chunks(source_id, fingerprint, batch)
     store.record_ledger(ledger, run_id)
     kill_point("chunked")
@@ -301,8 +311,9 @@ def embed_source(source_id: str, store: DuckDBStore, embedder: Embedder, run_id:
     # Sorted by length so that each batch pads little (what model.encode does within one call);
     # cached batch by batch, so that an interrupted run keeps what it already embedded.
     hashes = sorted(misses, key=lambda h: len(misses[h]))
-    for start in range(0, len(hashes), EMBED_BATCH):
-        batch = hashes[start : start + EMBED_BATCH]
+    per_call = batch_size(len(hashes), EMBED_BATCH, MIN_EMBED_BATCH)
+    for start in range(0, len(hashes), per_call):
+        batch = hashes[start : start + per_call]
         vectors = embedder.encode([misses[h] for h in batch])
         if not np.all(np.isfinite(vectors)):
             raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")

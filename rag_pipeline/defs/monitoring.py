@@ -6,10 +6,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.core import render
 from rag_pipeline.core.monitoring import drift_day, sample_day
 from rag_pipeline.defs.evaluation import golden_eval
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
-from rag_pipeline.core import render
 from rag_pipeline.defs.metadata import md_table
 from rag_pipeline.defs.partitions import daily_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource

@@ -3,11 +3,11 @@
 import pytest
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig, load_config
+from rag_pipeline.core.answers import make_generator
 from rag_pipeline.core.calibration import calibrate, deterministic_grader, load_verdicts
 from rag_pipeline.core.evaluation import evaluate
 from rag_pipeline.core.gates import GatePolicy, SignificanceConfig, compare, load_policy
 from rag_pipeline.core.golden import load_golden_set
-from rag_pipeline.core.answers import make_generator
 from rag_pipeline.core.retrieval import Retriever
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 

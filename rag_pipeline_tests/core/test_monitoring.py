@@ -6,7 +6,7 @@ from datetime import date, datetime
 import numpy as np
 import pytest
 
-from rag_pipeline.core.drift import calibrate_threshold, drift_report, mmd2, nearest
+from rag_pipeline.core.drift import calibrate_threshold, drift_report, mmd2
 from rag_pipeline.core.sampling import LoggedQuery, read_query_log, stratified_sample, window
 
 

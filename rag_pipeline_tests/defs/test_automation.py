@@ -6,9 +6,9 @@ from datetime import datetime
 import dagster as dg
 import pytest
 
+from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import golden_eval_sensor, nightly_full_suite, source_change_sensor
 from rag_pipeline.defs.resources import PipelineSettings
-from rag_pipeline.definitions import build_definitions
 
 
 @pytest.fixture

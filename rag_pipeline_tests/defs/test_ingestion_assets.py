@@ -7,7 +7,6 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.core.store import DuckDBStore
-from rag_pipeline.defs.resources import EmbedderResource
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 
