@@ -11,7 +11,7 @@ export DO_NOT_TRACK := 1
 export UNSTRUCTURED_DISABLE_NOTICE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast ui validate bench clean
+.PHONY: install demo test test-fast ui validate bench clean lint
 
 $(BIN)/rag-pipeline: pyproject.toml tools/en_core_web_sm_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,11 @@ demo ui: export DAGSTER_HOME := $(DAGSTER_HOME)
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/rag-pipeline demo
 
-test: install
+test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check rag_pipeline rag_pipeline_tests benchmarks tools
 
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml

@@ -297,7 +297,11 @@ def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """How far the answer grader agrees with people; exit 1 when it may not gate."""
-    from rag_pipeline.core.calibration import calibrate, load_verdicts, render_calibration
+    from rag_pipeline.core.calibration import (
+        calibrate,
+        load_verdicts,
+        render_calibration,
+    )
 
     config = load_config(args.config)
     policy = _policy(config, args.policy)

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 CONFIG_ENV_VAR = "RAG_PIPELINE_CONFIG"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,11 @@ from __future__ import annotations
 import dagster as dg
 
 from rag_pipeline.config import PipelineConfig, load_config
-from rag_pipeline.defs.automation import automation_jobs, automation_schedules, automation_sensors
+from rag_pipeline.defs.automation import (
+    automation_jobs,
+    automation_schedules,
+    automation_sensors,
+)
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
 from rag_pipeline.defs.monitoring import monitoring_assets

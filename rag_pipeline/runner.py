@@ -15,7 +15,11 @@ from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets
 from rag_pipeline.defs.monitoring import DRIFT_CHECK, monitoring_assets
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
-from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+from rag_pipeline.defs.resources import (
+    EmbedderResource,
+    PipelineSettings,
+    StoreResource,
+)
 from rag_pipeline.defs.runs import TRIGGER_TAG, process_tags
 
 # The counts the command line reports per source, and the asset each comes from.

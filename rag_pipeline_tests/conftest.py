@@ -11,7 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tests make their own Dagster instances; a DAGSTER_HOME from the shell must not leak into them.
 os.environ.pop("DAGSTER_HOME", None)
 
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Mapping  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -23,6 +23,15 @@ SHARED_DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 HTTPX_V023 = SHARED_DATASETS / "httpx-docs" / "v0.23.0"
 HTTPX_V028 = SHARED_DATASETS / "httpx-docs" / "v0.28.1"
 SAMPLE_CONFIG = PROJECT_ROOT / "data" / "pipeline.yaml"
+
+
+def write_tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
+    """Write `relative path -> content` under `root` (folders made as needed); return `root`."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return root
 
 
 def require(path: Path) -> Path:

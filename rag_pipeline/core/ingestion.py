@@ -33,7 +33,12 @@ from rag_pipeline.core.lexical import term_frequencies
 from rag_pipeline.core.lifecycle import DeletionReport, deletion_report
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
 from rag_pipeline.core.parse_worker import ParserProcess, shared_parser
-from rag_pipeline.core.parsing import ParseError, ParseJob, parse_document, parser_version
+from rag_pipeline.core.parsing import (
+    ParseError,
+    ParseJob,
+    parse_document,
+    parser_version,
+)
 from rag_pipeline.core.store import DuckDBStore
 
 # Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
@@ -123,12 +128,12 @@ def discover_source(
     ledger: list[dict] = []
     for f in files:
         if not f.supported:
-            ledger.append(_entry(f, "discovered", "skipped", reason=f.skip_reason))
+            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "skipped", f.skip_reason))
         elif f.error:
-            ledger.append(_entry(f, "discovered", "failed", reason=f.error))
+            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "failed", f.error))
             report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
         else:
-            ledger.append(_entry(f, "discovered", "ok"))
+            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
     store.record_ledger(ledger, run_id)
     kill_point("discovered")
     supported = [f for f in files if f.supported]
@@ -197,7 +202,7 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: 
 
     def fail(row: dict, reason: str) -> None:
         report.failures.append(StageFailure(row["doc_id"], "parsed", reason))
-        ledger.append(_row_entry(row, "parsed", "failed", reason=reason, parser_version=version))
+        ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "failed", reason, version))
 
     read = _reader(source, [r["doc_id"] for r in todo], parser)
     per_write = batch_size(len(todo), WRITE_BATCH)
@@ -208,7 +213,7 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: 
             fail(row, str(exc))
             continue
         batch.append((doc, row["meta_json"]))
-        ledger.append(_row_entry(row, "parsed", "ok", parser_version=doc.parser_version))
+        ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
         if len(batch) >= per_write:
             store.save_parsed(source_id, batch)
             store.record_ledger(ledger, run_id)
@@ -273,14 +278,14 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
         if not chunks:
             reason = "chunking produced no chunks (document has no body text)"
             report.failures.append(StageFailure(doc.doc_id, "chunked", reason))
-            ledger.append(_doc_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "failed", reason))
+            ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "failed", reason))
             continue
         postings = [
             (chunk.chunk_id, term, tf) for chunk in chunks for term, tf in term_frequencies(chunk.embed_text).items()
         ]
         batch.append((doc.doc_id, doc.content_hash, chunks, postings))
         chunk_total += len(chunks)
-        ledger.append(_doc_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
+        ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
         if len(batch) >= per_write:
             store.save_chunks(source_id, fingerprint, batch)
             store.record_ledger(ledger, run_id)
@@ -406,7 +411,7 @@ def _reconcile_ledger(
         return row is not None and row["status"] == "ok" and row["content_hash"] == served[doc_id]["content_hash"]
 
     ledger = [
-        _doc_entry(d, source_id, row["content_hash"], "indexed", "ok", parser_version=row["parser_version"])
+        _ledger_entry(d, source_id, row["content_hash"], "indexed", "ok", parser_version=row["parser_version"])
         for d, row in served.items() if not proven(d, "indexed")
     ]
     to_probe = sorted(d for d in served if not proven(d, "queryable"))
@@ -415,10 +420,10 @@ def _reconcile_ledger(
     for doc_id in to_probe:
         content_hash = served[doc_id]["content_hash"]
         if doc_id in queryable:
-            ledger.append(_doc_entry(doc_id, source_id, content_hash, "queryable", "ok"))
+            ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "ok"))
         else:
             reason = not_found.get(doc_id, "not returned by a search for its own text")
-            ledger.append(_doc_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
+            ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
             failures.append(StageFailure(doc_id, "queryable", reason))
     current = {r["doc_id"] for r in store.discovery_rows(source_id) if r["supported"]}
     committed = {r["doc_id"] for r in store.manifest_rows(source_id) if r["supported"]}
@@ -450,18 +455,9 @@ def probe_queryable(store: DuckDBStore, doc_ids: Sequence[str]) -> tuple[set[str
     return queryable, missing
 
 
-def _entry(f: DiscoveredFile, stage: str, status: str, reason: str | None = None) -> dict:
-    return {"doc_id": f.doc_id, "source_id": f.source_id, "stage": stage, "status": status,
-            "content_hash": f.content_hash, "reason": reason}
-
-
-def _row_entry(row: dict, stage: str, status: str, reason: str | None = None, parser_version: str | None = None) -> dict:
-    return {"doc_id": row["doc_id"], "source_id": row["source_id"], "stage": stage, "status": status,
-            "content_hash": row["content_hash"], "reason": reason, "parser_version": parser_version}
-
-
-def _doc_entry(doc_id: str, source_id: str, content_hash: str | None, stage: str, status: str,
-               reason: str | None = None, parser_version: str | None = None) -> dict:
+def _ledger_entry(doc_id: str, source_id: str, content_hash: str | None, stage: str, status: str,
+                  reason: str | None = None, parser_version: str | None = None) -> dict:
+    """One ledger row: a document's outcome at one stage, for one version of its content."""
     return {"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": status,
             "content_hash": content_hash, "reason": reason, "parser_version": parser_version}
 

@@ -28,7 +28,14 @@ import numpy as np
 import pyarrow as pa
 
 from rag_pipeline.core.embedding import normalise_rows
-from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, Hit, ParsedDocument, SearchFilters
+from rag_pipeline.core.models import (
+    Chunk,
+    DiscoveredFile,
+    Element,
+    Hit,
+    ParsedDocument,
+    SearchFilters,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifest (

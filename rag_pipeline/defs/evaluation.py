@@ -10,11 +10,20 @@ from rag_pipeline.core.baselines import compare_with_baseline
 from rag_pipeline.core.evaluation import HEADLINE_METRICS, run_golden_evaluation
 from rag_pipeline.core.gates import policy_or_default, render_gate
 from rag_pipeline.core.golden import GoldenSetError, file_revision, load_golden_set
-from rag_pipeline.core.report import answer_section, failed_cases_table, render_markdown, slice_table
+from rag_pipeline.core.report import (
+    answer_section,
+    failed_cases_table,
+    render_markdown,
+    slice_table,
+)
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
 from rag_pipeline.defs.metadata import md_table
 from rag_pipeline.defs.partitions import golden_partitions
-from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+from rag_pipeline.defs.resources import (
+    EmbedderResource,
+    PipelineSettings,
+    StoreResource,
+)
 
 
 class GoldenEvalConfig(dg.Config):

@@ -5,7 +5,11 @@ import dagster as dg
 
 from rag_pipeline.core import ingestion, render
 from rag_pipeline.core.coverage import CoverageReport
-from rag_pipeline.core.lifecycle import DeletionReport, FreshnessReport, freshness_report
+from rag_pipeline.core.lifecycle import (
+    DeletionReport,
+    FreshnessReport,
+    freshness_report,
+)
 from rag_pipeline.core.parsing import parser_version
 from rag_pipeline.defs.metadata import (
     coverage_metadata,
@@ -15,7 +19,11 @@ from rag_pipeline.defs.metadata import (
     stage_metadata,
 )
 from rag_pipeline.defs.partitions import source_partitions
-from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+from rag_pipeline.defs.resources import (
+    EmbedderResource,
+    PipelineSettings,
+    StoreResource,
+)
 from rag_pipeline.defs.runs import close_abandoned_runs
 
 # Every step that touches the DuckDB file is in one pool: DuckDB allows a single writing process.

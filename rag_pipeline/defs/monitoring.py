@@ -12,7 +12,11 @@ from rag_pipeline.defs.evaluation import golden_eval
 from rag_pipeline.defs.ingestion import DUCKDB_POOL, search_index
 from rag_pipeline.defs.metadata import md_table
 from rag_pipeline.defs.partitions import daily_partitions
-from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
+from rag_pipeline.defs.resources import (
+    EmbedderResource,
+    PipelineSettings,
+    StoreResource,
+)
 
 DRIFT_CHECK = "drift_within_threshold"
 

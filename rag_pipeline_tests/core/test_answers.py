@@ -8,7 +8,12 @@ import pytest
 
 from rag_pipeline.config import PROJECT_ROOT
 from rag_pipeline.core.answer_checks import abstention_table, check_answer, quantities
-from rag_pipeline.core.answers import ABSTENTION, Answer, ExtractiveGenerator, OpenAICompatibleGenerator
+from rag_pipeline.core.answers import (
+    ABSTENTION,
+    Answer,
+    ExtractiveGenerator,
+    OpenAICompatibleGenerator,
+)
 from rag_pipeline.core.models import Hit
 
 PROMPT = PROJECT_ROOT / "data" / "prompts" / "answer.md"

@@ -12,17 +12,11 @@ from rag_pipeline.core.discovery import (
     split_front_matter,
 )
 from rag_pipeline.core.models import ManifestDiff
-
-
-def _tree(root, files: dict[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+from rag_pipeline_tests.conftest import write_tree
 
 
 def test_ids_types_metadata_and_skips(tmp_path):
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "guide/intro.md": "---\ntitle: Intro\ntenant: acme\nstatus: superseded\neffective_date: 2024-01-31\n---\n# Hi\n",
         "page.html": "<html><body><h1>P</h1></body></html>",
         "page.html.meta.yaml": "visibility: internal\nroles: [support]\n",
@@ -50,14 +44,14 @@ def test_ids_types_metadata_and_skips(tmp_path):
 
 
 def test_source_defaults_apply_and_internal_pages_need_a_role(tmp_path):
-    _tree(tmp_path, {"a.md": "# A\n", "b.md": "---\nvisibility: public\n---\n# B\n"})
+    write_tree(tmp_path, {"a.md": "# A\n", "b.md": "---\nvisibility: public\n---\n# B\n"})
     files = {f.rel_path: f for f in discover_files("hb", tmp_path, {"visibility": "internal"})}
     assert files["a.md"].meta.visibility == "internal" and files["a.md"].meta.roles == ("employee",)
     assert files["b.md"].meta.visibility == "public"
 
 
 def test_bad_metadata_is_a_per_document_error_with_the_reason(tmp_path):
-    _tree(tmp_path, {"a.md": "---\nstatus: archived\n---\n# A\n", "b.md": "---\ntitle: [unclosed\n---\n", "c.md": "# fine"})
+    write_tree(tmp_path, {"a.md": "---\nstatus: archived\n---\n# A\n", "b.md": "---\ntitle: [unclosed\n---\n", "c.md": "# fine"})
     files = {f.rel_path: f for f in discover_files("s", tmp_path)}
     assert "status 'archived'" in files["a.md"].error
     assert "not valid YAML at line" in files["b.md"].error
@@ -72,7 +66,7 @@ def test_front_matter_reports_the_lines_it_used():
 
 
 def test_diff_against_previous_manifest(tmp_path):
-    _tree(tmp_path, {"same.md": "# same", "edited.md": "# new text", "new.md": "# new", "meta.md": "---\ntenant: x\n---\n# m"})
+    write_tree(tmp_path, {"same.md": "# same", "edited.md": "# new text", "new.md": "# new", "meta.md": "---\ntenant: x\n---\n# m"})
     files = discover_files("s", tmp_path)
     by_id = {f.doc_id: f for f in files}
     previous = {

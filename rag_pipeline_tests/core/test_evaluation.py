@@ -5,7 +5,12 @@ import pytest
 import pytrec_eval
 
 from rag_pipeline.config import RetrievalConfig
-from rag_pipeline.core.evaluation import CaseResult, calibrate_threshold, evaluate, span_hit
+from rag_pipeline.core.evaluation import (
+    CaseResult,
+    calibrate_threshold,
+    evaluate,
+    span_hit,
+)
 from rag_pipeline.core.golden import GoldenCase, GoldSpan, load_golden_set
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.retrieval import Retriever, reciprocal_rank_fusion

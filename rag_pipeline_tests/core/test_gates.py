@@ -5,8 +5,19 @@ import random
 import pytest
 
 from rag_pipeline.config import load_config
-from rag_pipeline.core.experiments import BundleRefused, components_changed, config_diff, run_experiment
-from rag_pipeline.core.gates import GatePolicy, SignificanceConfig, compare, load_policy, paired_significance
+from rag_pipeline.core.experiments import (
+    BundleRefused,
+    components_changed,
+    config_diff,
+    run_experiment,
+)
+from rag_pipeline.core.gates import (
+    GatePolicy,
+    SignificanceConfig,
+    compare,
+    load_policy,
+    paired_significance,
+)
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
 POLICY = GatePolicy(

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 
 from rag_pipeline.core.drift import calibrate_threshold, drift_report, mmd2
-from rag_pipeline.core.sampling import LoggedQuery, read_query_log, stratified_sample, window
+from rag_pipeline.core.sampling import (
+    LoggedQuery,
+    read_query_log,
+    stratified_sample,
+    window,
+)
 
 
 def _line(day: str, query: str, tenant="acme", **extra) -> str:

@@ -4,7 +4,12 @@ import pytest
 
 from rag_pipeline.core.discovery import discover_files
 from rag_pipeline.core.models import Element
-from rag_pipeline.core.parsing import ParseError, locate_lines, parse_document, table_rows
+from rag_pipeline.core.parsing import (
+    ParseError,
+    locate_lines,
+    parse_document,
+    table_rows,
+)
 
 MARKDOWN = """---
 title: Leave policy

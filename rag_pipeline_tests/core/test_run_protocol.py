@@ -3,11 +3,17 @@
 import duckdb
 import pytest
 
-from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.config import (
+    ChunkingConfig,
+    EmbeddingConfig,
+    LifecycleConfig,
+    SourceConfig,
+)
 from rag_pipeline.core import ingestion
 from rag_pipeline.core.coverage import coverage_report
 from rag_pipeline.core.embedding import HashingEmbedder
 from rag_pipeline.core.store import SCHEMA_VERSION, DuckDBStore
+from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {
     "refunds.md": "# Refunds\n\nRefunds are issued within 14 days of the request.\n",
@@ -18,11 +24,7 @@ PAGES = {
 
 @pytest.fixture
 def source(tmp_path):
-    root = tmp_path / "kb"
-    root.mkdir()
-    for name, text in PAGES.items():
-        (root / name).write_text(text)
-    return SourceConfig(name="kb", path=root)
+    return SourceConfig(name="kb", path=write_tree(tmp_path / "kb", PAGES))
 
 
 @pytest.fixture

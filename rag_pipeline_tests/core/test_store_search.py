@@ -6,12 +6,18 @@ from datetime import date
 import numpy as np
 import pytest
 
-from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.config import (
+    ChunkingConfig,
+    EmbeddingConfig,
+    LifecycleConfig,
+    SourceConfig,
+)
 from rag_pipeline.core.embedding import HashingEmbedder
 from rag_pipeline.core.ingestion import ingest_source
 from rag_pipeline.core.lexical import analyze
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline_tests.conftest import write_tree
 
 DOCS = {
     "shared.md": "# Refunds\n\nRefunds are issued within 14 days of the request for every customer.\n",
@@ -26,10 +32,7 @@ DOCS = {
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("kb")
-    root = tmp_path / "src"
-    root.mkdir()
-    for name, text in DOCS.items():
-        (root / name).write_text(text)
+    root = write_tree(tmp_path / "src", DOCS)
     db = DuckDBStore(tmp_path / "index.duckdb")
     embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
     ingest_source(SourceConfig(name="kb", path=root), db, embedder, ChunkingConfig(), LifecycleConfig(), "t")

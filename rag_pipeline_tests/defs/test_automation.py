@@ -7,7 +7,11 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.definitions import build_definitions
-from rag_pipeline.defs.automation import golden_eval_sensor, nightly_full_suite, source_change_sensor
+from rag_pipeline.defs.automation import (
+    golden_eval_sensor,
+    nightly_full_suite,
+    source_change_sensor,
+)
 from rag_pipeline.defs.resources import PipelineSettings
 
 

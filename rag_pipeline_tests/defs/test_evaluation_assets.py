@@ -9,6 +9,7 @@ import pytrec_eval
 from rag_pipeline.core.store import DuckDBStore
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.runner import evaluate_golden, ingest
+from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {
     "refunds.md": "# Refunds\n\nRefund requests are honoured within 14 days of purchase.\n",
@@ -30,10 +31,7 @@ CASES = [
 
 @pytest.fixture
 def setup(tmp_path, write_config):
-    root = tmp_path / "kb"
-    root.mkdir()
-    for name, text in PAGES.items():
-        (root / name).write_text(text)
+    root = write_tree(tmp_path / "kb", PAGES)
     golden = tmp_path / "golden.jsonl"
     golden.write_text("\n".join(json.dumps(c) for c in CASES) + "\n")
     config = write_config({"kb": root}, golden_set=str(golden))

@@ -7,6 +7,7 @@ import pytest
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.ingestion import ingestion_assets, search_index
 from rag_pipeline.runner import resources_for
+from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {
     "refunds.md": "# Refunds\n\nRefunds are issued within 14 days of the request.\n",
@@ -16,10 +17,7 @@ PAGES = {
 
 @pytest.fixture
 def setup(tmp_path, write_config):
-    root = tmp_path / "kb"
-    root.mkdir()
-    for name, text in PAGES.items():
-        (root / name).write_text(text)
+    root = write_tree(tmp_path / "kb", PAGES)
     config = write_config({"kb": root})
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("sources", ["kb"])
