@@ -115,3 +115,28 @@ def test_the_nightly_monitoring_samples_the_last_complete_day():
     # The same instant seen from UTC+9 is still 11-30 02:00 UTC: the day is a UTC day.
     assert monitoring_day({}, two_am.astimezone(timezone(timedelta(hours=9)))) == "2026-11-29"
     assert monitoring_day({MONITORING_DAY_TAG: "2026-11-20"}, two_am) == "2026-11-20"
+
+
+def test_the_sensor_closes_runs_whose_process_died(two_sources):
+    import os
+    import subprocess
+    import uuid
+
+    from rag_pipeline.defs.runs import process_tags
+
+    config, _, _ = two_sources
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    with dg.instance_for_test() as instance:
+        def started_run(pid: int) -> str:
+            tags = {**process_tags(), "rag_pipeline/pid": str(pid), "dagster/partition": "alpha"}
+            run = instance.add_run(dg.DagsterRun(job_name="ingest_sources", run_id=str(uuid.uuid4()),
+                                                 status=dg.DagsterRunStatus.STARTED, tags=tags))
+            return run.run_id
+
+        dead, alive = started_run(gone.pid), started_run(os.getpid())
+        _tick(instance, config)
+        assert instance.get_run_by_id(dead).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(alive).status == dg.DagsterRunStatus.STARTED
+        [failure] = [e for e in instance.all_logs(dead) if e.dagster_event and e.dagster_event.is_run_failure]
+        assert f"(pid {gone.pid}) is gone" in failure.dagster_event.message
