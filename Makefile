@@ -11,7 +11,7 @@ export DO_NOT_TRACK := 1
 export UNSTRUCTURED_DISABLE_NOTICE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast ui validate bench clean lint
+.PHONY: install demo test test-fast ui validate bench clean lint screenshots
 
 $(BIN)/rag-pipeline: pyproject.toml tools/en_core_web_sm_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ validate: install
 
 bench: install
 	$(BIN)/python benchmarks/ingest.py
+
+# The UI's key pages in headless Chromium (Debian's chromium package; playwright drives it, nothing downloaded).
+screenshots: install
+	$(BIN)/pip install -q -e '.[ui]' 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python tools/ui_screenshots.py --out docs/screenshots
 
 clean:
 	rm -rf .rag_pipeline .dagster_home

@@ -13,7 +13,6 @@ import argparse
 import os
 import sys
 from datetime import date, timedelta
-from pathlib import Path
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
@@ -32,13 +31,14 @@ def main() -> int:
     config = load_config(PROJECT_ROOT / "data" / "pipeline.yaml")
     store = DuckDBStore(config.storage.path)
     embedder = make_embedder(config.embedding)
-    folder = Path(config.storage.path).parent / "reports"
+    folder = config.storage.reports
     print("| day | MMD² | threshold | verdict | no-result rate | sampled |")
     print("|---|---|---|---|---|---|")
     day, report = args.start, None
     while day <= args.end:
         sample, measures, _ = sample_day(config, store, embedder, day)
-        report, markdown, _ = drift_day(config, store, embedder, day, folder)
+        drift = drift_day(config, store, embedder, day, folder)
+        report, markdown = drift.report, drift.path
         print(f"| {day} | {report.distance:.4f} | {report.threshold:.4f} | {'DRIFT' if report.drifted else 'ok'} | "
               f"{measures['no_result_rate']:.2f} | {len(sample.results)} |")
         day += timedelta(days=1)

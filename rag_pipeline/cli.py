@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -202,8 +203,22 @@ def cmd_promote(args: argparse.Namespace) -> int:
     if eval_id is None:
         raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
     promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
+    if promoted:
+        _record_promotion(store, eval_id)
     print(text)
     return 0 if promoted else 1
+
+
+def _record_promotion(store, eval_id: str, instance=None) -> None:
+    """Show the promotion in Dagster: the gate check of that evaluation passes against itself."""
+    from rag_pipeline.defs.checks import record_promotion
+
+    revision = store.evaluation_summary(eval_id)["revision"]
+    if instance is not None:
+        record_promotion(instance, revision, eval_id)
+        return
+    with _instance() as own:
+        record_promotion(own, revision, eval_id)
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
@@ -216,7 +231,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     base = load_config(args.config)
     baseline = apply_overlay(base, args.baseline_set or [], args.baseline)
     candidate = apply_overlay(base, args.set or [], args.candidate)
-    store = DuckDBStore(Path(args.store) if args.store else base.storage.path.parent / "experiments.duckdb")
+    store = DuckDBStore(Path(args.store) if args.store else base.storage.experiments)
     try:
         row, gate, _, _ = run_experiment(
             baseline, candidate, store, base.golden_set, _policy(base, args.policy), args.hypothesis,
@@ -236,7 +251,7 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     from rag_pipeline.core.store import DuckDBStore
 
     base = load_config(args.config)
-    store = DuckDBStore(Path(args.store) if args.store else base.storage.path.parent / "experiments.duckdb")
+    store = DuckDBStore(Path(args.store) if args.store else base.storage.experiments)
     print(render_log(store.experiment_log()))
     return 0
 
@@ -280,7 +295,7 @@ def _print_answers(answers: dict) -> None:
           f"answered {table['answered_unanswerable']} / abstained {table['abstained_unanswerable']} of unanswerable")
 
 
-def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
+def _demo_gate(config: PipelineConfig, eval_id: str, instance) -> str:
     """The first evaluation of a golden revision becomes its baseline; later ones are only gated
     (promotion stays an explicit act: `rag-pipeline promote`)."""
     from rag_pipeline.core.baselines import compare_with_baseline
@@ -291,6 +306,7 @@ def _demo_gate(config: PipelineConfig, eval_id: str) -> str:
     comparison = compare_with_baseline(store, eval_id, _policy(config, None))
     if comparison.gate is None:
         store.promote(comparison.revision, eval_id, "first baseline of this golden revision (demo)")
+        _record_promotion(store, eval_id, instance)
         return f"PROMOTE: {eval_id} is the first baseline of golden revision {comparison.revision}"
     return render_gate(comparison.gate)
 
@@ -339,7 +355,7 @@ def _print_monitoring(run: MonitorRun) -> None:
     print(f"drift: MMD² {m['mmd2_distance']:.4f} against the golden-calibrated threshold {m['drift_threshold']:.4f}: "
           + ("DRIFT (WARN)" if run.drifted else "within threshold"))
     print("\ncandidates for new golden cases:\n" + m["candidates"])
-    print(f"\nreport: {m['report']}")
+    print(f"\nreport: {m['report_file']}")
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
@@ -381,7 +397,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 _print_answers(evaluation.summary.get("answers") or {})
                 print(f"report: {evaluation.report}")
                 print("\n== gate against the promoted baseline")
-                print(_demo_gate(config, evaluation.summary["eval_id"]))
+                print(_demo_gate(config, evaluation.summary["eval_id"], instance))
         monitoring = None
         if config.monitoring.query_log is not None and evaluation is not None and evaluation.success:
             day = _monitoring_day(config, None)
@@ -484,6 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Dagster's notices about its own beta and preview APIs are for this project's developers, not its users.
+    warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
     try:
         return args.func(args)
     except (ConfigError, GoldenSetError, FileNotFoundError, KeyError, ValueError) as exc:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+from datetime import date
 from pathlib import Path
 from typing import Literal
 
@@ -173,6 +174,10 @@ class MonitoringConfig(_Strict):
     # A daily WARN at 5% would cry wolf every three weeks on unchanged traffic; 1% is about four times a year.
     alpha: float = Field(default=0.01, gt=0, lt=1, description="false-alarm rate of the daily drift check")
     candidates: int = Field(default=15, ge=1)
+    start_date: date | None = Field(default=None, description="first daily partition; default: the query log's first day")
+    # A recording (the bundled sample), not a live feed: the nightly run monitors the log's last day.
+    # Left false for a live log, the night monitors yesterday, and a day without traffic is a red run.
+    recorded_log: bool = False
 
 
 class AnswersConfig(_Strict):
@@ -205,6 +210,21 @@ class AnswersConfig(_Strict):
 
 class StorageConfig(_Strict):
     path: Path = Path("../.rag_pipeline/index.duckdb")
+
+    @property
+    def reports(self) -> Path:
+        """Evaluation and drift reports with their plots."""
+        return self.path.parent / "reports"
+
+    @property
+    def golden_revisions(self) -> Path:
+        """Frozen texts of golden revisions whose file has moved on."""
+        return self.path.parent / "golden_revisions"
+
+    @property
+    def experiments(self) -> Path:
+        """The experiment log's own store (one-component experiments rebuild indexes there)."""
+        return self.path.parent / "experiments.duckdb"
 
 
 class PipelineConfig(_Strict):

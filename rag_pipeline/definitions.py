@@ -2,29 +2,49 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dagster as dg
 
 from rag_pipeline.config import PipelineConfig, load_config
-from rag_pipeline.defs.automation import (
-    automation_jobs,
-    automation_schedules,
-    automation_sensors,
-)
+from rag_pipeline.defs.automation import automation_jobs, automation_schedules, automation_sensors
 from rag_pipeline.defs.evaluation import evaluation_assets
-from rag_pipeline.defs.ingestion import ingestion_assets
+from rag_pipeline.defs.ingestion import ingestion_assets, search_index
 from rag_pipeline.defs.monitoring import monitoring_assets
-from rag_pipeline.defs.resources import EmbedderResource
-from rag_pipeline.runner import resources_for
+from rag_pipeline.defs.partitions import daily_partitions
+from rag_pipeline.defs.resources import EmbedderResource, resources_for
 
 
-def build_definitions(config: PipelineConfig, embedder: EmbedderResource | None = None) -> dg.Definitions:
-    """Definitions wired to one config; tests pass a fast embedder, production the configured one."""
+def assets_for(config: PipelineConfig) -> list[dg.AssetsDefinition]:
+    """Every asset, with what depends on the deployment: the day partitions (from the query log's
+    first day) and search_index's freshness policy (lifecycle.max_staleness_hours)."""
+    fail_window = timedelta(hours=config.lifecycle.max_staleness_hours)
+
+    def freshness(spec: dg.AssetSpec) -> dg.AssetSpec:
+        # The policy is Dagster's own, per asset: some source indexed within the window. The
+        # `sources_fresh` check is the per-source, content-based proof (what is served is what the
+        # source holds); the policy makes a stalled nightly suite visible even when no run fails.
+        if spec.key != search_index.key:
+            return spec
+        return spec.replace_attributes(freshness_policy=dg.FreshnessPolicy.time_window(fail_window=fail_window))
+
+    assets = [*ingestion_assets, *evaluation_assets, *monitoring_assets(daily_partitions(config.monitoring))]
+    return dg.with_source_code_references(dg.map_asset_specs(freshness, assets))
+
+
+def build_definitions(
+    config: PipelineConfig, embedder: EmbedderResource | None = None, overrides: dict[str, str] | None = None
+) -> dg.Definitions:
+    """Definitions wired to one config (and the command line's `--source` overrides); tests pass a
+    fast embedder, production the configured one."""
     return dg.Definitions(
-        assets=[*ingestion_assets, *evaluation_assets, *monitoring_assets],
+        assets=assets_for(config),
         jobs=automation_jobs,
         sensors=automation_sensors,
         schedules=automation_schedules,
-        resources=resources_for(config, embedder),
+        resources=resources_for(config, embedder, overrides),
+        # Runs launched on assets (the UI's Materialize, backfills) run their steps in one process too.
+        executor=dg.in_process_executor,
     )
 
 

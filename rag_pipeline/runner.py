@@ -11,16 +11,12 @@ from rag_pipeline.core.coverage import coverage_report
 from rag_pipeline.core.golden import file_revision, load_golden_set
 from rag_pipeline.core.locks import SourceBusyError, exclusive_source
 from rag_pipeline.core.store import DuckDBStore
-from rag_pipeline.defs.evaluation import evaluation_assets
-from rag_pipeline.defs.ingestion import ingestion_assets
-from rag_pipeline.defs.monitoring import DRIFT_CHECK, monitoring_assets
+from rag_pipeline.definitions import build_definitions
+from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
+from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
-from rag_pipeline.defs.resources import (
-    EmbedderResource,
-    PipelineSettings,
-    StoreResource,
-)
-from rag_pipeline.defs.runs import TRIGGER_TAG, process_tags
+from rag_pipeline.defs.resources import EmbedderResource
+from rag_pipeline.defs.runs import process_tags
 
 # The counts the command line reports per source, and the asset each comes from.
 COUNT_SOURCES: dict[str, tuple[str, str]] = {
@@ -63,16 +59,6 @@ class SourceRun:
                 "warnings": self.warnings, "success": self.success, "error": self.error}
 
 
-def resources_for(
-    config: PipelineConfig, embedder: EmbedderResource | None = None, overrides: dict[str, str] | None = None
-) -> dict:
-    return {
-        "settings": PipelineSettings.from_config(config, overrides),
-        "store": StoreResource(path=str(config.storage.path)),
-        "embedder": embedder or EmbedderResource.from_config(config.embedding),
-    }
-
-
 def ingest(
     config: PipelineConfig,
     instance: dg.DagsterInstance,
@@ -89,21 +75,27 @@ def ingest(
     new = [s for s in source_ids if s not in existing]
     if new:
         instance.add_dynamic_partitions(source_partitions.name, new)
-    resources = resources_for(config, embedder, overrides)
+    job = _job(config, ingest_sources_job.name, embedder, overrides)
     runs = []
     for source_id in source_ids:
         try:
             # Another process ingesting the same source would overwrite this run's staging.
             with exclusive_source(config.storage.path, source_id):
-                result = dg.materialize(
-                    ingestion_assets, instance=instance, resources=resources, partition_key=source_id,
-                    raise_on_error=False, run_config=QUIET_LOGS, tags=CLI_TAGS | process_tags(),
+                result = job.execute_in_process(
+                    instance=instance, partition_key=source_id, raise_on_error=False, run_config=QUIET_LOGS,
+                    tags={**CLI_TAGS, SOURCE_TAG: source_id, **process_tags()},
                 )
         except SourceBusyError as busy:
             runs.append(SourceRun(source_id, False, error=str(busy)))
             continue
         runs.append(_summarise(source_id, result, DuckDBStore(config.storage.path)))
     return runs
+
+
+def _job(config: PipelineConfig, name: str, embedder: EmbedderResource | None = None,
+         overrides: dict[str, str] | None = None) -> dg.JobDefinition:
+    """One of the named jobs the UI shows, wired to this config, so command-line runs carry its name."""
+    return build_definitions(config, embedder, overrides).resolve_job_def(name)
 
 
 def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBStore) -> SourceRun:
@@ -191,15 +183,9 @@ def evaluate_golden(
     if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
         instance.add_dynamic_partitions(golden_partitions.name, [revision])
     run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or ""}}}}
-    result = dg.materialize(
-        [*ingestion_assets, *evaluation_assets],
-        selection=[a.key for a in evaluation_assets],
-        instance=instance,
-        resources=resources_for(config, embedder, overrides),
-        partition_key=revision,
-        raise_on_error=False,
-        run_config=run_config,
-        tags=CLI_TAGS,
+    result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
+        instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
+        tags={**CLI_TAGS, GOLDEN_TAG: revision},
     )
     metadata = _materialized_metadata(result)
     run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result), error=_step_error(result))
@@ -207,7 +193,7 @@ def evaluate_golden(
         return run
     evaluation = metadata.get("golden_eval", {})
     run.slice_table = evaluation["slice_table"].value
-    run.report = evaluation["report"].value
+    run.report = evaluation["report_file"].value
     run.golden_summary = load_golden_set(config.golden_set).summary()
     run.summary = DuckDBStore(config.storage.path).evaluation_summary(evaluation["eval_id"].value)
     return run
@@ -224,7 +210,7 @@ class MonitorRun:
     @property
     def drifted(self) -> bool:
         """The drift check warned (False when it did not run)."""
-        return self.checks.get(DRIFT_CHECK) is False
+        return self.checks.get("drift_within_threshold") is False
 
 
 def monitor(
@@ -234,15 +220,9 @@ def monitor(
     embedder: EmbedderResource | None = None,
 ) -> MonitorRun:
     """Materialize production_sample and drift_report for one day partition."""
-    result = dg.materialize(
-        [*ingestion_assets, *evaluation_assets, *monitoring_assets],
-        selection=[a.key for a in monitoring_assets],
-        instance=instance,
-        resources=resources_for(config, embedder),
-        partition_key=day,
-        raise_on_error=False,
-        run_config=QUIET_LOGS,
-        tags=CLI_TAGS,
+    result = _job(config, monitoring_job.name, embedder).execute_in_process(
+        instance=instance, partition_key=day, raise_on_error=False, run_config=QUIET_LOGS,
+        tags={**CLI_TAGS, DAY_TAG: day},
     )
     metadata = {k: v.value for asset in _materialized_metadata(result).values() for k, v in asset.items()}
     return MonitorRun(day, result.success, metadata, _checks(result), _step_error(result))

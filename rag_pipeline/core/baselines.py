@@ -3,10 +3,13 @@ and promoting it when the gate says PROMOTE (the first evaluation of a revision 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rag_pipeline.core.gates import GatePolicy, GateResult, compare, render_gate
+from rag_pipeline.core.render import inline
 from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.verdicts import Verdict
 
 
 @dataclass
@@ -17,6 +20,22 @@ class BaselineComparison:
     gate: GateResult | None
     # Why there is nothing to compare with, when `gate` is None.
     missing_reason: str = ""
+
+    def verdict(self) -> Verdict:
+        """`gate_vs_baseline`: ERROR on a regression, WARN on an unprotected drop or when there is no baseline."""
+        if self.gate is None:
+            return Verdict(False, f"{self.missing_reason}; promote one with `rag-pipeline promote`", severity="WARN")
+        gate = self.gate
+        summary = gate.decision if gate.findings or gate.promote else "no regression; " + gate.decision
+        numbers = {f"delta_{d.metric}": round(d.delta, 6) for d in gate.deltas if not math.isnan(d.delta)}
+        markdown = {"baseline_eval": inline(self.baseline_id), "gate": render_gate(gate)}
+        return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
+
+
+def promotion_verdict(eval_id: str, revision: str) -> Verdict:
+    """`gate_vs_baseline` right after a promotion: the evaluation is the baseline, so it passes against itself."""
+    return Verdict(True, f"{eval_id} is now the promoted baseline of golden revision {revision}; later evaluations "
+                         "of this revision are gated against it", markdown={"baseline_eval": inline(eval_id)})
 
 
 def compare_with_baseline(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from rag_pipeline.core.models import STAGES
 from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 
 @dataclass
@@ -22,6 +23,28 @@ class CoverageReport:
 
     def uncovered_rows(self) -> list[dict[str, str]]:
         return [{"doc_id": d, "where": self.stopped_after.get(d, "")} for d in self.uncovered]
+
+    def verdict(self) -> Verdict:
+        """`coverage`: every current document queryable or failed with a reason."""
+        numbers = {f"{stage}_documents": n for stage, n in self.counts_by_stage.items()}
+        numbers |= {"supported_documents": self.supported, "failed_documents": len(self.failed),
+                    "uncovered_documents": len(self.uncovered), "queryable_share": round(self.queryable_share, 4)}
+        tables = {"failures": Table(self.failed, ["doc_id", "stage", "reason"])}
+        if self.uncovered:
+            tables["uncovered"] = Table(self.uncovered_rows(), ["doc_id", "where"])
+        summary = (f"{self.counts_by_stage.get('queryable', 0)} of {self.supported} documents queryable, "
+                   f"{len(self.failed)} failed with a reason" if self.passed else
+                   f"{len(self.uncovered)} document(s) neither queryable nor failed with a reason: {listed(self.uncovered)}")
+        return Verdict(self.passed, summary, numbers, tables)
+
+    def failed_documents_verdict(self, run_id: str) -> Verdict:
+        """`no_failed_documents` (WARN): the documents whose current version failed a stage."""
+        new = [f for f in self.failed if f.get("run_id") == run_id]
+        summary = ("no document failed" if not self.failed else
+                   f"{len(self.failed)} document(s) failed ({len(new)} in this run): "
+                   + listed([f"{f['doc_id']} at {f['stage']} ({f['reason']})" for f in self.failed], 3))
+        return Verdict(not self.failed, summary, {"failed_documents": len(self.failed), "failed_in_this_run": len(new)},
+                       {"failures": Table(self.failed, ["doc_id", "stage", "reason", "since"])})
 
     @property
     def passed(self) -> bool:

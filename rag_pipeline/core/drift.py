@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rag_pipeline.core.embedding import normalise_rows
-from rag_pipeline.core.lexical import analyze
+from rag_pipeline.core.lexical import analyze, analyze_words
 from rag_pipeline.core.metrics import nearest_rank_quantile
+from rag_pipeline.core.verdicts import Table, Verdict
 
 # Function and question words: phrasing, not topic.
 _FUNCTION_WORDS = frozenset(
@@ -152,6 +153,24 @@ class DriftReport:
     def drifted(self) -> bool:
         return self.distance > self.threshold
 
+    @property
+    def p_value(self) -> float:
+        """Share of golden resamples at least as far apart as production is from the golden set (+1 smoothed)."""
+        at_least = sum(1 for value in self.null_distribution if value >= self.distance)
+        return (at_least + 1) / (len(self.null_distribution) + 1)
+
+    def verdict(self) -> Verdict:
+        """`drift_within_threshold` (WARN): the distance against the golden-calibrated threshold."""
+        summary = (f"MMD² {self.distance:.4f} vs threshold {self.threshold:.4f} (p = {self.p_value:.3f}, "
+                   f"calibrated on the golden set)")
+        if self.drifted and self.candidates:
+            summary += f"; top candidate: {self.candidates[0]['query'][:120]}"
+        numbers = {"mmd2_distance": round(self.distance, 6), "drift_threshold": round(self.threshold, 6),
+                   "p_value": round(self.p_value, 4), "production_queries": self.production_queries,
+                   "golden_cases": self.golden_cases}
+        return Verdict(not self.drifted, summary, numbers,
+                       {"candidates": Table(self.candidates[:10], ["excess_density", "distance", "query", "nearest_golden"])})
+
 
 def drift_report(
     day: str,
@@ -189,8 +208,15 @@ def drift_report(
         quantile=1 - alpha,
     )
     golden_vocabulary = {t for text in golden_texts for t in analyze(text)}
-    unseen = Counter(t for q in production_queries for t in set(analyze(q)) if t not in golden_vocabulary and not t.isdigit())
-    report.unseen_terms = unseen.most_common(20)
+    unseen: Counter[str] = Counter()
+    written: dict[str, Counter[str]] = {}
+    for query in production_queries:
+        pairs = [(w, t) for w, t in analyze_words(query) if t not in golden_vocabulary and not t.isdigit()]
+        unseen.update({t for _, t in pairs})
+        for word, term in pairs:
+            written.setdefault(term, Counter())[word] += 1
+    # Counted by term (so "excuse" and "excused" are one), shown as users most often wrote it.
+    report.unseen_terms = [(written[t].most_common(1)[0][0], n) for t, n in unseen.most_common(20)]
     seen: set[str] = set()
     # Stable sort: ties (repeated queries) keep their sample order, so the report is reproducible.
     for position in np.argsort(-excess, kind="stable"):

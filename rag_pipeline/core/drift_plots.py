@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from rag_pipeline.core.drift import DriftReport
+from rag_pipeline.core.plots import label, pyplot, save
 from rag_pipeline.core.render import inline, number, table
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on a server
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path) -> tuple[Path, list[Path]]:
     """Write `drift-<day>.md` and its PNGs into `folder`; return (markdown path, png paths)."""
     folder.mkdir(parents=True, exist_ok=True)
-    plt = _pyplot()
+    plt = pyplot()
+    from matplotlib import dates
     pngs = []
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
@@ -39,7 +33,7 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     positions = range(len(names))
     ax.barh([p - 0.2 for p in positions], [report.golden_slice_mix.get(n, 0) / golden_total for n in names], 0.4, label="golden")
     ax.barh([p + 0.2 for p in positions], [report.slice_mix.get(n, 0) / prod_total for n in names], 0.4, label="production (nearest slice)")
-    ax.set_yticks(list(positions), names)
+    ax.set_yticks(list(positions), [label(n) for n in names])
     ax.set_title("Slice mix")
     ax.legend()
 
@@ -53,12 +47,16 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     ax = axes[1][1]
     days = [row["day"] for row in trend]
     ax.plot(days, [row["distance"] for row in trend], marker="o", label="MMD²")
-    ax.plot(days, [row["threshold"] for row in trend], linestyle="--", label="threshold")
+    ax.plot(days, [row["threshold"] for row in trend], linestyle="--", marker="_", label="threshold")
     ax.set_ylabel("MMD²")
     twin = ax.twinx()
     twin.plot(days, [row["no_result_rate"] for row in trend], marker="s", color="tab:green", label="no-result rate")
     twin.set_ylabel("no-result rate")
     ax.set_title("Trend")
+    if days:
+        # A day either side, so that a short history (one day) does not stretch the axis over years.
+        ax.set_xlim(min(days) - timedelta(days=1), max(days) + timedelta(days=1))
+    ax.xaxis.set_major_formatter(dates.DateFormatter("%m-%d"))
     ax.tick_params(axis="x", rotation=60, labelsize=7)
     # One legend for both axes: the no-result rate lives on the twin.
     handles, labels = ax.get_legend_handles_labels()
@@ -66,11 +64,17 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     ax.legend(handles + twin_handles, labels + twin_labels, loc="upper left", fontsize=8)
     fig.suptitle(f"Drift report {report.day}: {'DRIFT' if report.drifted else 'no drift'}")
     fig.tight_layout()
-    overview = folder / f"drift-{report.day}.png"
-    fig.savefig(overview, dpi=90)
-    plt.close(fig)
+    overview = save(fig, folder / f"drift-{report.day}.png")
     pngs.append(overview)
 
+    markdown = folder / f"drift-{report.day}.md"
+    markdown.write_text(report_markdown(report, measures, f"![overview]({overview.name})"), encoding="utf-8")
+    return markdown, pngs
+
+
+def report_markdown(report: DriftReport, measures: Mapping[str, float], image: str) -> str:
+    """The drift report as markdown; `image` is the overview plot's markdown (a file link in the
+    report file, a data URI in Dagster metadata)."""
     lines = [
         f"# Drift report {report.day}",
         "",
@@ -80,7 +84,7 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
         f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",
         *(f"- {inline(key)}: {number(value, 4) if isinstance(value, float) else inline(value)}" for key, value in measures.items()),
         "",
-        f"![overview]({overview.name})",
+        image,
         "",
         "## Candidates for new golden cases",
         "",
@@ -100,6 +104,4 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
                for s in sorted(set(report.sources_hit) | set(report.golden_per_source))],
               ["source", "top-1 hits", "gold labels"], limit=None),
     ]
-    markdown = folder / f"drift-{report.day}.md"
-    markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return markdown, pngs
+    return "\n".join(lines) + "\n"

@@ -33,6 +33,10 @@ class Embedder(Protocol):
         """float32 matrix, one row per text (L2-normalised when the config says so)."""
         ...
 
+    def prefetch(self) -> None:
+        """Start loading the model in the background: the caller knows texts to encode are coming."""
+        ...
+
 
 def normalise_rows(matrix: np.ndarray) -> np.ndarray:
     """Each row scaled to unit length (zero rows stay zero), so that dot products are cosines."""
@@ -67,6 +71,14 @@ class SentenceTransformerEmbedder:
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
         self.model_path = resolve_model_path(config.model)
+        self._loading: threading.Thread | None = None
+
+    def prefetch(self) -> None:
+        """Load the model in a background thread (imports cost seconds of CPU the caller can overlap
+        with other work, such as waiting for the parser); `encode` then waits for it if needed."""
+        if "model" not in self.__dict__ and self._loading is None:
+            self._loading = threading.Thread(target=lambda: self.model, name="model-prefetch", daemon=True)
+            self._loading.start()
 
     @cached_property
     def model(self):
@@ -123,6 +135,9 @@ class HashingEmbedder:
     @property
     def identity(self) -> str:
         return f"hashing-{self.config.dimension}:normalize={self.config.normalize}"
+
+    def prefetch(self) -> None:
+        """Nothing to load."""
 
     @property
     def dimension(self) -> int:

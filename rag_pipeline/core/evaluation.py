@@ -20,7 +20,7 @@ from rag_pipeline.core import metrics
 from rag_pipeline.core.answer_checks import abstention_table, check_answer
 from rag_pipeline.core.answers import Generator, make_claim_judge, make_generator
 from rag_pipeline.core.embedding import Embedder
-from rag_pipeline.core.golden import GoldenCase, GoldenSet, GoldSpan, load_golden_set
+from rag_pipeline.core.golden import GoldenCase, GoldenSet, GoldenSetError, GoldSpan, file_revision, load_golden_set
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.retrieval import RetrievalResult, Retriever, rollup_documents
 from rag_pipeline.core.store import DuckDBStore
@@ -362,6 +362,44 @@ def _slice_extras(rows: Sequence[CaseResult]) -> dict[str, float]:
     if any(r.case.forbidden_docs for r in rows):
         extras["forbidden_leak_cases"] = float(sum(1 for r in rows if r.forbidden_retrieved))
     return extras
+
+
+def golden_file_for_revision(golden_set: Path | None, store: DuckDBStore, revision: str, folder: Path) -> Path:
+    """The golden file of a revision: the configured file if it still has that content, else the
+    snapshot kept when the revision was first seen, written to `folder` (a revision is frozen; the
+    file may move on)."""
+    if golden_set is None:
+        raise GoldenSetError("no golden_set configured in the pipeline config")
+    path = Path(golden_set)
+    if path.is_file() and file_revision(path) == revision:
+        store.snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
+        return path
+    content = store.golden_snapshot(revision)
+    if content is None:
+        raise GoldenSetError(
+            f"golden-set revision {revision} is neither the current content of {path} "
+            f"(now {file_revision(path) if path.is_file() else 'missing'}) nor a kept snapshot"
+        )
+    frozen = folder / f"{revision}.jsonl"
+    frozen.parent.mkdir(parents=True, exist_ok=True)
+    frozen.write_text(content, encoding="utf-8")
+    return frozen
+
+
+def headline_numbers(result: EvalResult) -> dict[str, float]:
+    """The numbers worth a trend line: headline metrics, weighted ones, latency, abstention, leaks,
+    answer metrics (None and NaN, where a kind of case is missing, are the caller's to drop)."""
+    return {
+        **{key: result.overall.get(key) for key in HEADLINE_METRICS},
+        "weighted_recall_at_5": result.weighted.get("recall_at_5"),
+        "weighted_ndcg_at_10": result.weighted.get("ndcg_at_10"),
+        "p95_latency_ms": result.latency["p95_latency_ms"],
+        "mean_context_tokens": result.latency["mean_context_tokens"],
+        "unanswerable_abstain_rate": result.unanswerable["abstain_rate"],
+        "forbidden_leak_cases": result.unanswerable["forbidden_leak_cases"],
+        "stale_cases": result.unanswerable["stale_cases"],
+        **(result.answers.get("overall", {}) if result.answers else {}),
+    }
 
 
 def run_golden_evaluation(

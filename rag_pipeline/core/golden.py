@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag_pipeline.core.verdicts import Table, Verdict, listed
+
 SPLITS = ("dev", "validation", "holdout")
 _REQUIRED = ("id", "question", "reference", "slice", "split")
 _KNOWN = set(_REQUIRED) | {"gold_docs", "gold_spans", "weight", "tenant", "roles", "answerable",
@@ -71,6 +73,14 @@ class GoldenSet:
         if self.stale:
             parts.append(f"stale labels on {len(self.stale)} cases")
         return " | ".join(parts)
+
+    def labels_verdict(self) -> Verdict:
+        """`golden_labels_current` (WARN): every gold document indexed, every pinned span unchanged."""
+        rows = [{"case": case_id, "problem": "; ".join(problems)} for case_id, problems in self.stale.items()]
+        summary = ("every gold document is indexed and every pinned span unchanged" if not self.stale else
+                   f"{len(self.stale)} stale case(s), scored apart: " + listed([f"{r['case']}: {r['problem']}" for r in rows], 3))
+        return Verdict(not self.stale, summary, {"stale_cases": len(self.stale), "cases": len(self.cases)},
+                       {"stale": Table(rows, ["case", "problem"])})
 
 
 def _num(value: float) -> str:

@@ -172,7 +172,10 @@ def _behind_unreadable_folders(
     return kept
 
 
-def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: ParserProcess | None = None) -> StageReport:
+def parse_source(
+    source: SourceConfig, store: DuckDBStore, run_id: str, parser: ParserProcess | None = None,
+    embedder: Embedder | None = None,
+) -> StageReport:
     """Parse the documents whose content or metadata differ from their parsed version.
 
     Each document's bytes are read once, through the source's safety checks, compared with the
@@ -181,21 +184,11 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: 
     again, and its failure stays on record in the ledger.
     """
     source_id = source.source_id
-    rows = store.discovery_rows(source_id)
-    parsed = store.parsed_versions(source_id)
-    failed = store.ledger_failures(source_id)
     version = parser_version()
-    todo = []
-    for row in rows:
-        if not row["supported"] or row["error"]:
-            continue
-        if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"]):
-            continue
-        failure = failed.get(row["doc_id"])
-        if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
-                and failure["parser_version"] == version:
-            continue
-        todo.append(row)
+    todo = documents_to_parse(source_id, store)
+    if todo and embedder is not None:
+        # New text will need vectors: the model loads while the parser works (in its own process).
+        embedder.prefetch()
     report = StageReport(source_id, "parsed")
     ledger: list[dict] = []
     batch: list = []
@@ -224,6 +217,26 @@ def parse_source(source: SourceConfig, store: DuckDBStore, run_id: str, parser: 
     kill_point("parsed")
     report.counts = {"parsed": len(todo) - len(report.failures), "parse_failed": len(report.failures)}
     return report
+
+
+def documents_to_parse(source_id: str, store: DuckDBStore) -> list[dict]:
+    """Discovery rows whose content or metadata differ from their parsed version, except those that
+    already failed with this content and parser (they would fail again)."""
+    parsed = store.parsed_versions(source_id)
+    failed = store.ledger_failures(source_id)
+    version = parser_version()
+    todo = []
+    for row in store.discovery_rows(source_id):
+        if not row["supported"] or row["error"]:
+            continue
+        if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"]):
+            continue
+        failure = failed.get(row["doc_id"])
+        if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
+                and failure["parser_version"] == version:
+            continue
+        todo.append(row)
+    return todo
 
 
 def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None = None):

@@ -32,5 +32,11 @@ def analyze(text: str) -> list[str]:
     return _stemmer().stemWords(words) if words else []
 
 
+def analyze_words(text: str) -> list[tuple[str, str]]:
+    """(word as written, lower-cased; its term) for every word `analyze` keeps, in order."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    return list(zip(words, _stemmer().stemWords(words))) if words else []
+
+
 def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))

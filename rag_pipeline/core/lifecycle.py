@@ -12,10 +12,10 @@ import numpy as np
 from rag_pipeline.config import SourceConfig
 from rag_pipeline.core import discovery
 from rag_pipeline.core.embedding import Embedder
-from rag_pipeline.core.golden import GoldenSet, stale_labels
 from rag_pipeline.core.lexical import analyze
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters
 from rag_pipeline.core.store import DuckDBStore, utcnow
+from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 # A deleted document must not come back from a search for its own text this deep.
 DELETION_PROBE_DEPTH = 100
@@ -39,6 +39,15 @@ class DeletionReport:
         rows += [{"doc_id": d, "problem": f"still retrievable: {how}"} for d, how in self.retrievable.items()]
         rows += [{"doc_id": d, "problem": "orphan rows in " + ", ".join(t)} for d, t in self.orphans.items()]
         return rows
+
+    def verdict(self) -> Verdict:
+        """`deletions_propagated`: nothing of a deleted document left anywhere, none retrievable."""
+        problems = self.problems()
+        summary = (f"{len(self.checked)} deleted document(s) fully gone and not retrievable" if self.passed
+                   else listed([f"{p['doc_id']}: {p['problem']}" for p in problems], 3))
+        numbers = {"deleted_documents_checked": len(self.checked), "documents_with_remnants": len(self.remnants),
+                   "documents_still_retrievable": len(self.retrievable), "orphan_documents": len(self.orphans)}
+        return Verdict(self.passed, summary, numbers, {"problems": Table(problems, ["doc_id", "problem"])})
 
 
 def deletion_report(
@@ -91,6 +100,18 @@ class FreshnessReport:
     @property
     def passed(self) -> bool:
         return self.oldest_stale_hours < self.max_staleness_hours
+
+    def verdict(self) -> Verdict:
+        """`sources_fresh`: the oldest change not yet indexed is younger than the limit."""
+        summary = (f"{len(self.stale)} unindexed change(s), oldest {self.oldest_stale_hours:.1f} h "
+                   f"(limit {self.max_staleness_hours:g} h)")
+        if not self.passed:
+            summary += ": " + listed([f"{s['doc_id']} ({s['reason']}, {s['age_hours']:.0f} h)" for s in self.stale], 3)
+        numbers = {"stale_documents": len(self.stale), "oldest_stale_hours": round(self.oldest_stale_hours, 3),
+                   "max_staleness_hours": self.max_staleness_hours, "indexed_documents": self.indexed_documents}
+        if self.index_age_hours is not None:
+            numbers["index_age_hours"] = round(self.index_age_hours, 3)
+        return Verdict(self.passed, summary, numbers, {"stale": Table(self.stale, ["doc_id", "reason", "age_hours"])})
 
 
 def freshness_report(
@@ -151,17 +172,3 @@ def _current_documents(source: SourceConfig) -> list[DiscoveredFile]:
         source.limits.max_file_bytes,
     )
     return [f for f in files if f.supported]
-
-
-@dataclass
-class GoldenLabelReport:
-    stale: dict[str, list[str]]
-
-    @property
-    def passed(self) -> bool:
-        return not self.stale
-
-
-def golden_label_report(golden: GoldenSet, served_hashes: Mapping[str, str]) -> GoldenLabelReport:
-    """Every gold document exists and is indexed; every span pinned to a content hash still has it."""
-    return GoldenLabelReport(stale_labels(golden.cases, served_hashes))

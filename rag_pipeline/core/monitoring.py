@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core import sampling
 from rag_pipeline.core.drift import DriftReport, drift_report
-from rag_pipeline.core.drift_plots import render
+from rag_pipeline.core.drift_plots import render, report_markdown
 from rag_pipeline.core.embedding import Embedder
 from rag_pipeline.core.golden import load_golden_set
 from rag_pipeline.core.lifecycle import freshness_report
+from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.core.retrieval import Retriever
 from rag_pipeline.core.store import DuckDBStore
 
@@ -68,7 +70,21 @@ def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries:
     )
 
 
-def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> tuple[DriftReport, Path, list[Path]]:
+@dataclass
+class DriftDay:
+    """One day's drift report, the files it was written to, and the sample measures it shows."""
+
+    report: DriftReport
+    path: Path
+    plot: Path
+    measures: dict
+
+    def markdown(self) -> str:
+        """The report's text with its plot embedded (for Dagster metadata: a file link would not render)."""
+        return report_markdown(self.report, self.measures, markdown_image(self.plot, "drift overview"))
+
+
+def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> DriftDay:
     """The day's sample against the golden set; the report and its plots are written to `folder`."""
     rows = store.sample_rows(day)
     sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), None)
@@ -84,5 +100,6 @@ def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, da
                                          "drifted": report.drifted,
                                          "no_result_rate": sample_measures.get("no_result_rate", float("nan"))})
     trend = store.monitoring_history("drift", day)
-    markdown, pngs = render(report, {k: v for k, v in sample_measures.items() if k != "day"}, trend, folder)
-    return report, markdown, pngs
+    measures = {k: v for k, v in sample_measures.items() if k != "day"}
+    markdown, pngs = render(report, measures, trend, folder)
+    return DriftDay(report, markdown, pngs[0], measures)

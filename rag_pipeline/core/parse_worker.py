@@ -155,6 +155,9 @@ def _serve() -> None:
     """The worker's loop: one request in, one reply out, until the parent closes the pipe."""
     import logging
 
+    # The parser never needs torch (spaCy's small English model runs on numpy), but thinc, under
+    # unstructured's spaCy, imports it whenever it is installed: a second of CPU and 300 MB per worker.
+    sys.modules.setdefault("torch", None)
     from rag_pipeline.core import parsing
 
     # Offline and quiet wherever the parser runs (it is started by tests and tools too).

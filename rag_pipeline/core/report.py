@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+from rag_pipeline.core.baselines import BaselineComparison, compare_with_baseline
 from rag_pipeline.core.evaluation import EvalResult
+from rag_pipeline.core.gates import GatePolicy
+from rag_pipeline.core.plots import markdown_image, slice_comparison
 from rag_pipeline.core.render import Markdown, inline, number, safe_json, table
+from rag_pipeline.core.store import DuckDBStore
 
 SLICE_COLUMNS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10", "ndcg_at_10")
 
@@ -76,8 +82,36 @@ def answer_section(result: EvalResult) -> list[str]:
     ]
 
 
-def render_markdown(result: EvalResult) -> str:
-    """The full report: header, slice table, splits, unanswerable, failed cases and their traces."""
+@dataclass
+class WrittenReport:
+    """An evaluation's report file, its slice plot, and the gate comparison the plot shows."""
+
+    path: Path
+    plot: Path
+    comparison: BaselineComparison
+    result: EvalResult
+
+    def markdown(self) -> str:
+        """The report's text with the plot embedded (for Dagster metadata: a file link would not render)."""
+        return render_markdown(self.result, markdown_image(self.plot, "slices against the baseline"))
+
+
+def write_report(result: EvalResult, store: DuckDBStore, policy: GatePolicy, folder: Path) -> WrittenReport:
+    """Gate the evaluation against its revision's baseline, draw each slice against it, and write the
+    markdown report beside the plot (`<eval id>.md`, `<eval id>-slices.png`)."""
+    comparison = compare_with_baseline(store, result.eval_id, policy)
+    candidate = store.evaluation_record(result.eval_id)
+    baseline = store.evaluation_record(comparison.baseline_id) if comparison.baseline_id else None
+    plot = slice_comparison(candidate, baseline, policy.headline_metrics, policy.significance,
+                            folder / f"{result.eval_id}-slices.png")
+    path = folder / f"{result.eval_id}.md"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_markdown(result, f"![slices against the baseline]({plot.name})"), encoding="utf-8")
+    return WrittenReport(path, plot, comparison, result)
+
+
+def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
+    """The full report: header, slice table and plot, splits, unanswerable, failed cases and traces."""
     split_rows = [[s, int(v.get("cases", 0)), *(v.get(c) for c in SLICE_COLUMNS)] for s, v in result.by_split.items()]
     parts = [
         f"# Golden evaluation {inline(result.eval_id)}",
@@ -96,6 +130,7 @@ def render_markdown(result: EvalResult) -> str:
         "",
         slice_table(result),
         "",
+        *([slice_plot, ""] if slice_plot else []),
         "## By split",
         "",
         table(split_rows, ["split", "scored", *SLICE_COLUMNS], limit=None),

@@ -123,6 +123,36 @@ def read_query_log(folder: Path) -> QueryLog:
     return log
 
 
+def first_day(folder: Path) -> date | None:
+    """The UTC day of the earliest query in the log, reading only what that needs: the first valid
+    line of each JSON-lines file (logs are appended in time order) and the timestamp column of
+    Parquet files. None when the folder holds no valid query."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    earliest: datetime | None = None
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        log = QueryLog(queries=[])
+        if path.name.endswith(JSON_LINES_SUFFIXES):
+            opener = gzip.open if path.name.endswith(".gz") else open
+            with opener(path, "rb") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if line.strip():
+                        _read_json_line(log, line, path.name, number)
+                        if log.queries:
+                            break
+        elif path.suffix == ".parquet":
+            import pyarrow.compute as pc
+            import pyarrow.parquet as pq
+
+            column = pq.read_table(path, columns=["timestamp"]).column("timestamp")
+            if len(column):
+                log.queries.append(_parse_line({"timestamp": pc.min(column).as_py(), "query": "-"}, path.name))
+        for query in log.queries:
+            earliest = query.timestamp if earliest is None else min(earliest, query.timestamp)
+    return earliest.date() if earliest else None
+
+
 def window(queries: Sequence[LoggedQuery], day: date, days_back: int) -> list[LoggedQuery]:
     """Queries from the `days_back` days ending with `day` (inclusive)."""
     start = datetime.combine(day - timedelta(days=days_back - 1), datetime.min.time())

@@ -836,11 +836,13 @@ class DuckDBStore:
             _insert_rows(con, "eval_cases", rows)
 
     def evaluation_record(self, eval_id: str) -> dict:
-        """An evaluation's summary plus `cases`: case id -> metrics, for scored cases (the gate's input)."""
+        """An evaluation's summary plus `cases`: case id -> metrics, for scored cases (the gate's input),
+        and `case_slices`: case id -> slice."""
         record = self.evaluation_summary(eval_id)
         with self.connect() as con:
-            rows = con.execute("SELECT case_id, metrics FROM eval_cases WHERE eval_id = ?", [eval_id]).fetchall()
-        record["cases"] = {case_id: json.loads(m) for case_id, m in rows if m and m != "{}"}
+            rows = con.execute("SELECT case_id, slice, metrics FROM eval_cases WHERE eval_id = ?", [eval_id]).fetchall()
+        record["cases"] = {case_id: json.loads(m) for case_id, _, m in rows if m and m != "{}"}
+        record["case_slices"] = {case_id: slice_name for case_id, slice_name, _ in rows}
         return record
 
     def latest_evaluation(self, revision: str | None = None) -> str | None:

@@ -1,36 +1,48 @@
-"""Automation: the source-change sensor, the golden-evaluation sensor, the nightly schedule, the purge job."""
+"""Automation: the jobs people launch, the nightly schedule, the sensors that chain a night, the purge.
+
+A night, in order: `nightly_full_suite` (02:00 UTC) runs `ingest_sources` for every source;
+`golden_eval_sensor` sees the index change and, once no ingestion run is in flight, runs
+`evaluate_golden_revision` on the current golden revision; `monitoring_after_evaluation` sees that
+run succeed and runs `monitor_production` for the day to monitor (yesterday, or the last day of a
+recorded log). Between nights, `source_change_sensor` runs a source whose files changed.
+"""
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 
+from rag_pipeline.config import MonitoringConfig
 from rag_pipeline.core.discovery import source_fingerprint
 from rag_pipeline.core.golden import file_revision
-from rag_pipeline.defs.ingestion import DUCKDB_POOL
+from rag_pipeline.core.sampling import read_query_log
+from rag_pipeline.defs.common import DAY_TAG, DUCKDB_POOL, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import PipelineSettings, StoreResource
 from rag_pipeline.defs.runs import close_abandoned_runs
 
+# The chain of one source shares one DuckDB writer and one loaded model: its steps run in one
+# process (no per-step process start, model and parser loaded once); sources run in parallel runs.
 ingest_sources_job = dg.define_asset_job(
     "ingest_sources",
     selection=dg.AssetSelection.groups("ingestion"),
-    description="Ingest one source partition: discover, parse, chunk, embed, index, prove coverage.",
+    description="Ingest one source: discover, parse, chunk, embed, then switch the served index once "
+                "coverage and deletions are proven on the new version.",
+    executor_def=dg.in_process_executor,
 )
 golden_eval_job = dg.define_asset_job(
     "evaluate_golden_revision",
     selection=dg.AssetSelection.groups("evaluation"),
-    description="Validate one golden-set revision and evaluate retrieval on it.",
+    description="Validate one golden-set revision and evaluate retrieval (and answers) on it, gated "
+                "against the promoted baseline.",
+    executor_def=dg.in_process_executor,
 )
-
-# A run tag naming the day an evaluation's monitoring run should sample (YYYY-MM-DD).
-MONITORING_DAY_TAG = "rag_pipeline/day"
-
 monitoring_job = dg.define_asset_job(
     "monitor_production",
     selection=dg.AssetSelection.groups("monitoring"),
-    description="Sample a day's production queries and compare them with the golden set.",
+    description="Sample a day's production queries and compare them with the golden set (drift report).",
+    executor_def=dg.in_process_executor,
 )
 
 
@@ -51,10 +63,18 @@ def purge_removed_sources():
     purge_sources()
 
 
-@dg.sensor(jobs=[ingest_sources_job, purge_removed_sources], minimum_interval_seconds=60)
+def source_tags(source_id: str, trigger: str) -> dict[str, str]:
+    return {SOURCE_TAG: source_id, TRIGGER_TAG: trigger}
+
+
+@dg.sensor(
+    jobs=[ingest_sources_job, purge_removed_sources], minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Every minute: a new source becomes a partition and a run, a source whose files changed "
+                "(names, sizes, times) gets a run, a source removed from the config is purged; runs left "
+                "STARTED by a dead process are closed.",
+)
 def source_change_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult:
-    """New sources become partitions and runs, changed sources get a run of their partition only,
-    unchanged sources trigger nothing, removed sources are purged and their partition deleted."""
     config = settings.load()
     # A run killed on this machine would hold its partition's queue slot forever (dagster.yaml).
     for source in config.sources:
@@ -66,7 +86,8 @@ def source_change_sensor(context: dg.SensorEvaluationContext, settings: Pipeline
     new = sorted(set(current) - existing)
     removed = sorted(existing - set(current))
     run_requests = [
-        dg.RunRequest(partition_key=source_id, run_key=f"{source_id}:{fingerprint}", job_name=ingest_sources_job.name)
+        dg.RunRequest(partition_key=source_id, run_key=f"{source_id}:{fingerprint}", job_name=ingest_sources_job.name,
+                      tags=source_tags(source_id, "sensor"))
         for source_id, fingerprint in sorted(current.items())
         if previous.get(source_id) != fingerprint
     ]
@@ -80,15 +101,18 @@ def source_change_sensor(context: dg.SensorEvaluationContext, settings: Pipeline
                 run_key=f"purge:{','.join(removed)}",
                 job_name=purge_removed_sources.name,
                 run_config={"ops": {"purge_sources": {"config": {"source_ids": removed}}}},
+                tags={TRIGGER_TAG: "sensor"},
             )
         )
     return dg.SensorResult(run_requests=run_requests, dynamic_partitions_requests=partition_requests, cursor=json.dumps(current))
 
 
-@dg.sensor(job=golden_eval_job, minimum_interval_seconds=60)
+@dg.sensor(
+    job=golden_eval_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Evaluates the current golden revision when it is new, or when the index changed since the "
+                "last evaluation and no ingestion run is in flight (so the nightly evaluation follows ingestion).",
+)
 def golden_eval_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult | dg.SkipReason:
-    """Evaluate the current golden revision when it is new, or when the index changed since the
-    last evaluation and no ingestion run is still going (so the nightly evaluation follows ingestion)."""
     config = settings.load()
     if config.golden_set is None or not config.golden_set.is_file():
         return dg.SkipReason("no golden set file configured")
@@ -111,41 +135,60 @@ def golden_eval_sensor(context: dg.SensorEvaluationContext, settings: PipelineSe
     if in_flight:
         return dg.SkipReason("ingestion still running: evaluate once the index settles")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=revision, run_key=f"{revision}:{index_event}")],
+        run_requests=[dg.RunRequest(partition_key=revision, run_key=f"{revision}:{index_event}",
+                                    tags={GOLDEN_TAG: revision, TRIGGER_TAG: "sensor"})],
         dynamic_partitions_requests=partition_requests,
         cursor=json.dumps({"revision": revision, "index_event": index_event}),
     )
 
 
-@dg.schedule(cron_schedule="0 2 * * *", job=ingest_sources_job, execution_timezone="UTC")
+@dg.schedule(
+    cron_schedule="0 2 * * *", job=ingest_sources_job, execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="02:00 UTC: ingest every configured source; the golden evaluation and the day's monitoring "
+                "follow through golden_eval_sensor and monitoring_after_evaluation.",
+)
 def nightly_full_suite(context: dg.ScheduleEvaluationContext, settings: PipelineSettings) -> list[dg.RunRequest]:
-    """Every night: ingest every configured source partition; golden_eval_sensor then evaluates
-    the current golden revision on the refreshed index, and monitoring_after_evaluation samples
-    production traffic and writes the drift report."""
     config = settings.load()
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     existing = set(context.instance.get_dynamic_partitions(source_partitions.name))
     missing = [s for s in config.source_ids if s not in existing]
     if missing:
         context.instance.add_dynamic_partitions(source_partitions.name, missing)
-    return [dg.RunRequest(partition_key=source_id, run_key=f"nightly:{day}:{source_id}") for source_id in config.source_ids]
+    return [dg.RunRequest(partition_key=source_id, run_key=f"nightly:{day}:{source_id}",
+                          tags=source_tags(source_id, "schedule")) for source_id in config.source_ids]
 
 
 @dg.run_status_sensor(
     run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[golden_eval_job], request_job=monitoring_job,
-    minimum_interval_seconds=60,
+    minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+    description="After a successful golden evaluation (the nightly suite's last step), samples the day to "
+                "monitor and writes the drift report: yesterday (UTC), or the last day of a recorded log.",
 )
-def monitoring_after_evaluation(context: dg.RunStatusSensorContext) -> dg.RunRequest:
-    """After a successful golden evaluation (the last step of the nightly suite), sample the last
-    complete day of production queries and write the drift report."""
-    day = monitoring_day(context.dagster_run.tags, datetime.now(UTC))
-    return dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:{context.dagster_run.run_id}")
+def monitoring_after_evaluation(context: dg.RunStatusSensorContext, settings: PipelineSettings) -> dg.RunRequest:
+    day = monitoring_day(context.dagster_run.tags, datetime.now(UTC), settings.load().monitoring)
+    return dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:{context.dagster_run.run_id}",
+                         tags={DAY_TAG: day, TRIGGER_TAG: "sensor"})
 
 
-def monitoring_day(tags: Mapping[str, str], now: datetime) -> str:
-    """The day partition to monitor: the run's `rag_pipeline/day` tag when set, else the last
-    complete UTC day. (At 02:00 the current day holds two hours of traffic, not a day's.)"""
-    return tags.get(MONITORING_DAY_TAG) or (now.astimezone(UTC).date() - timedelta(days=1)).isoformat()
+def monitoring_day(tags: Mapping[str, str], now: datetime, monitoring: MonitoringConfig | None = None) -> str:
+    """The day partition to monitor: the run's `rag_pipeline/day` tag when set; for a recorded log its
+    last day; else the last complete UTC day. (At 02:00 the current day holds two hours of traffic.)"""
+    if tags.get(DAY_TAG):
+        return tags[DAY_TAG]
+    if monitoring is not None and monitoring.recorded_log and monitoring.query_log is not None:
+        last = last_logged_day(monitoring)
+        if last is not None:
+            return last.isoformat()
+    return (now.astimezone(UTC).date() - timedelta(days=1)).isoformat()
+
+
+def last_logged_day(monitoring: MonitoringConfig) -> date | None:
+    """The UTC day of the latest valid query in the log (None for an empty or missing log)."""
+    if monitoring.query_log is None or not monitoring.query_log.is_dir():
+        return None
+    log = read_query_log(monitoring.query_log)
+    return log.queries[-1].timestamp.date() if log.queries else None
 
 
 automation_jobs = [ingest_sources_job, golden_eval_job, purge_removed_sources, monitoring_job]

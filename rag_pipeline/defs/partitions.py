@@ -1,12 +1,21 @@
-"""Partitions: one dynamic partition per configured source, one per golden-set revision."""
+"""Partitions: one dynamic partition per configured source, one per golden-set revision, one per day."""
+
+from datetime import date
 
 import dagster as dg
+
+from rag_pipeline.config import MonitoringConfig
+from rag_pipeline.core.sampling import first_day
 
 # Keys are slugged source ids ([a-z0-9_]), valid as partition keys.
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 # Keys are golden-set revisions: the first 12 hex digits of the file's sha256.
 golden_partitions = dg.DynamicPartitionsDefinition(name="golden_revisions")
-# One partition per day of production traffic.
-# Starts early enough for real logs (a day before the start cannot be materialized); end_offset=1
-# makes today a partition too, so that a day can be watched while it fills.
-daily_partitions = dg.DailyPartitionsDefinition(start_date="2020-01-01", end_offset=1)
+
+
+def daily_partitions(monitoring: MonitoringConfig, today: date | None = None) -> dg.DailyPartitionsDefinition:
+    """One partition per day of production traffic, from `monitoring.start_date`, else the query
+    log's first day, else today; end_offset=1 makes today a partition too (watched while it fills)."""
+    start = monitoring.start_date or (first_day(monitoring.query_log) if monitoring.query_log else None)
+    start = start or today or date.today()
+    return dg.DailyPartitionsDefinition(start_date=start.isoformat(), end_offset=1)

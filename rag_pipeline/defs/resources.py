@@ -77,3 +77,14 @@ class EmbedderResource(dg.ConfigurableResource):
 def _embedder_for(config: EmbeddingConfig) -> Embedder:
     # One embedder per process and config, so a run over many partitions loads the model once.
     return make_embedder(config)
+
+
+def resources_for(
+    config: PipelineConfig, embedder: EmbedderResource | None = None, overrides: dict[str, str] | None = None
+) -> dict:
+    """The resources of one deployment: its settings (with the command line's source overrides), store, embedder."""
+    return {
+        "settings": PipelineSettings.from_config(config, overrides),
+        "store": StoreResource(path=str(config.storage.path)),
+        "embedder": embedder or EmbedderResource.from_config(config.embedding),
+    }

@@ -20,8 +20,6 @@ from rag_pipeline.core.render import printable
 # Tags of the runs the command line starts: they run on this host, in this process.
 PID_TAG = "rag_pipeline/pid"
 HOST_TAG = "rag_pipeline/host"
-# What started a run: cli, schedule, sensor, backfill (the UI filters runs by it).
-TRIGGER_TAG = "rag_pipeline/trigger"
 
 
 def process_tags() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The source-change sensor, the golden-evaluation sensor and the nightly schedule, in Dagster's test contexts."""
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
@@ -108,7 +108,8 @@ def test_definitions_list_the_sensors_schedule_and_jobs(two_sources):
 def test_the_nightly_monitoring_samples_the_last_complete_day():
     from datetime import UTC, datetime, timedelta, timezone
 
-    from rag_pipeline.defs.automation import MONITORING_DAY_TAG, monitoring_day
+    from rag_pipeline.defs.automation import monitoring_day
+    from rag_pipeline.defs.common import DAY_TAG as MONITORING_DAY_TAG
 
     two_am = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
     assert monitoring_day({}, two_am) == "2026-11-29"
@@ -140,3 +141,50 @@ def test_the_sensor_closes_runs_whose_process_died(two_sources):
         assert instance.get_run_by_id(alive).status == dg.DagsterRunStatus.STARTED
         [failure] = [e for e in instance.all_logs(dead) if e.dagster_event and e.dagster_event.is_run_failure]
         assert f"(pid {gone.pid}) is gone" in failure.dagster_event.message
+
+
+def test_every_job_sensor_and_schedule_says_what_it_does(two_sources):
+    defs = build_definitions(two_sources[0])
+    for item in [*defs.sensors, *defs.schedules, *defs.jobs]:
+        assert len(item.description or "") > 40, item.name
+
+
+def test_a_recorded_log_is_monitored_on_its_last_day_a_live_one_yesterday():
+    from rag_pipeline.config import load_config
+    from rag_pipeline.defs.automation import monitoring_day
+    from rag_pipeline_tests.conftest import SAMPLE_CONFIG
+
+    sample = load_config(SAMPLE_CONFIG).monitoring
+    now = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
+    assert sample.recorded_log and monitoring_day({}, now, sample) == "2026-11-29"
+    live = sample.model_copy(update={"recorded_log": False})
+    assert monitoring_day({}, now, live) == "2026-11-30"  # no traffic that day: drift_report fails, saying so
+
+
+def test_daily_partitions_start_at_the_logs_first_day_or_the_configured_one():
+    from datetime import date
+
+    from rag_pipeline.config import load_config
+    from rag_pipeline.defs.partitions import daily_partitions
+    from rag_pipeline_tests.conftest import SAMPLE_CONFIG
+
+    monitoring = load_config(SAMPLE_CONFIG).monitoring
+    days = daily_partitions(monitoring, today=date(2026, 12, 1))
+    assert days.start.date() == date(2026, 11, 10)  # the sample log's first day
+    configured = monitoring.model_copy(update={"start_date": date(2026, 11, 20)})
+    assert daily_partitions(configured).start.date() == date(2026, 11, 20)
+    no_log = monitoring.model_copy(update={"query_log": None})
+    assert daily_partitions(no_log, today=date(2026, 12, 1)).start.date() == date(2026, 12, 1)
+
+
+def test_assets_carry_owners_kinds_code_references_and_the_freshness_policy(two_sources):
+    from datetime import timedelta
+
+    defs = build_definitions(two_sources[0])
+    graph = defs.resolve_asset_graph()
+    index = graph.get(dg.AssetKey("search_index"))
+    assert index.freshness_policy.fail_window.to_timedelta() == timedelta(hours=24)  # lifecycle.max_staleness_hours
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.owners == ["team:rag-platform"] and node.kinds, key
+        assert "dagster/code_references" in node.metadata, key

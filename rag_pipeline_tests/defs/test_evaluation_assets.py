@@ -64,10 +64,10 @@ def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
     assert second.success and first.revision != second.revision
     assert {first.revision, second.revision} <= set(instance.get_dynamic_partitions(golden_partitions.name))
     # The first revision is still evaluable from its snapshot although the file moved on.
-    from rag_pipeline.defs.evaluation import golden_file_for_revision
-    from rag_pipeline.defs.resources import PipelineSettings, StoreResource
+    from rag_pipeline.core.evaluation import golden_file_for_revision
 
-    path = golden_file_for_revision(PipelineSettings.from_config(config), StoreResource(path=str(config.storage.path)), first.revision)
+    store = DuckDBStore(config.storage.path)
+    path = golden_file_for_revision(config.golden_set, store, first.revision, config.storage.golden_revisions)
     assert path.read_text().count("\n") == len(CASES)
 
 
@@ -83,3 +83,49 @@ def test_trec_run_file_reproduces_the_metrics(setup, tmp_path):
     values = pytrec_eval.RelevanceEvaluator(qrels, {"recall.5", "ndcg_cut.10"}).evaluate({q: trec_run[q] for q in qrels})
     assert run.summary["overall"]["recall_at_5"] == pytest.approx(sum(v["recall_5"] for v in values.values()) / 3, abs=1e-9)
     assert run.summary["overall"]["ndcg_at_10"] == pytest.approx(sum(v["ndcg_cut_10"] for v in values.values()) / 3, abs=1e-9)
+
+
+def _latest_gate(instance, revision):
+    key = dg.AssetCheckKey(dg.AssetKey("golden_eval"), "gate_vs_baseline")
+    [record] = instance.event_log_storage.get_asset_check_execution_history(key, limit=1)
+    return record.status.value, record.event.dagster_event.event_specific_data
+
+
+def test_the_gate_reads_as_passed_right_after_a_promotion(setup):
+    from rag_pipeline.core.baselines import promote_if_better
+    from rag_pipeline.core.gates import GatePolicy
+    from rag_pipeline.defs.checks import record_promotion
+
+    config, instance, _ = setup
+    run = evaluate_golden(config, instance, mode="bm25")
+    status, evaluation = _latest_gate(instance, run.revision)
+    assert status == "FAILED" and "no baseline" in evaluation.description  # a warning: nothing to compare with
+    promoted, _ = promote_if_better(DuckDBStore(config.storage.path), run.summary["eval_id"], GatePolicy())
+    assert promoted
+    record_promotion(instance, run.revision, run.summary["eval_id"])
+    status, evaluation = _latest_gate(instance, run.revision)
+    assert status == "SUCCEEDED" and evaluation.partition == run.revision
+    assert "is now the promoted baseline" in evaluation.description
+    # Tied to the evaluation it promoted, so the UI shows it with that materialization.
+    latest = instance.get_latest_materialization_event(dg.AssetKey("golden_eval"))
+    assert evaluation.target_materialization_data.run_id == latest.run_id
+
+
+def test_golden_eval_draws_each_slice_against_the_baseline(setup):
+    config, instance, _ = setup
+    first = evaluate_golden(config, instance, mode="bm25")
+    from rag_pipeline.core.baselines import promote_if_better
+    from rag_pipeline.core.gates import GatePolicy
+
+    promote_if_better(DuckDBStore(config.storage.path), first.summary["eval_id"], GatePolicy())
+    second = evaluate_golden(config, instance, mode="bm25")
+    metadata = instance.get_latest_materialization_event(dg.AssetKey("golden_eval")).asset_materialization.metadata
+    assert metadata["slices_against_baseline"].value.startswith("![slices against the baseline](data:image/png;base64,")
+    assert "data:image/png;base64," in metadata["report"].value
+    report = metadata["report_file"].value
+    assert second.report == report
+    from pathlib import Path
+
+    plot = Path(report).with_name(Path(report).stem + "-slices.png")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"![slices against the baseline]({plot.name})" in Path(report).read_text()

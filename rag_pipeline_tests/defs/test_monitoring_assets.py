@@ -46,7 +46,7 @@ def test_a_day_without_traffic_fails_the_drift_step_with_the_reason(tmp_path, wr
                           monitoring={"query_log": str(QUERY_LOG), "bootstrap_samples": 200})
     instance = dg.DagsterInstance.ephemeral()
     assert ingest(config, instance)[0].success
-    run = monitor(config, instance, "2026-11-05")  # the sample log starts on 2026-11-10
+    run = monitor(config, instance, "2026-11-30")  # the sample log ends on 2026-11-29
     assert not run.success
     assert run.metadata["sampled_queries"] == 0  # the sample itself is recorded: zero queries that day
     assert "drift_report" in run.error and "holds 0 queries" in run.error and "query log" in run.error

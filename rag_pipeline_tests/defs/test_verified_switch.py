@@ -6,7 +6,7 @@ import pytest
 
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.ingestion import ingestion_assets, search_index
-from rag_pipeline.runner import resources_for
+from rag_pipeline.defs.resources import resources_for
 from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {

@@ -1,0 +1,120 @@
+"""Every asset check of the pipeline in one place: what it proves (its description in the UI), whether
+it blocks, how severe a failure is; and the one function that turns a core `Verdict` into its result.
+
+Checks are partitioned like their asset (one status per source, per golden revision, per day), so
+the UI keeps each source's own state: a source that failed stays red until a run of that source
+passes, whatever other sources do meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,  # not exported; needed to tie a runless evaluation to its materialization
+)
+
+from rag_pipeline.core import render
+from rag_pipeline.core.verdicts import Verdict
+from rag_pipeline.defs.metadata import numbers
+
+
+@dataclass(frozen=True)
+class CheckDoc:
+    asset: str
+    description: str
+    blocking: bool = False
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+    # The UI plots a check's numeric metadata over time across all its partitions. For the checks on
+    # sources that would draw one line through different sources (13 -> 20 -> 17), so their numbers
+    # are shown as text; the asset's own materialization plots them per source.
+    plot_numbers: bool = True
+
+
+CHECKS: dict[str, CheckDoc] = {
+    "coverage": CheckDoc(
+        "search_index",
+        "Every document the source holds now is queryable (a search for its own opening text finds it in the "
+        "top 10) or has a recorded failure. Proven on the new version before it is served: a failure keeps "
+        "the previous version served.",
+        blocking=True, plot_numbers=False,
+    ),
+    "deletions_propagated": CheckDoc(
+        "search_index",
+        "Nothing of a deleted document is left in any table or the embedding cache, no orphan rows exist, and "
+        "neither retriever returns it for its own former text. Proven before the switch, like coverage.",
+        blocking=True, plot_numbers=False,
+    ),
+    "sources_fresh": CheckDoc(
+        "search_index",
+        "What the index serves is what the source holds now: the oldest change not yet indexed (changed, "
+        "never indexed, deleted but still served, unreadable) is younger than lifecycle.max_staleness_hours. "
+        "Checked after the switch; a stale source makes its run red.",
+        blocking=True, plot_numbers=False,
+    ),
+    "no_failed_documents": CheckDoc(
+        "search_index",
+        "Warns while any document of the source fails a stage for its current content (unreadable, bad "
+        "metadata, parser error, over a limit); lists each with its stage and reason.",
+        severity=dg.AssetCheckSeverity.WARN, plot_numbers=False,
+    ),
+    "golden_labels_current": CheckDoc(
+        "golden_set",
+        "Every gold document of the revision is indexed and every span pinned to a content hash still has "
+        "it; stale cases are scored apart, never counted as misses.",
+        severity=dg.AssetCheckSeverity.WARN,
+    ),
+    "gate_vs_baseline": CheckDoc(
+        "golden_eval",
+        "The evaluation against the promoted baseline of its golden revision: no headline metric below its "
+        "tolerance, no protected slice regressed, latency and context within budget (paired significance). "
+        "Warns when no baseline exists yet.",
+        blocking=True,
+    ),
+    "drift_within_threshold": CheckDoc(
+        "drift_report",
+        "The day's production sample is no farther from the golden set (MMD²) than golden questions are from "
+        "each other at the configured false-alarm rate; warns with the queries that should become cases.",
+        severity=dg.AssetCheckSeverity.WARN,
+    ),
+}
+
+
+def specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
+    """The check specs of one asset, partitioned like it."""
+    return [
+        dg.AssetCheckSpec(name, asset=asset, description=doc.description, blocking=doc.blocking,
+                          partitions_def=partitions_def)
+        for name, doc in CHECKS.items() if doc.asset == asset
+    ]
+
+
+def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
+    """The check's result from core's verdict: its line, its numbers (plotted by the UI), its tables."""
+    doc = CHECKS[name]
+    severity = dg.AssetCheckSeverity.WARN if verdict.severity == "WARN" else doc.severity
+    metadata: dict = (numbers(verdict.numbers) if doc.plot_numbers
+                      else {key: dg.MetadataValue.text(render.number(value)) for key, value in verdict.numbers.items()})
+    metadata |= {key: dg.MetadataValue.md(render.table(t.rows, t.columns)) for key, t in verdict.tables.items()}
+    metadata |= {key: dg.MetadataValue.md(text) for key, text in verdict.markdown.items()}
+    return dg.AssetCheckResult(check_name=name, asset_key=doc.asset, passed=verdict.passed, severity=severity,
+                               description=render.inline(verdict.summary, 1000), metadata=metadata)
+
+
+def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) -> None:
+    """Record `gate_vs_baseline` as passed on the revision's latest evaluation right after it was
+    promoted: the check then reads as what it is (the baseline against itself), not as a stale
+    "no baseline promoted yet" from before the promotion."""
+    from rag_pipeline.core.baselines import promotion_verdict
+
+    asset_key = dg.AssetKey(CHECKS["gate_vs_baseline"].asset)
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key, asset_partitions=[revision]), limit=1).records
+    target = (AssetCheckEvaluationTargetMaterializationData(
+        storage_id=records[0].storage_id, run_id=records[0].run_id, timestamp=records[0].timestamp)
+              if records else None)
+    check = result("gate_vs_baseline", promotion_verdict(eval_id, revision))
+    instance.report_runless_asset_event(dg.AssetCheckEvaluation(
+        asset_key=asset_key, check_name=check.check_name, passed=True, metadata=check.metadata, severity=check.severity,
+        description=check.description, target_materialization_data=target, partition=revision,
+    ))
