@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -52,8 +53,11 @@ def graphql(port: int, query: str, variables: dict | None = None) -> dict:
         f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query, "variables": variables or {}}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        body = json.loads(response.read())
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"GraphQL answered {exc.code}: {exc.read()[:2000]!r}") from None
     if body.get("errors"):
         raise RuntimeError(body["errors"])
     return body["data"]

@@ -3,7 +3,8 @@
 Builds a throwaway deployment from the bundled sample data, runs the demo, then a night in which
 one handbook page broke two days ago (its new version cannot be parsed, so the old one is still
 served: `sources_fresh` fails for handbook, `no_failed_documents` warns) while helpcenter and
-product_docs pass; starts `dagster-webserver` on it and photographs the key pages:
+product_docs pass, and a morning evaluation of dense retrieval alone against the hybrid baseline;
+starts `dagster-webserver` on it and photographs the key pages:
 
     lineage.png              the asset lineage, groups expanded
     failed_check.png         sources_fresh, partition handbook: the stale document and its reason
@@ -64,6 +65,8 @@ def build_deployment(work: Path) -> tuple[Path, Path]:
     os.utime(page, (two_days_ago, two_days_ago))
     # The night: ingestion (handbook's switch goes through, its freshness fails), then the evaluation.
     subprocess.run([*cli, "eval"], env=_env(home, config), stdout=subprocess.DEVNULL)
+    # The morning: an engineer tries dense retrieval alone; the gate compares it with the baseline.
+    subprocess.run([*cli, "eval", "--mode", "dense"], env=_env(home, config), stdout=subprocess.DEVNULL)
     return home, config
 
 
@@ -120,12 +123,8 @@ def photograph(port: int, out: Path) -> list[Path]:
             shots.append(path)
 
         visit("/asset-groups")
-        for group in ("ingestion", "evaluation", "monitoring"):
-            # The group node in the graph (the sidebar tree names the groups too): a click expands it.
-            node = page.locator("svg foreignObject").get_by_text(group, exact=True)
-            if node.count():
-                node.first.click()
-                page.wait_for_timeout(1000)
+        page.keyboard.press("Alt+e")  # the graph's "Expand all groups"
+        page.wait_for_timeout(2500)
         shot("lineage.png")
 
         visit("/assets/search_index?view=checks")
