@@ -20,13 +20,13 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig  # noqa: E402
-from rag_pipeline.core.answer_checks import abstention_table, check_answer  # noqa: E402
-from rag_pipeline.core.answers import ExtractiveGenerator  # noqa: E402
-from rag_pipeline.core.embedding import make_embedder  # noqa: E402
-from rag_pipeline.core.ingestion import ingest_source  # noqa: E402
+from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer  # noqa: E402
+from rag_pipeline.core.evaluation.answers import ExtractiveGenerator  # noqa: E402
+from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
+from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.models import SearchFilters  # noqa: E402
-from rag_pipeline.core.retrieval import Retriever  # noqa: E402
-from rag_pipeline.core.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
 
 
 def _norm(text: str) -> str:

@@ -29,15 +29,15 @@ from rag_pipeline.config import (  # noqa: E402
     RetrievalConfig,
     SourceConfig,
 )
-from rag_pipeline.core.beir import import_beir  # noqa: E402
-from rag_pipeline.core.embedding import make_embedder  # noqa: E402
-from rag_pipeline.core.evaluation import evaluate  # noqa: E402
-from rag_pipeline.core.experiments import render_log, run_experiment  # noqa: E402
-from rag_pipeline.core.gates import GatePolicy  # noqa: E402
-from rag_pipeline.core.golden import load_golden_set  # noqa: E402
-from rag_pipeline.core.ingestion import ingest_source  # noqa: E402
-from rag_pipeline.core.retrieval import Retriever  # noqa: E402
-from rag_pipeline.core.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.evaluation.beir import import_beir  # noqa: E402
+from rag_pipeline.core.evaluation.evaluate import evaluate  # noqa: E402
+from rag_pipeline.core.evaluation.experiments import render_log, run_experiment  # noqa: E402
+from rag_pipeline.core.evaluation.gates import GatePolicy  # noqa: E402
+from rag_pipeline.core.evaluation.golden import load_golden_set  # noqa: E402
+from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
+from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
+from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
 
 # Published figures for BEIR SciFact (test split); see ../shared/datasets/beir-scifact/README.md.
 PUBLISHED = {

@@ -21,9 +21,9 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig, load_config  # noqa: E402
-from rag_pipeline.core.embedding import make_embedder  # noqa: E402
-from rag_pipeline.core.ingestion import ingest_source  # noqa: E402
-from rag_pipeline.core.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
+from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
 
 HTTPX = PROJECT_ROOT.parent / "shared" / "datasets" / "httpx-docs" / "v0.23.0"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rag_pipeline.config import ConfigError, PipelineConfig, load_config
-from rag_pipeline.core.golden import GoldenSetError
+from rag_pipeline.core.evaluation.golden import GoldenSetError
 from rag_pipeline.core.render import printable
 
 if TYPE_CHECKING:  # the runner imports Dagster: only commands that run something pay for it
@@ -118,7 +118,7 @@ def _json_number(value):
 
 
 def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     DuckDBStore(config.storage.path).write_trec_run(eval_id, out)
     print(f"TREC run written to {out}", file=sys.stderr)
@@ -126,10 +126,10 @@ def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """What retrieval returns for one question, with the trace: the first look at a failed case."""
-    from rag_pipeline.core.embedding import make_embedder
+    from rag_pipeline.core.evaluation.retrieval import Retriever
+    from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.models import SearchFilters
-    from rag_pipeline.core.retrieval import Retriever
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     config, _ = _load(args)
     store = DuckDBStore(config.storage.path)
@@ -155,7 +155,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_import_beir(args: argparse.Namespace) -> int:
     """Turn a BEIR dataset into a golden-set file (its corpus.jsonl is used as a source in place)."""
-    from rag_pipeline.core.beir import import_beir
+    from rag_pipeline.core.evaluation.beir import import_beir
 
     out = Path(args.out)
     count = import_beir(Path(args.dataset), args.name, out, split=args.qrels)
@@ -166,16 +166,16 @@ def cmd_import_beir(args: argparse.Namespace) -> int:
 
 
 def _policy(config: PipelineConfig, path: str | None):
-    from rag_pipeline.core.gates import policy_or_default
+    from rag_pipeline.core.evaluation.gates import policy_or_default
 
     return policy_or_default(path or config.gate_policy)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
     """Compare two stored evaluations; exit 1 when the gate fails (an ERROR finding)."""
-    from rag_pipeline.core.baselines import compare_with_baseline
-    from rag_pipeline.core.gates import render_gate
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.evaluation.baselines import compare_with_baseline
+    from rag_pipeline.core.evaluation.gates import render_gate
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     config = load_config(args.config)
     store = DuckDBStore(config.storage.path)
@@ -194,8 +194,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_promote(args: argparse.Namespace) -> int:
     """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE."""
-    from rag_pipeline.core.baselines import promote_if_better
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.evaluation.baselines import promote_if_better
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     config = load_config(args.config)
     store = DuckDBStore(config.storage.path)
@@ -223,10 +223,10 @@ def _record_promotion(store, eval_id: str, instance=None) -> None:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run a one-component experiment: baseline config vs candidate overlay, gated and logged."""
-    from rag_pipeline.core.embedding import make_embedder
-    from rag_pipeline.core.experiments import BundleRefused, render_log, run_experiment
-    from rag_pipeline.core.gates import render_gate
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.evaluation.experiments import BundleRefused, render_log, run_experiment
+    from rag_pipeline.core.evaluation.gates import render_gate
+    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     base = load_config(args.config)
     baseline = apply_overlay(base, args.baseline_set or [], args.baseline)
@@ -247,8 +247,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_experiments(args: argparse.Namespace) -> int:
-    from rag_pipeline.core.experiments import render_log
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.evaluation.experiments import render_log
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     base = load_config(args.config)
     store = DuckDBStore(Path(args.store) if args.store else base.storage.experiments)
@@ -298,9 +298,9 @@ def _print_answers(answers: dict) -> None:
 def _demo_gate(config: PipelineConfig, eval_id: str, instance) -> str:
     """The first evaluation of a golden revision becomes its baseline; later ones are only gated
     (promotion stays an explicit act: `rag-pipeline promote`)."""
-    from rag_pipeline.core.baselines import compare_with_baseline
-    from rag_pipeline.core.gates import render_gate
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.evaluation.baselines import compare_with_baseline
+    from rag_pipeline.core.evaluation.gates import render_gate
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     store = DuckDBStore(config.storage.path)
     comparison = compare_with_baseline(store, eval_id, _policy(config, None))
@@ -313,7 +313,7 @@ def _demo_gate(config: PipelineConfig, eval_id: str, instance) -> str:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """How far the answer grader agrees with people; exit 1 when it may not gate."""
-    from rag_pipeline.core.calibration import (
+    from rag_pipeline.core.evaluation.calibration import (
         calibrate,
         load_verdicts,
         render_calibration,
@@ -331,7 +331,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def _monitoring_day(config: PipelineConfig, day: str | None) -> str:
     """The requested day, or the last day of the query log."""
-    from rag_pipeline.core.sampling import read_query_log
+    from rag_pipeline.core.monitoring.sampling import read_query_log
 
     if day:
         return date.fromisoformat(day).isoformat()

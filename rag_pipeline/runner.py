@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from rag_pipeline.config import PipelineConfig
-from rag_pipeline.core.coverage import coverage_report
-from rag_pipeline.core.golden import file_revision, load_golden_set
-from rag_pipeline.core.locks import SourceBusyError, exclusive_source
-from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.evaluation.golden import file_revision, load_golden_set
+from rag_pipeline.core.ingestion.coverage import coverage_report
+from rag_pipeline.core.ingestion.locks import SourceBusyError, exclusive_source
+from rag_pipeline.core.storage.store import DuckDBStore
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG

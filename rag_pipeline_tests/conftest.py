@@ -62,9 +62,9 @@ def write_config(tmp_path: Path) -> Callable[..., PipelineConfig]:
 def sample_index(tmp_path_factory):
     """The bundled sample corpus ingested once per session with the fast hashing embedder."""
     from rag_pipeline.config import EmbeddingConfig
-    from rag_pipeline.core.embedding import make_embedder
-    from rag_pipeline.core.ingestion import ingest_source
-    from rag_pipeline.core.store import DuckDBStore
+    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.ingestion.stages import ingest_source
+    from rag_pipeline.core.storage.store import DuckDBStore
 
     config = load_config(SAMPLE_CONFIG)
     store = DuckDBStore(tmp_path_factory.mktemp("sample") / "index.duckdb")

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rag_pipeline.core.gates import SignificanceConfig, paired_significance
+from rag_pipeline.core.evaluation.gates import SignificanceConfig, paired_significance
 
 
 def pyplot():

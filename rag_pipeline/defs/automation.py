@@ -14,9 +14,9 @@ from datetime import UTC, date, datetime, timedelta
 import dagster as dg
 
 from rag_pipeline.config import MonitoringConfig
-from rag_pipeline.core.discovery import source_fingerprint
-from rag_pipeline.core.golden import file_revision
-from rag_pipeline.core.sampling import read_query_log
+from rag_pipeline.core.evaluation.golden import file_revision
+from rag_pipeline.core.ingestion.discovery import source_fingerprint
+from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline.defs.common import DAY_TAG, DUCKDB_POOL, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import PipelineSettings, StoreResource

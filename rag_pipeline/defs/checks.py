@@ -8,6 +8,7 @@ passes, whatever other sources do meanwhile.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import dagster as dg
@@ -82,12 +83,15 @@ CHECKS: dict[str, CheckDoc] = {
 
 
 def specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
-    """The check specs of one asset, partitioned like it."""
-    return [
-        dg.AssetCheckSpec(name, asset=asset, description=doc.description, blocking=doc.blocking,
-                          partitions_def=partitions_def)
-        for name, doc in CHECKS.items() if doc.asset == asset
-    ]
+    """The check specs of one asset, partitioned like it (a preview API in Dagster 1.13, chosen
+    deliberately: it is what gives each source its own check state; its warning is not repeated)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return [
+            dg.AssetCheckSpec(name, asset=asset, description=doc.description, blocking=doc.blocking,
+                              partitions_def=partitions_def)
+            for name, doc in CHECKS.items() if doc.asset == asset
+        ]
 
 
 def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
@@ -106,7 +110,7 @@ def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) 
     """Record `gate_vs_baseline` as passed on the revision's latest evaluation right after it was
     promoted: the check then reads as what it is (the baseline against itself), not as a stale
     "no baseline promoted yet" from before the promotion."""
-    from rag_pipeline.core.baselines import promotion_verdict
+    from rag_pipeline.core.evaluation.baselines import promotion_verdict
 
     asset_key = dg.AssetKey(CHECKS["gate_vs_baseline"].asset)
     records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key, asset_partitions=[revision]), limit=1).records

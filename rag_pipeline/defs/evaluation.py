@@ -5,11 +5,11 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.evaluation import golden_file_for_revision, headline_numbers, run_golden_evaluation
-from rag_pipeline.core.gates import policy_or_default
-from rag_pipeline.core.golden import load_golden_set
+from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision, headline_numbers, run_golden_evaluation
+from rag_pipeline.core.evaluation.gates import policy_or_default
+from rag_pipeline.core.evaluation.golden import load_golden_set
+from rag_pipeline.core.evaluation.report import answer_section, failed_cases_table, slice_table, write_report
 from rag_pipeline.core.plots import markdown_image
-from rag_pipeline.core.report import answer_section, failed_cases_table, slice_table, write_report
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import DUCKDB_POOL, OWNERS
 from rag_pipeline.defs.ingestion import search_index

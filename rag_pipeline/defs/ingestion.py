@@ -2,9 +2,10 @@
 
 import dagster as dg
 
-from rag_pipeline.core import ingestion, render
-from rag_pipeline.core.lifecycle import freshness_report
-from rag_pipeline.core.parsing import parser_version
+from rag_pipeline.core import render
+from rag_pipeline.core.ingestion import stages
+from rag_pipeline.core.ingestion.lifecycle import freshness_report
+from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import DUCKDB_POOL, OWNERS
 from rag_pipeline.defs.metadata import stage_metadata
@@ -21,7 +22,7 @@ class DiscoveryConfig(dg.Config):
     allow_mass_delete: bool = False
 
 
-def _materialized(context: dg.AssetExecutionContext, report: ingestion.StageReport, **metadata) -> dg.MaterializeResult:
+def _materialized(context: dg.AssetExecutionContext, report: stages.StageReport, **metadata) -> dg.MaterializeResult:
     """The stage's counts as metadata, and one warning line per document that failed it in this run."""
     for failure in report.failures:
         context.log.warning(
@@ -42,7 +43,7 @@ def source_documents(
     source = pipeline.source(context.partition_key)
     lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
         else pipeline.lifecycle
-    report = ingestion.discover_source(source, store.get(), lifecycle, context.run.run_id)
+    report = stages.discover_source(source, store.get(), lifecycle, context.run.run_id)
     return _materialized(context, report, root=dg.MetadataValue.path(str(source.path)))
 
 
@@ -53,7 +54,7 @@ def parsed_documents(
     """unstructured elements of the added and changed documents, parsed in a worker process under the
     source's limits; failures recorded per document with the parser's reason."""
     source = settings.load().source(context.partition_key)
-    report = ingestion.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get())
+    report = stages.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get())
     return _materialized(context, report, parser=parser_version())
 
 
@@ -62,7 +63,7 @@ def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSetting
     """Chunks of the configured strategy for documents whose content or chunking changed."""
     config = settings.load()
     source = config.source(context.partition_key)
-    report = ingestion.chunk_source(source, store.get(), config.chunking, context.run.run_id)
+    report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id)
     chunking = source.effective_chunking(config.chunking)
     return _materialized(context, report, strategy=chunking.strategy, chunking_fingerprint=chunking.fingerprint())
 
@@ -71,7 +72,7 @@ def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSetting
 def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dg.MaterializeResult:
     """Vectors of new chunk texts, through the cache keyed by model identity and text hash."""
     model = embedder.get()
-    report = ingestion.embed_source(context.partition_key, store.get(), model, context.run.run_id)
+    report = stages.embed_source(context.partition_key, store.get(), model, context.run.run_id)
     return _materialized(context, report, model=model.identity)
 
 
@@ -84,7 +85,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     propagation are proven on the new version; otherwise the previous version stays served."""
     config = settings.load()
     source, db = config.source(context.partition_key), store.get()
-    report = ingestion.index_source(source, db, embedder.get(), context.run.run_id)
+    report = stages.index_source(source, db, embedder.get(), context.run.run_id)
     proofs = [checks.result("coverage", report.coverage.verdict()),
               checks.result("deletions_propagated", report.deletions.verdict())]
     if not report.switched:

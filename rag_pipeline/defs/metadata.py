@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.ingestion import StageReport
+from rag_pipeline.core.ingestion.stages import StageReport
 
 FAILURE_COLUMNS = ["doc_id", "stage", "reason"]
 

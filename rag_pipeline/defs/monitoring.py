@@ -9,7 +9,7 @@ from datetime import date
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.monitoring import drift_day, sample_day
+from rag_pipeline.core.monitoring.daily import drift_day, sample_day
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import DUCKDB_POOL, OWNERS

@@ -5,7 +5,7 @@ from datetime import date
 import dagster as dg
 
 from rag_pipeline.config import MonitoringConfig
-from rag_pipeline.core.sampling import first_day
+from rag_pipeline.core.monitoring.sampling import first_day
 
 # Keys are slugged source ids ([a-z0-9_]), valid as partition keys.
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")

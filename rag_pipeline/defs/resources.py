@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.config import EmbeddingConfig, PipelineConfig, load_config
-from rag_pipeline.core.embedding import Embedder, make_embedder
-from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.ingestion.embedding import Embedder, make_embedder
+from rag_pipeline.core.storage.store import DuckDBStore
 
 
 class PipelineSettings(dg.ConfigurableResource):

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 import pytrec_eval
 
-from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.storage.store import DuckDBStore
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.runner import evaluate_golden, ingest
 from rag_pipeline_tests.conftest import write_tree
@@ -64,7 +64,7 @@ def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
     assert second.success and first.revision != second.revision
     assert {first.revision, second.revision} <= set(instance.get_dynamic_partitions(golden_partitions.name))
     # The first revision is still evaluable from its snapshot although the file moved on.
-    from rag_pipeline.core.evaluation import golden_file_for_revision
+    from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
 
     store = DuckDBStore(config.storage.path)
     path = golden_file_for_revision(config.golden_set, store, first.revision, config.storage.golden_revisions)
@@ -92,8 +92,8 @@ def _latest_gate(instance, revision):
 
 
 def test_the_gate_reads_as_passed_right_after_a_promotion(setup):
-    from rag_pipeline.core.baselines import promote_if_better
-    from rag_pipeline.core.gates import GatePolicy
+    from rag_pipeline.core.evaluation.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gates import GatePolicy
     from rag_pipeline.defs.checks import record_promotion
 
     config, instance, _ = setup
@@ -114,8 +114,8 @@ def test_the_gate_reads_as_passed_right_after_a_promotion(setup):
 def test_golden_eval_draws_each_slice_against_the_baseline(setup):
     config, instance, _ = setup
     first = evaluate_golden(config, instance, mode="bm25")
-    from rag_pipeline.core.baselines import promote_if_better
-    from rag_pipeline.core.gates import GatePolicy
+    from rag_pipeline.core.evaluation.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gates import GatePolicy
 
     promote_if_better(DuckDBStore(config.storage.path), first.summary["eval_id"], GatePolicy())
     second = evaluate_golden(config, instance, mode="bm25")

@@ -6,7 +6,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.storage.store import DuckDBStore
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 

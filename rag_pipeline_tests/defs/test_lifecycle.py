@@ -5,9 +5,9 @@ import shutil
 import dagster as dg
 import pytest
 
-from rag_pipeline.core.embedding import make_embedder
-from rag_pipeline.core.lifecycle import deletion_report, freshness_report
-from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.ingestion.lifecycle import deletion_report, freshness_report
+from rag_pipeline.core.storage.store import DuckDBStore
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 

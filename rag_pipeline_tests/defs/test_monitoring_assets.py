@@ -3,8 +3,8 @@
 import dagster as dg
 
 from rag_pipeline.config import PROJECT_ROOT
-from rag_pipeline.core.sampling import read_query_log
-from rag_pipeline.core.store import DuckDBStore
+from rag_pipeline.core.monitoring.sampling import read_query_log
+from rag_pipeline.core.storage.store import DuckDBStore
 from rag_pipeline.runner import ingest, monitor
 
 QUERY_LOG = PROJECT_ROOT / "data" / "query_log"

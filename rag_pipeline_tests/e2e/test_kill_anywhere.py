@@ -19,8 +19,8 @@ import duckdb
 import pytest
 import yaml
 
-from rag_pipeline.core.discovery import SUPPORTED_TYPES, is_html_template
 from rag_pipeline.core.faults import KILL_AT_ENV, KILL_POINTS
+from rag_pipeline.core.ingestion.discovery import SUPPORTED_TYPES, is_html_template
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 from rag_pipeline_tests.e2e.cli import run_cli
 

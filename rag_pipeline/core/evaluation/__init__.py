@@ -1,0 +1,1 @@
+"""Evaluation: golden sets, retrieval, metrics, answers, gates against baselines, experiments, reports."""

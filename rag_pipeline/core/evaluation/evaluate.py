@@ -1,0 +1,427 @@
+"""Golden-set evaluation of retrieval: per-case results with traces, aggregated overall, weighted,
+by slice and by split; unanswerable cases scored apart.
+
+Gold is tied to documents (and optionally spans), never to chunk ids, so a change of chunker is
+scored fairly: chunk hits roll up to documents (a document's best chunk) for document metrics,
+and match gold spans by line overlap or heading path for span metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rag_pipeline.config import AnswersConfig, RetrievalConfig
+from rag_pipeline.core.evaluation import metrics
+from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer
+from rag_pipeline.core.evaluation.answers import Generator, make_claim_judge, make_generator
+from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSet, GoldenSetError, GoldSpan, file_revision, load_golden_set
+from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
+from rag_pipeline.core.ingestion.embedding import Embedder
+from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.storage.store import DuckDBStore
+
+# Deep enough for Recall@100 at document level.
+EVAL_DEPTH = 100
+HEADLINE_METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "recall_at_100",
+                    "mrr_at_10", "ndcg_at_10", "precision_at_5", "success_at_5")
+SPAN_CUTOFFS = (5, 10)
+ANSWER_PREFIX = "answer_"
+
+
+@dataclass
+class CaseResult:
+    case: GoldenCase
+    ranked_docs: list[str]
+    doc_scores: list[float]
+    metrics: dict[str, float]
+    first_gold_rank: int | None
+    best_score: float | None
+    forbidden_retrieved: list[str]
+    stale_docs: list[str]
+    latency_ms: float
+    context_tokens: int
+    trace: dict
+    superseded_outranks: bool | None = None
+    abstained: bool | None = None
+    answer: dict | None = None
+
+    @property
+    def scored(self) -> bool:
+        """Counted in the retrieval metrics: answerable and none of its gold labels stale."""
+        return self.case.answerable and not self.stale_docs
+
+    @property
+    def failed(self) -> bool:
+        """A scored case whose gold document is not in the top 10, or a forbidden document leaked."""
+        if self.forbidden_retrieved:
+            return True
+        return self.scored and (self.first_gold_rank is None or self.first_gold_rank > 10)
+
+
+@dataclass
+class EvalResult:
+    revision: str
+    mode: str
+    config_fingerprint: str
+    index_state: dict[str, str]
+    cases: list[CaseResult]
+    no_result_threshold: float
+    threshold_source: str
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
+    overall: dict[str, float] = field(default_factory=dict)
+    weighted: dict[str, float] = field(default_factory=dict)
+    by_slice: dict[str, dict[str, float]] = field(default_factory=dict)
+    by_split: dict[str, dict[str, float]] = field(default_factory=dict)
+    unanswerable: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)
+    answers: dict = field(default_factory=dict)
+
+    @property
+    def eval_id(self) -> str:
+        return f"{self.revision}-{self.mode}-{self.config_fingerprint[:8]}-{self.created_at:%Y%m%dT%H%M%S}"
+
+    def as_json(self) -> dict:
+        return {
+            "eval_id": self.eval_id, "revision": self.revision, "mode": self.mode,
+            "config_fingerprint": self.config_fingerprint, "index_state": self.index_state,
+            "overall": self.overall, "weighted": self.weighted, "by_slice": self.by_slice, "by_split": self.by_split,
+            "unanswerable": self.unanswerable, "latency": self.latency, "answers": self.answers,
+            "no_result_threshold": self.no_result_threshold, "threshold_source": self.threshold_source,
+            "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs},
+        }
+
+
+def case_filters(case: GoldenCase) -> SearchFilters:
+    """The trusted caller context of a case: its tenant and roles, never anything read from the question."""
+    return SearchFilters(tenant=case.tenant, roles=case.roles)
+
+
+def span_hit(span: GoldSpan, hit: Hit) -> bool:
+    """A chunk covers a gold span when it is in the span's document and their lines overlap, or,
+    for spans without lines, when one heading path is a prefix of the other."""
+    if hit.doc_id != span.doc_id:
+        return False
+    if span.lines and hit.line_start is not None and hit.line_end is not None:
+        return hit.line_start <= span.lines[1] and span.lines[0] <= hit.line_end
+    if span.heading_path:
+        shorter = min(len(span.heading_path), len(hit.heading_path))
+        return shorter > 0 and tuple(span.heading_path[:shorter]) == tuple(hit.heading_path[:shorter])
+    return True
+
+
+def span_recall(spans: Sequence[GoldSpan], hits: Sequence[Hit], k: int) -> float:
+    """Share of gold spans covered by at least one of the top-k chunks."""
+    return sum(1 for s in spans if any(span_hit(s, h) for h in hits[:k])) / len(spans)
+
+
+def _confidence(result: RetrievalResult) -> float | None:
+    """The no-result signal: best dense cosine (dense, hybrid) or best BM25 score (bm25)."""
+    source = result.candidates.get("dense") or result.candidates.get("bm25") or []
+    return max((h.score for h in source), default=None)
+
+
+def evaluate(
+    golden: GoldenSet,
+    retriever: Retriever,
+    mode: str,
+    config_fingerprint: str,
+    index_state: Mapping[str, str],
+    no_result_threshold: float | None = None,
+    supersedes: Mapping[str, str] | None = None,
+    generator_for: Callable[[float], Generator] | None = None,
+    context_k: int = 5,
+    claim_judge: Callable[[str, str], bool | None] | None = None,
+) -> EvalResult:
+    """Run every case through retrieval with its own caller context and score it; with a
+    generator, also answer every case from its top `context_k` chunks and check the answer."""
+    cases = golden.cases
+    results = retriever.search_many([c.question for c in cases], [case_filters(c) for c in cases], mode, EVAL_DEPTH)
+    outranks = _superseded_outranks(cases, retriever, mode, supersedes or {})
+    case_results = []
+    for case, result in zip(cases, results):
+        docs = rollup_documents(result.hits)
+        ranking = [d for d, _ in docs]
+        relevant = {d: 1.0 for d in case.gold_docs}
+        stale = golden.stale.get(case.id, [])
+        values: dict[str, float] = {}
+        if case.answerable and not stale:
+            values = metrics.query_metrics(ranking, relevant)
+            if case.gold_spans:
+                values |= {f"span_recall_at_{k}": span_recall(case.gold_spans, result.hits, k) for k in SPAN_CUTOFFS}
+        top_k = set(ranking[: retriever.config.k])
+        case_results.append(
+            CaseResult(
+                case=case,
+                ranked_docs=ranking,
+                doc_scores=[s for _, s in docs],
+                metrics=values,
+                first_gold_rank=metrics.first_relevant_rank(ranking, relevant) if case.gold_docs else None,
+                best_score=_confidence(result),
+                forbidden_retrieved=sorted(d for d in case.forbidden_docs if d in top_k),
+                stale_docs=stale,
+                latency_ms=result.latency_ms.get("total", 0.0),
+                context_tokens=_context_tokens(result, retriever.config.k),
+                trace=result.trace(depth=retriever.config.k),
+                superseded_outranks=outranks.get(case.id),
+            )
+        )
+    threshold, source = (no_result_threshold, "configured") if no_result_threshold is not None else calibrate_threshold(case_results)
+    for c in case_results:
+        c.abstained = c.best_score is None or c.best_score < threshold
+    _require_scored_cases(golden, case_results)
+    evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold, source)
+    if generator_for is not None:
+        answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {}, claim_judge)
+    aggregate(evaluation)
+    return evaluation
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot produce a truthful number; the message says why and what to do."""
+
+
+def _require_scored_cases(golden: GoldenSet, results: Sequence[CaseResult]) -> None:
+    """Refuse an evaluation in which no case could be scored: its metrics would be empty, not zero."""
+    if any(r.scored for r in results):
+        return
+    stale = [r for r in results if r.stale_docs]
+    unanswerable = sum(1 for r in results if not r.case.answerable)
+    examples = "; ".join(f"{r.case.id}: {r.stale_docs[0]}" for r in stale[:3])
+    raise EvaluationError(
+        f"golden set {golden.path.name} (revision {golden.revision}): 0 of {len(results)} cases could be scored "
+        f"({len(stale)} stale, {unanswerable} unanswerable)"
+        + (f"; stale labels, e.g. {examples}" if stale else "")
+        + ". Ingest the sources the gold documents come from, or relabel the cases."
+    )
+
+
+def answer_cases(
+    rows: Sequence[CaseResult], results: Sequence[RetrievalResult], generator: Generator, context_k: int,
+    supersedes: Mapping[str, str], claim_judge: Callable[[str, str], bool | None] | None = None,
+) -> None:
+    """Answer each case from its own retrieved context and record the answer checks as
+    `answer_*` metrics beside the retrieval metrics (never blended into them)."""
+    superseded = set(supersedes.values())
+    for row, result in zip(rows, results):
+        context = result.hits[:context_k]
+        answer = generator.generate(row.case.question, context, row.best_score)
+        record = {"text": answer.text, "citations": answer.citations, "abstained": answer.abstained,
+                  "generator": answer.generator, "model": answer.model, "prompt_version": answer.prompt_version,
+                  "settings": answer.settings, "prompt_tokens": answer.prompt_tokens,
+                  "completion_tokens": answer.completion_tokens, "cost": answer.cost, "error": answer.error}
+        row.answer = record
+        if answer.errored:
+            continue
+        check = check_answer(answer, {h.chunk_id: h.text for h in context}, row.case.reference, row.case.answerable,
+                             claim_judge)
+        values = check.as_metrics()
+        if check.abstention_correct is not None:
+            values["answer_abstained_correctly"] = float(check.abstention_correct)
+        cited_docs = {c.rsplit("#", 1)[0] for c in answer.citations}
+        if any(d in supersedes for d in row.case.gold_docs):
+            # The current version must be the one cited, never the version it replaced.
+            values["answer_cites_current_version"] = float(not (cited_docs & superseded))
+        row.metrics.update(values)
+
+
+def _context_tokens(result: RetrievalResult, k: int) -> int:
+    return sum(len(h.text.split()) for h in result.hits[:k])
+
+
+def _superseded_outranks(
+    cases: Sequence[GoldenCase], retriever: Retriever, mode: str, supersedes: Mapping[str, str]
+) -> dict[str, bool]:
+    """For cases whose gold document replaced an older one: with superseded documents allowed to
+    compete, does the old version rank above the current one? (The goal: never.)"""
+    relevant = [c for c in cases if c.answerable and any(d in supersedes for d in c.gold_docs)]
+    if not relevant:
+        return {}
+    filters = [SearchFilters(tenant=c.tenant, roles=c.roles, statuses=("published", "superseded")) for c in relevant]
+    results = retriever.search_many([c.question for c in relevant], filters, mode, EVAL_DEPTH)
+    verdicts = {}
+    for case, result in zip(relevant, results):
+        ranking = [d for d, _ in rollup_documents(result.hits)]
+        position = {d: i for i, d in enumerate(ranking)}
+        verdict = False
+        for gold in case.gold_docs:
+            old = supersedes.get(gold)
+            if old is not None and position.get(old, math.inf) < position.get(gold, math.inf):
+                verdict = True
+        verdicts[case.id] = verdict
+    return verdicts
+
+
+def calibrate_threshold(results: Sequence[CaseResult]) -> tuple[float, str]:
+    """The best-score floor that best separates answerable from unanswerable dev cases.
+
+    Picks the midpoint between adjacent best scores that maximises accuracy (answerable cases at
+    or above it, unanswerable below) on the dev split; falls back to all cases when dev lacks
+    one of the two kinds, and to 0 (never abstain) when there are no unanswerable cases.
+    """
+    for pool_name, pool in (("dev split", [r for r in results if r.case.split == "dev"]), ("all cases", list(results))):
+        points = [(r.best_score, r.case.answerable) for r in pool if r.best_score is not None]
+        if any(a for _, a in points) and any(not a for _, a in points):
+            break
+    else:
+        return 0.0, "no unanswerable cases: never abstain"
+    scores = sorted({s for s, _ in points})
+    candidates = [scores[0] - 1e-9] + [(a + b) / 2 for a, b in zip(scores, scores[1:])] + [scores[-1] + 1e-9]
+
+    def accuracy(t: float) -> float:
+        return sum(1 for s, a in points if (s >= t) == a) / len(points)
+
+    best = max(candidates, key=lambda t: (accuracy(t), -t))
+    return float(best), f"calibrated on the {pool_name}"
+
+
+def _average(rows: Sequence[CaseResult], weighted: bool = False) -> dict[str, float]:
+    scored = [r for r in rows if r.scored]
+    if not scored:
+        return {}
+    keys = sorted({k for r in scored for k in r.metrics if not k.startswith(ANSWER_PREFIX)})
+    out: dict[str, float] = {"cases": float(len(scored))}
+    for key in keys:
+        with_key = [r for r in scored if key in r.metrics]
+        weights = [r.case.weight for r in with_key] if weighted else None
+        out[key] = metrics.mean([r.metrics[key] for r in with_key], weights)
+    return out
+
+
+def aggregate(evaluation: EvalResult) -> None:
+    """Fill the overall, weighted, per-slice, per-split and unanswerable sections."""
+    rows = evaluation.cases
+    evaluation.overall = _average(rows)
+    evaluation.weighted = _average(rows, weighted=True)
+    by_slice: dict[str, list[CaseResult]] = defaultdict(list)
+    by_split: dict[str, list[CaseResult]] = defaultdict(list)
+    for r in rows:
+        by_slice[r.case.slice].append(r)
+        by_split[r.case.split].append(r)
+    evaluation.by_slice = {s: _average(v) | _slice_extras(v) for s, v in sorted(by_slice.items())}
+    evaluation.by_split = {s: _average(v) for s, v in sorted(by_split.items())}
+    unanswerable = [r for r in rows if not r.case.answerable]
+    answerable = [r for r in rows if r.case.answerable]
+    leaks = [r for r in rows if r.forbidden_retrieved]
+    outranks = [r.superseded_outranks for r in rows if r.superseded_outranks is not None]
+    evaluation.unanswerable = {
+        "cases": float(len(unanswerable)),
+        "abstained": float(sum(1 for r in unanswerable if r.abstained)),
+        "abstain_rate": metrics.mean([1.0 if r.abstained else 0.0 for r in unanswerable]) if unanswerable else float("nan"),
+        "false_abstain_rate": metrics.mean([1.0 if r.abstained else 0.0 for r in answerable]) if answerable else float("nan"),
+        "forbidden_leak_cases": float(len(leaks)),
+        "superseded_outranks_current_rate": metrics.mean([1.0 if o else 0.0 for o in outranks]) if outranks else float("nan"),
+        "stale_cases": float(sum(1 for r in rows if r.stale_docs)),
+        "no_result_threshold": evaluation.no_result_threshold,
+    }
+    evaluation.answers = _answer_summary(rows)
+    latencies = [r.latency_ms for r in rows]
+    evaluation.latency = {
+        "p50_latency_ms": metrics.nearest_rank_quantile(latencies, 0.50),
+        "p95_latency_ms": metrics.nearest_rank_quantile(latencies, 0.95),
+        "mean_context_tokens": metrics.mean([float(r.context_tokens) for r in rows]),
+    }
+
+
+def _answer_means(rows: Sequence[CaseResult]) -> dict[str, float]:
+    keys = sorted({k for r in rows for k in r.metrics if k.startswith(ANSWER_PREFIX)})
+    return {k: metrics.mean([r.metrics[k] for r in rows if k in r.metrics]) for k in keys}
+
+
+def _answer_summary(rows: Sequence[CaseResult]) -> dict:
+    """Answer metrics overall and by slice, the 2x2 abstention table, errors, tokens and cost."""
+    answered = [r for r in rows if r.answer is not None]
+    if not answered:
+        return {}
+    by_slice: dict[str, list[CaseResult]] = defaultdict(list)
+    for r in answered:
+        by_slice[r.case.slice].append(r)
+    first = answered[0].answer
+    return {
+        "generator": first["generator"], "model": first["model"], "prompt_version": first["prompt_version"],
+        "settings": first["settings"],
+        "overall": _answer_means(answered),
+        "by_slice": {s: _answer_means(v) for s, v in sorted(by_slice.items())},
+        "abstention": abstention_table([(r.case.answerable, r.answer["abstained"]) for r in answered if not r.answer["error"]]),
+        "errored_cases": sum(1 for r in answered if r.answer["error"]),
+        "prompt_tokens": sum(r.answer["prompt_tokens"] for r in answered),
+        "completion_tokens": sum(r.answer["completion_tokens"] for r in answered),
+        "cost": sum(r.answer["cost"] for r in answered),
+    }
+
+
+def _slice_extras(rows: Sequence[CaseResult]) -> dict[str, float]:
+    extras: dict[str, float] = {"all_cases": float(len(rows))}
+    unanswerable = [r for r in rows if not r.case.answerable]
+    if unanswerable:
+        extras["abstain_rate"] = metrics.mean([1.0 if r.abstained else 0.0 for r in unanswerable])
+    if any(r.case.forbidden_docs for r in rows):
+        extras["forbidden_leak_cases"] = float(sum(1 for r in rows if r.forbidden_retrieved))
+    return extras
+
+
+def golden_file_for_revision(golden_set: Path | None, store: DuckDBStore, revision: str, folder: Path) -> Path:
+    """The golden file of a revision: the configured file if it still has that content, else the
+    snapshot kept when the revision was first seen, written to `folder` (a revision is frozen; the
+    file may move on)."""
+    if golden_set is None:
+        raise GoldenSetError("no golden_set configured in the pipeline config")
+    path = Path(golden_set)
+    if path.is_file() and file_revision(path) == revision:
+        store.snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
+        return path
+    content = store.golden_snapshot(revision)
+    if content is None:
+        raise GoldenSetError(
+            f"golden-set revision {revision} is neither the current content of {path} "
+            f"(now {file_revision(path) if path.is_file() else 'missing'}) nor a kept snapshot"
+        )
+    frozen = folder / f"{revision}.jsonl"
+    frozen.parent.mkdir(parents=True, exist_ok=True)
+    frozen.write_text(content, encoding="utf-8")
+    return frozen
+
+
+def headline_numbers(result: EvalResult) -> dict[str, float]:
+    """The numbers worth a trend line: headline metrics, weighted ones, latency, abstention, leaks,
+    answer metrics (None and NaN, where a kind of case is missing, are the caller's to drop)."""
+    return {
+        **{key: result.overall.get(key) for key in HEADLINE_METRICS},
+        "weighted_recall_at_5": result.weighted.get("recall_at_5"),
+        "weighted_ndcg_at_10": result.weighted.get("ndcg_at_10"),
+        "p95_latency_ms": result.latency["p95_latency_ms"],
+        "mean_context_tokens": result.latency["mean_context_tokens"],
+        "unanswerable_abstain_rate": result.unanswerable["abstain_rate"],
+        "forbidden_leak_cases": result.unanswerable["forbidden_leak_cases"],
+        "stale_cases": result.unanswerable["stale_cases"],
+        **(result.answers.get("overall", {}) if result.answers else {}),
+    }
+
+
+def run_golden_evaluation(
+    golden_path: Path,
+    store: DuckDBStore,
+    embedder: Embedder,
+    retrieval: RetrievalConfig,
+    config_fingerprint: str,
+    source_ids: Sequence[str],
+    mode: str | None = None,
+    answers: AnswersConfig | None = None,
+) -> tuple[GoldenSet, EvalResult]:
+    """Load and validate the golden set against the index, evaluate, and persist the result."""
+    golden = load_golden_set(golden_path, served_hashes=store.document_hashes(), known_documents=store.document_history())
+    index_state = {source_id: store.manifest_hash(source_id) for source_id in source_ids}
+    retriever = Retriever(store, embedder, retrieval)
+    result = evaluate(
+        golden, retriever, mode or retrieval.mode, config_fingerprint, index_state,
+        retrieval.no_result_threshold, store.supersession(),
+        generator_for=(lambda threshold: make_generator(answers, threshold)) if answers and answers.generator != "none" else None,
+        context_k=answers.context_k if answers else 5,
+        claim_judge=make_claim_judge(answers) if answers and answers.generator != "none" else None,
+    )
+    store.save_evaluation(result)
+    return golden, result

@@ -1,0 +1,152 @@
+"""Rendering evaluation results: the slice table, failed cases with traces, the markdown report.
+
+Case ids, questions, slice names and document ids come from the golden set and the corpus, so
+every one goes through the renderer (`core/render.py`), which escapes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rag_pipeline.core.evaluation.baselines import BaselineComparison, compare_with_baseline
+from rag_pipeline.core.evaluation.evaluate import EvalResult
+from rag_pipeline.core.evaluation.gates import GatePolicy
+from rag_pipeline.core.plots import markdown_image, slice_comparison
+from rag_pipeline.core.render import Markdown, inline, number, safe_json, table
+from rag_pipeline.core.storage.store import DuckDBStore
+
+SLICE_COLUMNS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10", "ndcg_at_10")
+
+
+def _count_or_rate(key: str, value: float) -> str:
+    return str(int(value)) if key.endswith(("cases", "abstained")) and not math.isnan(value) else number(value)
+
+
+def slice_table(result: EvalResult, columns: Sequence[str] = SLICE_COLUMNS) -> str:
+    """Markdown table: one row per slice, then overall and weighted; answerable cases only in metrics."""
+
+    def row(name: str, values: dict, all_cases: int, extras: dict) -> list:
+        abstain = number(extras["abstain_rate"]) if "abstain_rate" in extras else ""
+        leaks = int(extras["forbidden_leak_cases"]) if "forbidden_leak_cases" in extras else ""
+        return [name, all_cases, int(values.get("cases", 0)), *(values.get(c) for c in columns), abstain, leaks]
+
+    rows = [row(name, values, int(values.get("all_cases", 0)), values) for name, values in result.by_slice.items()]
+    total = len(result.cases)
+    rows.append(row(Markdown("**overall**"), result.overall, total, {}))
+    rows.append(row(Markdown("**weighted**"), result.weighted, total, {}))
+    return table(rows, ["slice", "cases", "scored", *columns, "abstain", "leaks"], limit=None)
+
+
+def _rank(rank: int | None) -> str:
+    return str(rank) if rank else "not in top 100"
+
+
+def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
+    failed = [c for c in result.cases if c.failed]
+    rows = [
+        {"case": c.case.id, "slice": c.case.slice, "first gold rank": _rank(c.first_gold_rank), "gold": c.case.gold_docs,
+         "top 3 retrieved": c.ranked_docs[:3], "forbidden retrieved": c.forbidden_retrieved}
+        for c in failed
+    ]
+    columns = ["case", "slice", "first gold rank", "gold", "top 3 retrieved", "forbidden retrieved"]
+    return table(rows, columns, limit=limit, empty="_no failed cases_")
+
+
+ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
+                  "answer_claim_support_llm",
+                  "answer_abstained_correctly", "answer_cites_current_version")
+
+
+def answer_section(result: EvalResult) -> list[str]:
+    """Answer metrics beside the retrieval table: by slice, the 2x2 abstention table, cost."""
+    answers = result.answers
+    if not answers:
+        return []
+    columns = [c for c in ANSWER_COLUMNS if c in answers["overall"]]
+    rows = [[name, *(values.get(c) for c in columns)]
+            for name, values in [*answers["by_slice"].items(), (Markdown("**overall**"), answers["overall"])]]
+    table_2x2 = answers["abstention"]
+    return [
+        "## Answers", "",
+        f"generator {inline(answers['generator'])}, model {inline(answers['model'] or '–')}, prompt "
+        f"{inline(answers['prompt_version'] or '–')}, settings {inline(answers['settings'])}; errored cases "
+        f"{answers['errored_cases']}; tokens {answers['prompt_tokens']} + {answers['completion_tokens']}, cost "
+        f"{answers['cost']:.4f}. `answer_claim_support_proxy` is a lexical proxy, not an entailment judgement.", "",
+        table(rows, ["slice", *columns], limit=None), "",
+        table([["answered", table_2x2["answered_answerable"], table_2x2["answered_unanswerable"]],
+               ["abstained", table_2x2["abstained_answerable"], table_2x2["abstained_unanswerable"]]],
+              ["", "answerable", "unanswerable"], limit=None), "",
+    ]
+
+
+@dataclass
+class WrittenReport:
+    """An evaluation's report file, its slice plot, and the gate comparison the plot shows."""
+
+    path: Path
+    plot: Path
+    comparison: BaselineComparison
+    result: EvalResult
+
+    def markdown(self) -> str:
+        """The report's text with the plot embedded (for Dagster metadata: a file link would not render)."""
+        return render_markdown(self.result, markdown_image(self.plot, "slices against the baseline"))
+
+
+def write_report(result: EvalResult, store: DuckDBStore, policy: GatePolicy, folder: Path) -> WrittenReport:
+    """Gate the evaluation against its revision's baseline, draw each slice against it, and write the
+    markdown report beside the plot (`<eval id>.md`, `<eval id>-slices.png`)."""
+    comparison = compare_with_baseline(store, result.eval_id, policy)
+    candidate = store.evaluation_record(result.eval_id)
+    baseline = store.evaluation_record(comparison.baseline_id) if comparison.baseline_id else None
+    plot = slice_comparison(candidate, baseline, policy.headline_metrics, policy.significance,
+                            folder / f"{result.eval_id}-slices.png")
+    path = folder / f"{result.eval_id}.md"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_markdown(result, f"![slices against the baseline]({plot.name})"), encoding="utf-8")
+    return WrittenReport(path, plot, comparison, result)
+
+
+def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
+    """The full report: header, slice table and plot, splits, unanswerable, failed cases and traces."""
+    split_rows = [[s, int(v.get("cases", 0)), *(v.get(c) for c in SLICE_COLUMNS)] for s, v in result.by_split.items()]
+    parts = [
+        f"# Golden evaluation {inline(result.eval_id)}",
+        "",
+        f"- golden-set revision: {inline(result.revision)} · mode: {inline(result.mode)} · config fingerprint: "
+        f"{inline(result.config_fingerprint)}",
+        "- index state: " + ", ".join(f"{inline(s)}={inline(h)}" for s, h in sorted(result.index_state.items())),
+        f"- no-result threshold: {result.no_result_threshold:.4f} ({inline(result.threshold_source)})",
+        f"- latency: p50 {result.latency['p50_latency_ms']:.1f} ms, p95 {result.latency['p95_latency_ms']:.1f} ms; "
+        f"context {result.latency['mean_context_tokens']:.0f} words per query",
+        "",
+        "## Metrics by slice",
+        "",
+        "Document-level, TREC conventions; `scored` = answerable cases with current labels. "
+        "Unanswerable cases are scored apart (abstain = best score under the threshold).",
+        "",
+        slice_table(result),
+        "",
+        *([slice_plot, ""] if slice_plot else []),
+        "## By split",
+        "",
+        table(split_rows, ["split", "scored", *SLICE_COLUMNS], limit=None),
+        "",
+        "## Unanswerable, permissions, versions",
+        "",
+        *(f"- {key}: {_count_or_rate(key, value)}" for key, value in result.unanswerable.items()),
+        "",
+        *answer_section(result),
+        "## Failed cases",
+        "",
+        failed_cases_table(result),
+        "",
+        "## Traces of failed cases",
+        "",
+    ]
+    for c in [c for c in result.cases if c.failed][:20]:
+        parts += [f"### {inline(c.case.id)}: {inline(c.case.question, 300)}", "", "```json", safe_json(c.trace), "```", ""]
+    return "\n".join(parts)

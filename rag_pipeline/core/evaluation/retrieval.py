@@ -1,0 +1,151 @@
+"""Retrieval: dense, BM25 and hybrid (reciprocal rank fusion), with a trace of every stage.
+
+Filters (tenant, roles, status, effective date) are applied inside each retriever's query,
+before fusion: a chunk the caller may not see never enters the candidate lists.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from rag_pipeline.config import RetrievalConfig
+from rag_pipeline.core.ingestion.chunking import count_tokens
+from rag_pipeline.core.ingestion.embedding import Embedder
+from rag_pipeline.core.ingestion.lexical import analyze
+from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.storage.store import DuckDBStore
+
+MODES = ("dense", "bm25", "hybrid")
+
+
+@dataclass
+class RetrievalResult:
+    """The final top k for one query, and the trace of how it was made."""
+
+    query: str
+    mode: str
+    filters: SearchFilters
+    hits: list[Hit]
+    candidates: dict[str, list[Hit]] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def context_tokens(self) -> int:
+        """Words of the assembled context (the final hits' texts), the cost proxy per query."""
+        return sum(count_tokens(h.text) for h in self.hits)
+
+    def ranked_documents(self) -> list[tuple[str, float]]:
+        return rollup_documents(self.hits)
+
+    def trace(self, depth: int = 10) -> dict:
+        return {
+            "query": self.query,
+            "mode": self.mode,
+            "filters": {"tenant": self.filters.tenant, "roles": list(self.filters.roles),
+                        "statuses": list(self.filters.statuses), "unrestricted": self.filters.unrestricted},
+            "candidates": {
+                stage: [_hit_json(h) for h in hits[:depth]] for stage, hits in self.candidates.items()
+            },
+            "final": [_hit_json(h) for h in self.hits],
+            "latency_ms": {k: round(v, 2) for k, v in self.latency_ms.items()},
+            "context_tokens": self.context_tokens,
+        }
+
+
+def _hit_json(hit: Hit) -> dict:
+    return {"rank": hit.rank, "score": round(hit.score, 6), "chunk_id": hit.chunk_id, "doc_id": hit.doc_id,
+            "heading_path": list(hit.heading_path)}
+
+
+def rollup_documents(hits: Sequence[Hit]) -> list[tuple[str, float]]:
+    """Documents in the order of their best chunk, each scored by that chunk."""
+    best: dict[str, float] = {}
+    for hit in hits:
+        if hit.doc_id not in best:
+            best[hit.doc_id] = hit.score
+    return list(best.items())
+
+
+def reciprocal_rank_fusion(
+    lists: dict[str, Sequence[Hit]], weights: dict[str, float], rrf_k: int, k: int
+) -> list[Hit]:
+    """score(c) = sum over lists r of weight_r / (rrf_k + rank_r(c)); ties broken by chunk id."""
+    scores: dict[str, float] = defaultdict(float)
+    first_seen: dict[str, Hit] = {}
+    for name, hits in lists.items():
+        for hit in hits:
+            scores[hit.chunk_id] += weights.get(name, 1.0) / (rrf_k + hit.rank)
+            first_seen.setdefault(hit.chunk_id, hit)
+    ordered = sorted(scores, key=lambda c: (-scores[c], c))[:k]
+    return [_reranked(first_seen[c], scores[c], rank) for rank, c in enumerate(ordered, start=1)]
+
+
+def _reranked(hit: Hit, score: float, rank: int) -> Hit:
+    return replace(hit, score=score, rank=rank)
+
+
+class Retriever:
+    """Searches the served index of a store with one embedder and one retrieval config."""
+
+    def __init__(self, store: DuckDBStore, embedder: Embedder, config: RetrievalConfig) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.config = config
+
+    def search(self, query: str, filters: SearchFilters, mode: str | None = None, k: int | None = None) -> RetrievalResult:
+        return self.search_many([query], [filters], mode, k)[0]
+
+    def search_many(
+        self,
+        queries: Sequence[str],
+        filters: Sequence[SearchFilters],
+        mode: str | None = None,
+        k: int | None = None,
+    ) -> list[RetrievalResult]:
+        """Search a batch: queries are embedded together and grouped by filters for the SQL."""
+        mode = mode or self.config.mode
+        if mode not in MODES:
+            raise ValueError(f"unknown retrieval mode {mode!r}; use one of {', '.join(MODES)}")
+        k = k or self.config.k
+        depth = max(self.config.candidates, k)
+        results = [RetrievalResult(q, mode, f, []) for q, f in zip(queries, filters, strict=True)]
+        groups: dict[SearchFilters, list[int]] = defaultdict(list)
+        for index, f in enumerate(filters):
+            groups[f].append(index)
+        if mode in ("dense", "hybrid"):
+            started = time.perf_counter()
+            vectors = self.embedder.encode(list(queries))
+            encode_ms = (time.perf_counter() - started) * 1000 / max(len(queries), 1)
+            for f, indexes in groups.items():
+                started = time.perf_counter()
+                hit_lists = self.store.dense_search(vectors[indexes], depth, f)
+                per_query = (time.perf_counter() - started) * 1000 / len(indexes)
+                for index, hits in zip(indexes, hit_lists):
+                    results[index].candidates["dense"] = hits
+                    results[index].latency_ms["embed_query"] = encode_ms
+                    results[index].latency_ms["dense"] = per_query
+        if mode in ("bm25", "hybrid"):
+            for f, indexes in groups.items():
+                started = time.perf_counter()
+                hit_lists = self.store.bm25_search(
+                    [analyze(queries[i]) for i in indexes], depth, f, self.config.bm25_k1, self.config.bm25_b
+                )
+                per_query = (time.perf_counter() - started) * 1000 / len(indexes)
+                for index, hits in zip(indexes, hit_lists):
+                    results[index].candidates["bm25"] = hits
+                    results[index].latency_ms["bm25"] = per_query
+        weights = {"dense": self.config.dense_weight, "bm25": self.config.bm25_weight}
+        for result in results:
+            if mode == "hybrid":
+                started = time.perf_counter()
+                fused = reciprocal_rank_fusion(result.candidates, weights, self.config.rrf_k, depth)
+                result.latency_ms["fusion"] = (time.perf_counter() - started) * 1000
+                result.candidates["fused"] = fused
+                result.hits = fused[:k]
+            else:
+                result.hits = result.candidates[mode][:k]
+            result.latency_ms["total"] = sum(result.latency_ms.values())
+        return results

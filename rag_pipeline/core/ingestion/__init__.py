@@ -1,0 +1,1 @@
+"""Ingestion: a source's files through discovery, parsing, chunking and embedding, then the verified switch."""

@@ -1,0 +1,192 @@
+"""The parser in a process of its own, so that one document can only fail itself.
+
+A document that makes `unstructured` spin for minutes, eat memory or crash (a parser bug, a
+decompression bomb) must not hold or sink its source. The pipeline sends each document's bytes
+to one long-lived worker process over a pipe and waits at most the source's
+`limits.max_parse_seconds`; a worker that overruns is killed (and restarted for the next
+document), a worker that dies is reported with its exit status. The worker imports
+`unstructured` once, so the per-document cost is one round trip.
+
+Frames on the pipes are an 8-byte big-endian length and a pickle (both ends are this module).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import BinaryIO
+
+from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
+from rag_pipeline.core.models import ParsedDocument
+
+_HEADER = struct.Struct(">Q")
+# Importing a partitioner and loading spaCy take seconds (more on a busy machine); this bounds
+# the wait for a worker that hangs while starting, not any document's parse.
+WARM_UP_TIMEOUT_S = 600.0
+
+
+class ParserProcess:
+    """A worker process running `parsing.parse_job`; `parse` raises ParseError for any failure."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen | None = None
+        self._warm: set[str] = set()
+        self._lock = threading.Lock()
+
+    def parse(self, job: ParseJob, timeout_s: float) -> ParsedDocument:
+        with self._lock:
+            if job.file_type not in self._warm:
+                self._call(("warm", job.file_type), WARM_UP_TIMEOUT_S, f"starting the {job.file_type} parser")
+                self._warm.add(job.file_type)
+            status, payload = self._call(("parse", job), timeout_s, "parsing", limit=True)
+        if status == "error":
+            raise ParseError(payload)
+        return payload
+
+    def _call(self, request: tuple, timeout_s: float, what: str, limit: bool = False) -> tuple[str, object]:
+        process = self._ensure_started()
+        try:
+            _write_frame(process.stdin, request)
+            reply = _read_frame(process.stdout, time.monotonic() + timeout_s)
+        except TimeoutError:
+            self._stop()
+            if limit:
+                raise ParseError(
+                    f"parsing took longer than {timeout_s:g} s (limits.max_parse_seconds): the parser was stopped"
+                ) from None
+            raise ParseError(f"the parser did not answer within {timeout_s:g} s while {what}") from None
+        except (EOFError, BrokenPipeError, OSError):
+            code = self._stop()
+            raise ParseError(f"the parser process died while {what} ({_describe_exit(code)}); "
+                             "the document may be corrupt or too large for the memory available") from None
+        status, payload = reply
+        if status == "crash":
+            raise ParseError(f"the parser failed while {what}: {payload}")
+        return status, payload
+
+    def _ensure_started(self) -> subprocess.Popen:
+        if self._process is None or self._process.poll() is not None:
+            self._warm.clear()
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "rag_pipeline.core.ingestion.parse_worker"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            )
+        return self._process
+
+    def _stop(self) -> int | None:
+        process, self._process = self._process, None
+        self._warm.clear()
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.kill()
+        code = process.wait()
+        for stream in (process.stdin, process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        return code
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+_shared: ParserProcess | None = None
+
+
+def shared_parser() -> ParserProcess:
+    """The process-wide parser worker, started on first use (a run that parses nothing starts none)."""
+    global _shared
+    if _shared is None:
+        _shared = ParserProcess()
+        atexit.register(_shared.close)
+    return _shared
+
+
+def _write_frame(stream: BinaryIO, value: object) -> None:
+    body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(body)) + body)
+    stream.flush()
+
+
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
+    chunks, remaining = [], size
+    while remaining:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(stream: BinaryIO, deadline: float | None = None):
+    fd = stream.fileno()
+    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
+    return pickle.loads(_read_exactly(fd, size, deadline))
+
+
+def _serve() -> None:
+    """The worker's loop: one request in, one reply out, until the parent closes the pipe."""
+    import logging
+
+    # The parser never needs torch (spaCy's small English model runs on numpy), but thinc, under
+    # unstructured's spaCy, imports it whenever it is installed: a second of CPU and 300 MB per worker.
+    sys.modules.setdefault("torch", None)
+    from rag_pipeline.core.ingestion import parsing
+
+    # Offline and quiet wherever the parser runs (it is started by tests and tools too).
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
+        os.environ.setdefault(name, "1")
+    # Frames go to the original stdout; anything a library prints goes to stderr instead.
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    requests = sys.stdin.buffer
+    # Library warnings are collected per document into the failure reason, not printed.
+    logging.basicConfig(handlers=[logging.NullHandler()], level=logging.WARNING, force=True)
+    logging.captureWarnings(True)
+    while True:
+        try:
+            kind, payload = _read_frame(requests)
+        except EOFError:
+            return
+        try:
+            if kind == "warm":
+                parsing.warm_up(payload)
+                reply: tuple[str, object] = ("ok", None)
+            else:
+                reply = ("ok", parsing.parse_job(payload))
+        except ParseError as exc:
+            reply = ("error", str(exc))
+        except Exception as exc:  # noqa: BLE001 - any parser bug becomes this document's reason
+            reply = ("crash", f"{type(exc).__name__}: {exc}")
+        _write_frame(replies, reply)
+
+
+if __name__ == "__main__":
+    _serve()

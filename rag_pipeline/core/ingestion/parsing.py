@@ -1,0 +1,310 @@
+"""Parsing: `unstructured` partitioning of one document into elements with heading paths and lines."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import io
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+
+from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
+from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_BUFFER_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
+# Heading categories of unstructured; everything else is body content under the current heading.
+_TITLE_CATEGORIES = {"Title"}
+_DROP_CATEGORIES = {"PageBreak", "Image", "Header", "Footer", "PageNumber"}
+
+
+class ParseError(Exception):
+    """A document could not be parsed; the message says why and what to do."""
+
+
+@lru_cache(maxsize=1)
+def parser_version() -> str:
+    """Name and version of the parser, recorded in the ledger with every parsed document."""
+    # From the installed distribution: importing unstructured itself costs seconds.
+    return f"unstructured {importlib.metadata.version('unstructured')}"
+
+
+@dataclass(frozen=True)
+class ParseJob:
+    """One document to parse: its bytes as discovered (hashed), and what the parser needs to know."""
+
+    doc_id: str
+    rel_path: str
+    file_type: str
+    data: bytes
+    content_hash: str
+    title: str | None = None
+    max_text_chars: int | None = None
+
+
+def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> ParsedDocument:
+    """Parse one discovered document in this process (tests and tools; the pipeline isolates the
+    parser in a process of its own, see parse_worker)."""
+    if item.file_type == "beir":
+        return _parse_beir_record(item)
+    job = ParseJob(item.doc_id, item.rel_path, item.file_type, Path(item.abs_path).read_bytes(), item.content_hash,
+                   item.meta.title, max_text_chars)
+    return parse_job(job)
+
+
+def parse_job(job: ParseJob) -> ParsedDocument:
+    """Partition one document's bytes into elements; raise ParseError with a true reason."""
+    data = job.data
+    if not data.strip():
+        raise ParseError("empty file (0 bytes of text): add content or delete the file")
+    line_offset = 0
+    text: str | None = None
+    if job.file_type in ("md", "txt", "html"):
+        text = _decode_text(data)
+        if job.file_type in FRONT_MATTER_TYPES:
+            try:
+                _, text, line_offset = split_front_matter(text)
+            except ValueError as exc:
+                raise ParseError(f"front matter: {exc}") from exc
+            if not text.strip():
+                raise ParseError("the file has front matter but no body text")
+        _check_text_length(len(text), job.max_text_chars)
+    with _ParserMessages() as messages:
+        try:
+            raw_elements = _partition(job.file_type, data, text)
+        except ParseError:
+            raise
+        except Exception as exc:  # unstructured raises many types; the reason is what matters here
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            # The parser read from memory: name the file where its message shows the buffer.
+            message = _BUFFER_REPR.sub(lambda _: job.rel_path, message)
+            raise ParseError(f"{job.file_type} parser failed: {type(exc).__name__}: {message}") from exc
+    elements = _to_elements(job.doc_id, raw_elements)
+    if not elements:
+        said = "; ".join(messages.lines[:3])
+        raise ParseError(
+            f"no text could be extracted; the parser reported: {said}" if said
+            else "no text could be extracted: the document holds no text layer (a scanned image?) or only markup"
+        )
+    _check_text_length(sum(len(e.text) for e in elements), job.max_text_chars)
+    if text is not None:
+        raw_lines = data.decode("utf-8").splitlines() if job.file_type == "html" else text.splitlines()
+        offset = 0 if job.file_type == "html" else line_offset
+        elements = locate_lines(elements, raw_lines, offset)
+    title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
+    return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
+
+
+def _check_text_length(chars: int, limit: int | None) -> None:
+    if limit is not None and chars > limit:
+        raise ParseError(f"{chars:,} characters of text, over the {limit:,} limit (limits.max_text_chars)")
+
+
+class _ParserMessages(logging.Handler):
+    """Collects what the parser's libraries log at WARNING and above while one document is parsed
+    (pypdf says "invalid pdf header" where unstructured just returns no elements)."""
+
+    _IGNORED = ("Thank you for using Unstructured",)
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage().strip()
+        if message and not message.startswith(self._IGNORED) and message not in self.lines:
+            self.lines.append(message.splitlines()[0][:300])
+
+    def __enter__(self) -> _ParserMessages:
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger().removeHandler(self)
+
+
+def _decode_text(data: bytes) -> str:
+    if b"\x00" in data[:8192]:
+        raise ParseError("binary content (NUL bytes) in a text file: wrong extension? rename or remove it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ParseError(
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at line {line}): re-save the file as UTF-8"
+        ) from exc
+
+
+def warm_up(file_type: str) -> None:
+    """Import the partitioner of a file type, and for text formats run it once on a tiny page
+    (spaCy and language detection load on first use), so no document pays for it in its time limit."""
+    samples = {"md": "# Warm up\n\nA short sentence.\n", "txt": "A short sentence.\n",
+               "html": "<html><body><h1>Warm up</h1><p>A short sentence.</p></body></html>"}
+    if file_type in samples:
+        _partition(file_type, samples[file_type].encode(), samples[file_type])
+    elif file_type in ("pdf", "docx"):
+        _partitioner(file_type)
+
+
+def _partitioner(file_type: str):
+    # unstructured's partitioners are imported lazily: they cost seconds and pull spaCy.
+    if file_type == "md":
+        from unstructured.partition.md import partition_md
+
+        return partition_md
+    if file_type == "html":
+        from unstructured.partition.html import partition_html
+
+        return partition_html
+    if file_type == "txt":
+        from unstructured.partition.text import partition_text
+
+        return partition_text
+    if file_type == "pdf":
+        from unstructured.partition.pdf import partition_pdf
+
+        return partition_pdf
+    if file_type == "docx":
+        from unstructured.partition.docx import partition_docx
+
+        return partition_docx
+    raise ParseError(f"no parser for file type {file_type!r}")
+
+
+def _partition(file_type: str, data: bytes, text: str | None) -> list:
+    partition = _partitioner(file_type)
+    if file_type in ("md", "html", "txt"):
+        return partition(text=text)
+    if file_type == "pdf":
+        # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
+        return partition(file=io.BytesIO(data), strategy="fast", languages=["eng"])
+    return partition(file=io.BytesIO(data))
+
+
+def _to_elements(doc_id: str, raw_elements: Sequence) -> list[Element]:
+    """Keep text-bearing elements and give each its heading path.
+
+    unstructured sets `parent_id` only on some elements, so the path is built from a stack of the
+    headings seen so far, ordered by `category_depth` (0 = top level).
+    """
+    elements: list[Element] = []
+    stack: list[tuple[int, str]] = []
+    for raw in raw_elements:
+        category = raw.category
+        text = (raw.text or "").strip()
+        if category in _DROP_CATEGORIES or not text:
+            continue
+        metadata = raw.metadata
+        if category in _TITLE_CATEGORIES:
+            depth = metadata.category_depth
+            if depth is None:
+                # A heading guessed from layout (no markup): nest it under the current heading.
+                depth = stack[-1][0] + 1 if stack else 0
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+            heading_path = tuple(title for _, title in stack) + (text,)
+            stack.append((depth, text))
+        else:
+            heading_path = tuple(title for _, title in stack)
+        elements.append(
+            Element(
+                doc_id=doc_id,
+                ordinal=len(elements),
+                category=category,
+                text=text,
+                heading_path=heading_path,
+                page_number=metadata.page_number,
+                table_html=getattr(metadata, "text_as_html", None) if category == "Table" else None,
+            )
+        )
+    return elements
+
+
+def _first_title(elements: Sequence[Element]) -> str | None:
+    for element in elements:
+        if element.category in _TITLE_CATEGORIES:
+            return element.text
+    return None
+
+
+def _parse_beir_record(item: DiscoveredFile) -> ParsedDocument:
+    """A BEIR record is already clean text: title and body become two elements, no parser needed."""
+    elements: list[Element] = []
+    title = item.inline_title or ""
+    if title:
+        elements.append(Element(item.doc_id, 0, "Title", title, (title,)))
+    if item.inline_text:
+        elements.append(Element(item.doc_id, len(elements), "NarrativeText", item.inline_text, (title,) if title else ()))
+    if not elements:
+        raise ParseError("BEIR record has neither title nor text")
+    return ParsedDocument(item.doc_id, item.content_hash, "beir-jsonl", title or item.rel_path, tuple(elements))
+
+
+def locate_lines(elements: Sequence[Element], lines: Sequence[str], line_offset: int = 0) -> list[Element]:
+    """Attach 1-based line spans in the source file to elements, scanning forward in order.
+
+    Parsers drop markup, so an element is matched by its words: it starts at the first line (at or
+    after the previous element) holding its first words and ends at the first line holding its last
+    words. Elements that cannot be placed keep no span rather than a wrong one.
+    """
+    line_tokens = [set(_TOKEN.findall(line.lower())) for line in lines]
+    cursor = 0
+    located: list[Element] = []
+    for element in elements:
+        tokens = _TOKEN.findall(element.text.lower())
+        if not tokens:
+            located.append(element)
+            continue
+        head, tail = set(tokens[:3]), set(tokens[-3:])
+        start = _find_line(line_tokens, head, cursor)
+        if start is None:
+            located.append(element)
+            continue
+        end = _find_line(line_tokens, tail, start) or start
+        cursor = start if end == start else end
+        located.append(replace(element, line_start=start + 1 + line_offset, line_end=end + 1 + line_offset))
+    return located
+
+
+def _find_line(line_tokens: Sequence[set[str]], wanted: set[str], start: int) -> int | None:
+    for index in range(start, len(line_tokens)):
+        if wanted <= line_tokens[index]:
+            return index
+    return None
+
+
+class _TableRows(HTMLParser):
+    """Collect the cell texts of an HTML table, row by row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            if not self.rows:
+                self.rows.append([])
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def table_rows(table_html: str) -> list[list[str]]:
+    """Rows of cell texts of an HTML table (the first row is taken as the header)."""
+    parser = _TableRows()
+    parser.feed(table_html)
+    return [row for row in parser.rows if any(cell for cell in row)]

@@ -1,0 +1,499 @@
+"""The ingestion stages over one source, and the run protocol that makes them safe to kill.
+
+Stage, verify, then serve:
+- discovery, parsing, chunking and embedding write staging rows only (a staged discovery, parsed
+  elements, chunks, the embedding cache); each is idempotent and works on what differs between
+  staging and the latest discovery, so a rerun after any kill picks up where the dead run stopped;
+- the switch (`index_source`) replaces the source's served rows, probes every document that
+  needs it, writes the ledger, prunes the cache, commits the manifest and proves coverage and
+  deletions, all inside one transaction. It commits only when both proofs pass; otherwise it rolls
+  back and the previous version stays served. A kill at any point leaves the old version or the
+  new one, never a mix, and never a record that disagrees with what is served.
+
+A document that fails a stage fails alone, with its reason in the ledger; the rest goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.core.faults import kill_point
+from rag_pipeline.core.ingestion import discovery
+from rag_pipeline.core.ingestion.chunking import chunk_document
+from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
+from rag_pipeline.core.ingestion.embedding import Embedder
+from rag_pipeline.core.ingestion.lexical import term_frequencies
+from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parser
+from rag_pipeline.core.ingestion.parsing import (
+    ParseError,
+    ParseJob,
+    parse_document,
+    parser_version,
+)
+from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
+from rag_pipeline.core.storage.store import DuckDBStore
+
+# Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
+# done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
+WRITE_BATCH = 500
+EMBED_BATCH = 2048
+MIN_EMBED_BATCH = 64
+
+
+def batch_size(total: int, largest: int, smallest: int = 1) -> int:
+    """Items per batch: a quarter of the work, within [smallest, largest]."""
+    return max(smallest, min(largest, -(-total // 4)))
+# A document is queryable when a search with its own opening text finds it this high.
+QUERYABLE_TOP_K = 10
+
+
+@dataclass
+class StageReport:
+    """What one stage did to one source in one run: counts and per-document failures."""
+
+    source_id: str
+    stage: str
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[StageFailure] = field(default_factory=list)
+    details: dict[str, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def failure_rows(self) -> list[dict[str, str]]:
+        return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]
+
+
+@dataclass
+class IndexReport(StageReport):
+    """The switch: whether it committed, and the two proofs it was judged by."""
+
+    switched: bool = False
+    coverage: CoverageReport | None = None
+    deletions: DeletionReport | None = None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the switch was refused (None when it committed)."""
+        if self.switched:
+            return None
+        reasons = []
+        if self.coverage is not None and not self.coverage.passed:
+            reasons.append(f"coverage: {len(self.coverage.uncovered)} document(s) neither queryable nor failed with a reason")
+        if self.deletions is not None and not self.deletions.passed:
+            reasons.append(f"deletions_propagated: {len(self.deletions.problems())} problem(s)")
+        return "; ".join(reasons) or "switch refused"
+
+
+def _tree(source: SourceConfig) -> discovery.SourceTree:
+    return discovery.SourceTree(
+        source.source_id, Path(source.path), source.follow_symlinks, source.limits.max_file_bytes, source.exclude
+    )
+
+
+def discover_source(
+    source: SourceConfig, store: DuckDBStore, lifecycle: LifecycleConfig, run_id: str
+) -> StageReport:
+    """Walk the source, diff with the committed manifest, refuse unsafe deletions, stage the discovery.
+
+    The diff is against what the served index was built from, so the counts stay true after a
+    run that died before its switch. Deleted documents are recorded as deleted by the switch
+    that removes them, not here: until then they are still served.
+    """
+    source_id = source.source_id
+    previous = store.previous_manifest(source_id)
+    if source.kind == "beir":
+        files = discovery.discover_beir_corpus(
+            source_id, Path(source.path), source.defaults.model_dump(), source.limits.max_text_chars
+        )
+    else:
+        tree = _tree(source)
+        entries, unreadable = tree.walk()
+        files = discovery.describe_entries(tree, entries, source.defaults.model_dump())
+        files += _behind_unreadable_folders(source_id, store.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
+    diff = discovery.diff_manifest(files, previous)
+    discovery.guard_against_mass_deletion(
+        source_id, diff, len(previous), lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
+    )
+    meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
+    store.write_discovery(source_id, files, meta_json)
+
+    report = StageReport(source_id, "discovered")
+    ledger: list[dict] = []
+    for f in files:
+        if not f.supported:
+            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "skipped", f.skip_reason))
+        elif f.error:
+            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "failed", f.error))
+            report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
+        else:
+            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
+    store.record_ledger(ledger, run_id)
+    kill_point("discovered")
+    supported = [f for f in files if f.supported]
+    report.counts = {
+        "discovered": len(supported),
+        "skipped": len(files) - len(supported),
+        "added": len(diff.added),
+        "changed": len(diff.changed),
+        "unchanged": len(diff.unchanged),
+        "deleted": len(diff.deleted),
+    }
+    report.details = {
+        "added": list(diff.added), "changed": list(diff.changed), "deleted": list(diff.deleted),
+        "skipped": [f"{f.rel_path}: {f.skip_reason}" for f in files if not f.supported],
+    }
+    return report
+
+
+def _behind_unreadable_folders(
+    source_id: str, committed: Sequence[dict], folders: Sequence[str], listed: set[str]
+) -> list[DiscoveredFile]:
+    """Committed documents under folders that could not be listed: kept as they were (failed,
+    with the reason), so that an unreadable folder keeps its served pages instead of deleting them."""
+    kept = []
+    for row in committed:
+        folder = next((f for f in folders if row["rel_path"].startswith(f + "/")), None)
+        if folder is None or not row["supported"] or row["doc_id"] in listed:
+            continue
+        kept.append(DiscoveredFile(
+            doc_id=row["doc_id"], source_id=source_id, rel_path=row["rel_path"], abs_path="",
+            content_hash=row["content_hash"], size=row["size"], file_type=row["file_type"], supported=True,
+            meta=discovery.meta_from_json(row["meta_json"]),
+            error=f"folder {folder} cannot be listed (permission denied?): its last indexed version stays served",
+            mtime_ns=row["mtime_ns"] or 0,
+        ))
+    return kept
+
+
+def parse_source(
+    source: SourceConfig, store: DuckDBStore, run_id: str, parser: ParserProcess | None = None,
+    embedder: Embedder | None = None,
+) -> StageReport:
+    """Parse the documents whose content or metadata differ from their parsed version.
+
+    Each document's bytes are read once, through the source's safety checks, compared with the
+    hash discovery recorded, and handed to the parser process under the source's time limit.
+    A document that failed with this exact content and parser is not retried: it would fail
+    again, and its failure stays on record in the ledger.
+    """
+    source_id = source.source_id
+    version = parser_version()
+    todo = documents_to_parse(source_id, store)
+    if todo and embedder is not None:
+        # New text will need vectors: the model loads while the parser works (in its own process).
+        embedder.prefetch()
+    report = StageReport(source_id, "parsed")
+    ledger: list[dict] = []
+    batch: list = []
+
+    def fail(row: dict, reason: str) -> None:
+        report.failures.append(StageFailure(row["doc_id"], "parsed", reason))
+        ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "failed", reason, version))
+
+    read = _reader(source, [r["doc_id"] for r in todo], parser)
+    per_write = batch_size(len(todo), WRITE_BATCH)
+    for row in todo:
+        try:
+            doc = read(row)
+        except ParseError as exc:
+            fail(row, str(exc))
+            continue
+        batch.append((doc, row["meta_json"]))
+        ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
+        if len(batch) >= per_write:
+            store.save_parsed(source_id, batch)
+            store.record_ledger(ledger, run_id)
+            batch, ledger = [], []
+            kill_point("parse:batch")
+    store.save_parsed(source_id, batch)
+    store.record_ledger(ledger, run_id)
+    kill_point("parsed")
+    report.counts = {"parsed": len(todo) - len(report.failures), "parse_failed": len(report.failures)}
+    return report
+
+
+def documents_to_parse(source_id: str, store: DuckDBStore) -> list[dict]:
+    """Discovery rows whose content or metadata differ from their parsed version, except those that
+    already failed with this content and parser (they would fail again)."""
+    parsed = store.parsed_versions(source_id)
+    failed = store.ledger_failures(source_id)
+    version = parser_version()
+    todo = []
+    for row in store.discovery_rows(source_id):
+        if not row["supported"] or row["error"]:
+            continue
+        if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"]):
+            continue
+        failure = failed.get(row["doc_id"])
+        if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
+                and failure["parser_version"] == version:
+            continue
+        todo.append(row)
+    return todo
+
+
+def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None = None):
+    """A function row -> ParsedDocument for this source's kind; raises ParseError with the reason."""
+    if source.kind == "beir":
+        wanted = set(doc_ids)
+        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path))
+                   if f.doc_id in wanted} if wanted else {}
+
+        def read_record(row: dict):
+            item = records.get(row["doc_id"])
+            if item is None or item.content_hash != row["content_hash"]:
+                raise ParseError("record changed or vanished between discovery and parsing; rerun the source")
+            return parse_document(item)
+
+        return read_record
+    tree = _tree(source)
+    limits = source.limits
+
+    def read_file(row: dict):
+        try:
+            data = tree.read(row["rel_path"])
+        except discovery.DocumentReadError as exc:
+            raise ParseError(str(exc)) from None
+        if discovery.sha256_bytes(data) != row["content_hash"]:
+            raise ParseError("file changed between discovery and parsing; the next run picks up the new version")
+        title = json.loads(row["meta_json"] or "{}").get("title")
+        job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars)
+        return (parser or shared_parser()).parse(job, limits.max_parse_seconds)
+
+    return read_file
+
+
+def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfig, run_id: str) -> StageReport:
+    """(Re)chunk documents whose parsed content or the chunking settings changed; drop deleted ones."""
+    source_id = source.source_id
+    config = source.effective_chunking(config)
+    fingerprint = config.fingerprint()
+    current = {r["doc_id"] for r in store.discovery_rows(source_id) if r["supported"]}
+    parsed = store.parsed_versions(source_id)
+    staged = store.chunk_versions(source_id)
+    gone = sorted((set(parsed) | set(staged)) - current)
+    store.drop_staged_documents(gone)
+    todo = [d for d, (content_hash, _) in parsed.items() if d in current and staged.get(d) != (content_hash, fingerprint)]
+    report = StageReport(source_id, "chunked")
+    ledger: list[dict] = []
+    chunk_total = 0
+    batch: list = []
+    per_write = batch_size(len(todo), WRITE_BATCH)
+    for doc in store.load_parsed(todo):
+        chunks = chunk_document(doc, source_id, config)
+        if not chunks:
+            reason = "chunking produced no chunks (document has no body text)"
+            report.failures.append(StageFailure(doc.doc_id, "chunked", reason))
+            ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "failed", reason))
+            continue
+        postings = [
+            (chunk.chunk_id, term, tf) for chunk in chunks for term, tf in term_frequencies(chunk.embed_text).items()
+        ]
+        batch.append((doc.doc_id, doc.content_hash, chunks, postings))
+        chunk_total += len(chunks)
+        ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
+        if len(batch) >= per_write:
+            store.save_chunks(source_id, fingerprint, batch)
+            store.record_ledger(ledger, run_id)
+            batch, ledger = [], []
+            kill_point("chunk:batch")
+    store.save_chunks(source_id, fingerprint, batch)
+    store.record_ledger(ledger, run_id)
+    kill_point("chunked")
+    report.counts = {"chunked_documents": len(todo) - len(report.failures), "chunks": chunk_total, "dropped_deleted": len(gone)}
+    report.details = {"dropped": gone}
+    return report
+
+
+def embed_source(source_id: str, store: DuckDBStore, embedder: Embedder, run_id: str) -> StageReport:
+    """Embed staged chunks not yet embedded by this model, through the cache.
+
+    The cache key is (embedder identity, hash of the embedded text): a chunk whose text was
+    embedded before, by any document or chunking strategy, is never embedded again.
+    """
+    identity = embedder.identity
+    pending = store.chunks_to_embed(source_id, identity)
+    cached = store.cached_hashes(identity, [h for _, h, _ in pending])
+    misses: dict[str, str] = {}
+    for _, text_hash, text in pending:
+        if text_hash not in cached:
+            misses.setdefault(text_hash, text)
+    report = StageReport(source_id, "embedded")
+    # Sorted by length so that each batch pads little (what model.encode does within one call);
+    # cached batch by batch, so that an interrupted run keeps what it already embedded.
+    hashes = sorted(misses, key=lambda h: len(misses[h]))
+    per_call = batch_size(len(hashes), EMBED_BATCH, MIN_EMBED_BATCH)
+    for start in range(0, len(hashes), per_call):
+        batch = hashes[start : start + per_call]
+        vectors = embedder.encode([misses[h] for h in batch])
+        if not np.all(np.isfinite(vectors)):
+            raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
+        store.cache_vectors(identity, list(zip(batch, vectors)))
+        kill_point("embed:batch")
+    store.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
+    embedded_docs = sorted({chunk_id.rsplit("#", 1)[0] for chunk_id, _, _ in pending})
+    store.record_ledger(
+        [{"doc_id": d, "source_id": source_id, "stage": "embedded", "status": "ok"} for d in embedded_docs], run_id
+    )
+    kill_point("embedded")
+    hits = sum(1 for _, h, _ in pending if h in cached)
+    report.counts = {"embedded": len(misses), "cache_hits": hits, "chunks_pending": len(pending)}
+    return report
+
+
+class _Refused(Exception):
+    """Rolls the switch back: a proof failed."""
+
+
+def index_source(source: SourceConfig, store: DuckDBStore, embedder: Embedder, run_id: str) -> IndexReport:
+    """The switch: serve the source's staged state only if it is proven, in one transaction.
+
+    Inside the transaction: the served rows are replaced, every served document whose current
+    version was never proven queryable is probed, the ledger gets its indexed / queryable /
+    deleted rows, the cache loses entries only deleted documents used, the discovery becomes the
+    committed manifest; then coverage and deletion propagation are proven on that state. Both
+    pass: commit. Either fails: roll back (the previous version stays served, the refusal is
+    recorded with the source). The ledger is reconciled with what is served, not with what an
+    earlier run believed, so a run after any kill converges.
+    """
+    source_id = source.source_id
+    report = IndexReport(source_id, "indexed")
+    leaving = store.leaving_documents(source_id)
+    # Probing needs the model; encode the leaving documents' own text before the transaction.
+    probe_texts = [f"{d['title'] or ''} {d['opening_text'] or ''}" for d in leaving]
+    probe_vectors = dict(zip([d["doc_id"] for d in leaving], embedder.encode(probe_texts))) if leaving else {}
+    try:
+        with store.transaction():
+            kill_point("switch:begin")
+            before = {d["doc_id"]: d["content_hash"] for d in store.indexed_documents(source_id)}
+            store.record_tombstones(source_id, leaving, run_id)
+            counts = store.replace_served(source_id, embedder.identity)
+            kill_point("switch:replaced")
+            ledger, probed, failures = _reconcile_ledger(store, source_id, before)
+            store.record_ledger(ledger, run_id)
+            pruned = store.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
+            store.commit_manifest(source_id)
+            store.record_source_run(source_id, str(source.path), run_id)
+            report.coverage = coverage_report(store, source_id)
+            report.deletions = deletion_report(store, source_id, embedder, run_id, probe_vectors)
+            served = store.indexed_documents(source_id)
+            if not (report.coverage.passed and report.deletions.passed):
+                raise _Refused
+            kill_point("switch:verified")
+        report.switched = True
+        kill_point("switch:committed")
+    except _Refused:
+        store.record_source_run(source_id, str(source.path), run_id, failure=report.refusal)
+        return report
+    after = {d["doc_id"] for d in served}
+    report.failures = failures
+    report.counts = {
+        "indexed": sum(1 for d in served if before.get(d["doc_id"]) != d["content_hash"]),
+        "queryable": report.coverage.counts_by_stage.get("queryable", 0),
+        "probed": probed,
+        "removed": len(set(before) - after),
+        "served_documents": len(served),
+        "kept_previous": counts["kept_previous"],
+        "cache_pruned": pruned,
+    }
+    report.details = {"removed": sorted(set(before) - after)}
+    return report
+
+
+def _reconcile_ledger(
+    store: DuckDBStore, source_id: str, before: dict[str, str]
+) -> tuple[list[dict], int, list[StageFailure]]:
+    """Ledger rows that make the record match what is now served (call inside the switch).
+
+    Served documents get an `indexed` row for their served version; those whose served version
+    was never proven queryable (or failed the probe before) are probed now; documents no longer
+    in the source get their `deleted` rows.
+    """
+    served = {d["doc_id"]: d for d in store.indexed_documents(source_id)}
+    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger_rows(source_id) if r["stage"] in ("indexed", "queryable")}
+
+    def proven(doc_id: str, stage: str) -> bool:
+        row = rows.get((doc_id, stage))
+        return row is not None and row["status"] == "ok" and row["content_hash"] == served[doc_id]["content_hash"]
+
+    ledger = [
+        _ledger_entry(d, source_id, row["content_hash"], "indexed", "ok", parser_version=row["parser_version"])
+        for d, row in served.items() if not proven(d, "indexed")
+    ]
+    to_probe = sorted(d for d in served if not proven(d, "queryable"))
+    queryable, not_found = probe_queryable(store, to_probe)
+    failures = []
+    for doc_id in to_probe:
+        content_hash = served[doc_id]["content_hash"]
+        if doc_id in queryable:
+            ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "ok"))
+        else:
+            reason = not_found.get(doc_id, "not returned by a search for its own text")
+            ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
+            failures.append(StageFailure(doc_id, "queryable", reason))
+    current = {r["doc_id"] for r in store.discovery_rows(source_id) if r["supported"]}
+    committed = {r["doc_id"] for r in store.manifest_rows(source_id) if r["supported"]}
+    for doc_id in sorted((committed | set(before)) - current):
+        ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
+                       "reason": "no longer in the source"})
+        if doc_id in before:
+            ledger.extend({"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": "deleted",
+                           "reason": "removed from the index"} for stage in ("indexed", "queryable"))
+    return ledger, len(to_probe), failures
+
+
+def probe_queryable(store: DuckDBStore, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:
+    """Search, with no filter, for each document's opening chunk; queryable if it comes back in the top k."""
+    vectors = store.first_chunk_vectors(doc_ids)
+    missing = {d: "indexed without any chunk vector" for d in doc_ids if d not in vectors}
+    ids = [d for d in doc_ids if d in vectors]
+    if not ids:
+        return set(), missing
+    matrix = np.stack([vectors[d] for d in ids])
+    results = store.dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
+    queryable = set()
+    for doc_id, hits in zip(ids, results):
+        if any(hit.doc_id == doc_id for hit in hits):
+            queryable.add(doc_id)
+        else:
+            top = hits[0].doc_id if hits else "nothing"
+            missing[doc_id] = f"a search for its own opening text did not return it in the top {QUERYABLE_TOP_K} (top hit: {top})"
+    return queryable, missing
+
+
+def _ledger_entry(doc_id: str, source_id: str, content_hash: str | None, stage: str, status: str,
+                  reason: str | None = None, parser_version: str | None = None) -> dict:
+    """One ledger row: a document's outcome at one stage, for one version of its content."""
+    return {"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": status,
+            "content_hash": content_hash, "reason": reason, "parser_version": parser_version}
+
+
+def ingest_source(
+    source: SourceConfig,
+    store: DuckDBStore,
+    embedder: Embedder,
+    chunking: ChunkingConfig,
+    lifecycle: LifecycleConfig,
+    run_id: str,
+) -> dict[str, StageReport]:
+    """All stages for one source in order, without Dagster (benchmarks and tests of the core)."""
+    stages = {
+        "discovered": lambda: discover_source(source, store, lifecycle, run_id),
+        "parsed": lambda: parse_source(source, store, run_id),
+        "chunked": lambda: chunk_source(source, store, chunking, run_id),
+        "embedded": lambda: embed_source(source.source_id, store, embedder, run_id),
+        "indexed": lambda: index_source(source, store, embedder, run_id),
+    }
+    reports = {}
+    for name, stage in stages.items():
+        started = time.perf_counter()
+        reports[name] = stage()
+        reports[name].seconds = time.perf_counter() - started
+    return reports

@@ -1,0 +1,1 @@
+"""Monitoring: production query samples and their drift against the golden set."""

@@ -1,0 +1,105 @@
+"""The daily monitoring steps: a production sample run through retrieval, then the drift report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core.evaluation.golden import load_golden_set
+from rag_pipeline.core.evaluation.retrieval import Retriever
+from rag_pipeline.core.ingestion.embedding import Embedder
+from rag_pipeline.core.ingestion.lifecycle import freshness_report
+from rag_pipeline.core.monitoring import sampling
+from rag_pipeline.core.monitoring.drift import DriftReport, drift_report
+from rag_pipeline.core.monitoring.drift_plots import render, report_markdown
+from rag_pipeline.core.plots import markdown_image
+from rag_pipeline.core.storage.store import DuckDBStore
+
+
+def no_result_threshold(store: DuckDBStore) -> tuple[float, str]:
+    """The threshold calibrated by the latest dense or hybrid golden evaluation (a best-cosine floor)."""
+    with store.connect() as con:
+        rows = con.execute(
+            "SELECT eval_id, summary FROM eval_runs WHERE mode <> 'bm25' ORDER BY created_at DESC LIMIT 1"
+        ).fetchall()
+    if not rows:
+        return 0.0, "no golden evaluation yet: never counted as no-result"
+    return float(json.loads(rows[0][1])["no_result_threshold"]), f"from evaluation {rows[0][0]}"
+
+
+def draw_sample(config: PipelineConfig, log: sampling.QueryLog, day: date) -> tuple[list[sampling.LoggedQuery], list[sampling.LoggedQuery]]:
+    """(the queries of the day's window, its deterministic tenant-stratified sample)."""
+    in_window = sampling.window(log.queries, day, config.monitoring.days_back)
+    return in_window, sampling.stratified_sample(in_window, config.monitoring.sample_size, seed=day.isoformat())
+
+
+def sample_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date) -> tuple[sampling.SampleReport, dict, sampling.QueryLog]:
+    """Draw the day's deterministic sample, run it, store it; return the report, measures and log."""
+    if config.monitoring.query_log is None:
+        raise ValueError("no monitoring.query_log configured in the pipeline config")
+    log = sampling.read_query_log(config.monitoring.query_log)
+    in_window, sample = draw_sample(config, log, day)
+    threshold, _ = no_result_threshold(store)
+    stale = {s["doc_id"] for source in config.sources
+             for s in freshness_report(store, source, config.lifecycle.max_staleness_hours).stale}
+    retriever = Retriever(store, embedder, config.retrieval)
+    report = sampling.run_sample(sample, retriever, threshold, day, len(in_window), stale)
+    measures = {**report.measures(), "malformed_lines": float(len(log.malformed)), "no_result_threshold": threshold}
+    store.save_sample(day, report.results, measures)
+    return report, measures, log
+
+
+def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries: Sequence[str],
+                 hit_docs: Sequence[Sequence[str]] = ()) -> DriftReport:
+    """The drift report of one day's sampled queries against the configured golden set."""
+    golden = load_golden_set(config.golden_set)
+    questions = [c.question for c in golden.cases]
+    # Encoded apart: batched with the day's queries, padding would nudge the golden vectors and
+    # with them the threshold, which must be the golden set's alone.
+    golden_vectors = embedder.encode(questions)
+    return drift_report(
+        day.isoformat(), queries, embedder.encode(list(queries)), questions,
+        [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],
+        golden_vectors, [c.gold_docs for c in golden.cases], hit_docs,
+        candidates=config.monitoring.candidates, bootstrap_samples=config.monitoring.bootstrap_samples,
+        alpha=config.monitoring.alpha,
+    )
+
+
+@dataclass
+class DriftDay:
+    """One day's drift report, the files it was written to, and the sample measures it shows."""
+
+    report: DriftReport
+    path: Path
+    plot: Path
+    measures: dict
+
+    def markdown(self) -> str:
+        """The report's text with its plot embedded (for Dagster metadata: a file link would not render)."""
+        return report_markdown(self.report, self.measures, markdown_image(self.plot, "drift overview"))
+
+
+def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> DriftDay:
+    """The day's sample against the golden set; the report and its plots are written to `folder`."""
+    rows = store.sample_rows(day)
+    sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), None)
+    if sample_measures is None:
+        raise ValueError(f"no production sample for {day}: materialize production_sample for that day first")
+    if len(rows) < 2:
+        raise ValueError(
+            f"the production sample of {day} holds {len(rows)} queries (window of {config.monitoring.days_back} days in "
+            f"{config.monitoring.query_log}): too few to compare with the golden set; is the query log being written?"
+        )
+    report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows])
+    store.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
+                                         "drifted": report.drifted,
+                                         "no_result_rate": sample_measures.get("no_result_rate", float("nan"))})
+    trend = store.monitoring_history("drift", day)
+    measures = {k: v for k, v in sample_measures.items() if k != "day"}
+    markdown, pngs = render(report, measures, trend, folder)
+    return DriftDay(report, markdown, pngs[0], measures)

@@ -1,0 +1,1 @@
+"""Storage: the only place with SQL."""

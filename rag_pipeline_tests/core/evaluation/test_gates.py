@@ -1,0 +1,126 @@
+"""The regression gate: the classic trap, a true improvement, significance, budgets, comparability."""
+
+import random
+
+import pytest
+
+from rag_pipeline.config import load_config
+from rag_pipeline.core.evaluation.experiments import (
+    BundleRefused,
+    components_changed,
+    config_diff,
+    run_experiment,
+)
+from rag_pipeline.core.evaluation.gates import (
+    GatePolicy,
+    SignificanceConfig,
+    compare,
+    load_policy,
+    paired_significance,
+)
+from rag_pipeline_tests.conftest import SAMPLE_CONFIG
+
+POLICY = GatePolicy(
+    headline_metrics=("recall_at_5", "mrr_at_10"),
+    min_gain=0.01,
+    tolerance={"recall_at_5": 0.01, "mrr_at_10": 0.01},
+    protected_slices=("permissioned",),
+    latency_budget_p95_ms=500,
+    context_tokens_budget=1000,
+    significance=SignificanceConfig(samples=2000, seed=1),
+)
+
+
+def _record(per_case: dict[str, tuple[str, float]], revision: str = "rev1", p95: float = 100.0) -> dict:
+    """An evaluation record from case id -> (slice, recall@5); MRR follows recall for simplicity."""
+    cases = {cid: {"recall_at_5": v, "mrr_at_10": v} for cid, (_, v) in per_case.items()}
+    by_slice: dict[str, dict] = {}
+    for cid, (slice_name, v) in per_case.items():
+        by_slice.setdefault(slice_name, {"values": []})["values"].append(v)
+    by_slice = {s: {"recall_at_5": sum(d["values"]) / len(d["values"])} for s, d in by_slice.items()}
+    return {"revision": revision, "cases": cases, "by_slice": by_slice,
+            "latency": {"p95_latency_ms": p95, "mean_context_tokens": 400.0}, "unanswerable": {}}
+
+
+def _baseline():
+    cases = {f"b{i}": ("billing", 0.0 if i % 2 else 1.0) for i in range(60)}
+    cases |= {f"p{i}": ("permissioned", 1.0) for i in range(10)}
+    return cases
+
+
+def test_classic_trap_aggregate_up_protected_slice_down():
+    base = _baseline()
+    cand = {cid: ("billing", 1.0) if s == "billing" else (s, v) for cid, (s, v) in base.items()}
+    cand["p0"] = ("permissioned", 0.0)
+    cand["p1"] = ("permissioned", 0.0)
+    result = compare(_record(base), _record(cand), POLICY)
+    assert result.deltas[0].delta > 0.3  # the aggregate rose a lot...
+    assert not result.passed and not result.promote
+    assert result.decision.startswith("keep baseline — protected slice regressed: [permissioned recall_at_5 1.000 -> 0.800]")
+
+
+def test_true_improvement_is_promoted():
+    base = _baseline()
+    cand = {cid: ("billing", 1.0) if s == "billing" else (s, v) for cid, (s, v) in base.items()}
+    result = compare(_record(base), _record(cand), POLICY)
+    assert result.passed and result.promote and result.decision == "PROMOTE"
+    assert result.deltas[0].p_value < 0.05 and result.deltas[0].ci_low > 0
+
+
+def test_a_tiny_gain_on_few_cases_is_not_called_a_win():
+    rng = random.Random(3)
+    base = {f"c{i}": ("s", rng.random()) for i in range(60)}
+    cand = {cid: (s, min(1.0, max(0.0, v + rng.gauss(0.01, 0.2)))) for cid, (s, v) in base.items()}
+    result = compare(_record(base), _record(cand), POLICY.model_copy(update={"protected_slices": ()}))
+    d = result.deltas[0]
+    assert d.p_value > 0.05 and d.ci_low < 0 < d.ci_high
+    assert not result.promote and "no significant gain" in result.decision
+
+
+def test_headline_drop_beyond_tolerance_and_budgets_fail():
+    base = _baseline()
+    cand = {cid: (s, 0.0) if cid in ("b0", "b2", "b4") else (s, v) for cid, (s, v) in base.items()}
+    result = compare(_record(base), _record(cand, p95=900.0), POLICY)
+    messages = [f.message for f in result.errors]
+    assert any(m.startswith("recall_at_5 dropped") for m in messages)
+    assert any("p95 latency 900 ms over the budget 500 ms" == m for m in messages)
+
+
+def test_unprotected_slice_drop_only_warns():
+    base = {**_baseline(), "x1": ("faq", 1.0), "x2": ("faq", 1.0)}
+    cand = {**{cid: ("billing", 1.0) if s == "billing" else (s, v) for cid, (s, v) in base.items()}, "x1": ("faq", 0.0)}
+    result = compare(_record(base), _record(cand), POLICY)
+    assert result.passed and result.promote
+    assert [f.message for f in result.warnings] == ["slice faq: recall_at_5 1.000 -> 0.500"]
+
+
+def test_another_golden_revision_is_not_comparable():
+    result = compare(_record(_baseline()), _record(_baseline(), revision="rev2"), POLICY)
+    assert not result.comparable and not result.passed
+    assert "not comparable" in result.decision
+
+
+@pytest.mark.parametrize("method", ["paired_bootstrap", "randomization"])
+def test_significance_methods_agree_on_clear_cases(method):
+    config = SignificanceConfig(method=method, samples=2000, seed=5)
+    same = paired_significance([0.5] * 30, [0.5] * 30, config)
+    assert same[2] == 1.0
+    better = paired_significance([0.0] * 30, [1.0] * 20 + [0.0] * 10, config)
+    assert better[2] < 0.01 and better[0] > 0
+
+
+def test_sample_policy_file_loads():
+    policy = load_policy(load_config(SAMPLE_CONFIG).gate_policy)
+    assert policy.protected_slices and set(policy.headline_metrics) <= set(policy.tolerance)
+
+
+def test_one_component_at_a_time():
+    base = load_config(SAMPLE_CONFIG)
+    chunk = base.model_copy(update={"chunking": base.chunking.model_copy(update={"strategy": "fixed"})})
+    assert components_changed(config_diff(base, chunk)) == ["chunking"]
+    both = chunk.model_copy(update={"retrieval": base.retrieval.model_copy(update={"mode": "dense"})})
+    diff = config_diff(base, both)
+    assert diff["retrieval.mode"] == ["hybrid", "dense"]
+    assert components_changed(diff) == ["chunking", "retrieval mode"]
+    with pytest.raises(BundleRefused, match="2 components"):
+        run_experiment(base, both, None, base.golden_set, POLICY, "h", lambda c: None)

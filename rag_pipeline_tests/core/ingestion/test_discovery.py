@@ -1,0 +1,107 @@
+from datetime import date
+
+import pytest
+
+from rag_pipeline.core.ingestion.discovery import (
+    SourceUnavailableError,
+    diff_manifest,
+    discover_beir_corpus,
+    discover_files,
+    guard_against_mass_deletion,
+    meta_to_json,
+    split_front_matter,
+)
+from rag_pipeline.core.models import ManifestDiff
+from rag_pipeline_tests.conftest import write_tree
+
+
+def test_ids_types_metadata_and_skips(tmp_path):
+    write_tree(tmp_path, {
+        "guide/intro.md": "---\ntitle: Intro\ntenant: acme\nstatus: superseded\neffective_date: 2024-01-31\n---\n# Hi\n",
+        "page.html": "<html><body><h1>P</h1></body></html>",
+        "page.html.meta.yaml": "visibility: internal\nroles: [support]\n",
+        "logo.png": b"\x89PNG\r\n",
+        "style.css": "body{}",
+        ".hidden.md": "x",
+        ".git/config": "ignored folder",
+        "orphan.pdf.meta.yaml": "title: nothing here",
+        "partials/nav.html": '{% import "nav-item.html" as item %}\n<nav>{{ config.site_name }}</nav>',
+        "jinja-help.html": "<html><body><p>Use loops:</p><pre>{% for x in items %}{{ x }}{% endfor %}</pre></body></html>",
+    })
+    files = {f.rel_path: f for f in discover_files("docs", tmp_path)}
+    assert set(files) == {"guide/intro.md", "page.html", "logo.png", "style.css", ".hidden.md", "orphan.pdf.meta.yaml",
+                          "partials/nav.html", "jinja-help.html"}
+    assert "template" in files["partials/nav.html"].skip_reason
+    assert files["jinja-help.html"].supported  # template syntax inside a code sample is content
+    intro = files["guide/intro.md"]
+    assert intro.doc_id == "docs:guide/intro.md" and intro.supported and intro.file_type == "md"
+    assert (intro.meta.title, intro.meta.tenant, intro.meta.status) == ("Intro", "acme", "superseded")
+    assert intro.meta.effective_date == date(2024, 1, 31)
+    assert files["page.html"].meta.visibility == "internal" and files["page.html"].meta.roles == ("support",)
+    assert "unsupported file type '.png'" in files["logo.png"].skip_reason
+    assert files[".hidden.md"].skip_reason == "hidden file"
+    assert "sidecar" in files["orphan.pdf.meta.yaml"].skip_reason
+
+
+def test_source_defaults_apply_and_internal_pages_need_a_role(tmp_path):
+    write_tree(tmp_path, {"a.md": "# A\n", "b.md": "---\nvisibility: public\n---\n# B\n"})
+    files = {f.rel_path: f for f in discover_files("hb", tmp_path, {"visibility": "internal"})}
+    assert files["a.md"].meta.visibility == "internal" and files["a.md"].meta.roles == ("employee",)
+    assert files["b.md"].meta.visibility == "public"
+
+
+def test_bad_metadata_is_a_per_document_error_with_the_reason(tmp_path):
+    write_tree(tmp_path, {"a.md": "---\nstatus: archived\n---\n# A\n", "b.md": "---\ntitle: [unclosed\n---\n", "c.md": "# fine"})
+    files = {f.rel_path: f for f in discover_files("s", tmp_path)}
+    assert "status 'archived'" in files["a.md"].error
+    assert "not valid YAML at line" in files["b.md"].error
+    assert files["c.md"].error is None
+
+
+def test_front_matter_reports_the_lines_it_used():
+    meta, body, lines = split_front_matter("---\na: 1\nb: 2\n---\n# Title\ntext\n")
+    assert meta == {"a": 1, "b": 2} and body.startswith("# Title") and lines == 4
+    with pytest.raises(ValueError, match="never closed"):
+        split_front_matter("---\na: 1\n")
+
+
+def test_diff_against_previous_manifest(tmp_path):
+    write_tree(tmp_path, {"same.md": "# same", "edited.md": "# new text", "new.md": "# new", "meta.md": "---\ntenant: x\n---\n# m"})
+    files = discover_files("s", tmp_path)
+    by_id = {f.doc_id: f for f in files}
+    previous = {
+        "s:same.md": (by_id["s:same.md"].content_hash, meta_to_json(by_id["s:same.md"].meta)),
+        "s:edited.md": ("old-hash", meta_to_json(by_id["s:edited.md"].meta)),
+        "s:meta.md": (by_id["s:meta.md"].content_hash, "{}"),
+        "s:gone.md": ("h", "{}"),
+    }
+    diff = diff_manifest(files, previous)
+    assert diff == ManifestDiff(("s:new.md",), ("s:edited.md", "s:meta.md"), ("s:same.md",), ("s:gone.md",))
+
+
+def test_missing_root_fails_before_anything_happens(tmp_path):
+    with pytest.raises(SourceUnavailableError, match="does not exist"):
+        discover_files("s", tmp_path / "unmounted")
+
+
+@pytest.mark.parametrize(
+    ("deleted", "kept", "allowed", "raises"),
+    [(6, 4, False, True), (4, 6, False, False), (10, 0, False, True), (10, 0, True, False)],
+)
+def test_mass_deletion_guard(deleted, kept, allowed, raises):
+    diff = ManifestDiff((), (), tuple(f"s:k{i}" for i in range(kept)), tuple(f"s:d{i}" for i in range(deleted)))
+    if raises:
+        with pytest.raises(SourceUnavailableError, match="Nothing was deleted") as excinfo:
+            guard_against_mass_deletion("s", diff, deleted + kept, 0.5, allowed)
+        assert "s:d0" in str(excinfo.value)
+    else:
+        guard_against_mass_deletion("s", diff, deleted + kept, 0.5, allowed)
+
+
+def test_beir_corpus_records_become_documents(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "title": "T", "text": "body"}\nnot json\n{"_id": "d2", "text": "x"}\n')
+    files = discover_beir_corpus("sci", corpus)
+    assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
+    assert files[0].inline_title == "T" and files[0].inline_text == "body"
+    assert "line 2" in files[1].error

@@ -1,0 +1,54 @@
+"""The parser in its own process: a document that overruns or kills the parser fails alone."""
+
+import threading
+import time
+
+import pytest
+
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess
+from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
+
+pytestmark = pytest.mark.slow
+
+SLOW_MARKDOWN = ("# Long\n\n" + "\n\n".join(f"Paragraph {i} holds a sentence for the parser." for i in range(30000))).encode()
+
+
+def _job(name: str, data: bytes, file_type: str = "md") -> ParseJob:
+    return ParseJob(f"s:{name}", name, file_type, data, "hash", None, None)
+
+
+@pytest.fixture(scope="module")
+def parser():
+    process = ParserProcess()
+    yield process
+    process.close()
+
+
+def test_a_document_is_parsed_in_the_worker(parser):
+    doc = parser.parse(_job("a.md", b"# Title\n\nSome body text.\n"), timeout_s=60)
+    assert [e.category for e in doc.elements][0] == "Title" and len(doc.elements) == 2
+    assert doc.elements[1].heading_path == ("Title",) and doc.elements[1].line_start == 3
+
+
+def test_the_parsers_own_error_is_the_reason(parser):
+    with pytest.raises(ParseError, match="invalid pdf header"):
+        parser.parse(_job("bad.pdf", b"hello, not a pdf", "pdf"), timeout_s=60)
+
+
+def test_an_overrun_is_stopped_and_the_next_document_parses(parser):
+    started = time.monotonic()
+    with pytest.raises(ParseError, match=r"longer than 0.5 s \(limits.max_parse_seconds\)"):
+        parser.parse(_job("slow.md", SLOW_MARKDOWN), timeout_s=0.5)
+    assert time.monotonic() - started < 30  # stopped, not waited for
+    assert parser.parse(_job("b.md", b"# Next\n\nStill fine.\n"), timeout_s=60).title == "Next"
+
+
+def test_a_dead_parser_fails_only_its_document(parser):
+    parser.parse(_job("warm.md", b"# Warm\n\nup.\n"), timeout_s=60)
+    victim = parser._process
+    killer = threading.Timer(0.5, victim.kill)
+    killer.start()
+    with pytest.raises(ParseError, match="parser process died while parsing .*killed by SIGKILL"):
+        parser.parse(_job("slow.md", SLOW_MARKDOWN), timeout_s=120)
+    killer.join()
+    assert parser.parse(_job("c.md", b"# After\n\nrestarted.\n"), timeout_s=60).title == "After"

@@ -1,0 +1,134 @@
+"""The served index: filters inside each retriever, BM25 by its formula, transactional publishing."""
+
+import math
+from datetime import date
+
+import numpy as np
+import pytest
+
+from rag_pipeline.config import (
+    ChunkingConfig,
+    EmbeddingConfig,
+    LifecycleConfig,
+    SourceConfig,
+)
+from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.ingestion.lexical import analyze
+from rag_pipeline.core.ingestion.stages import ingest_source
+from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline_tests.conftest import write_tree
+
+DOCS = {
+    "shared.md": "# Refunds\n\nRefunds are issued within 14 days of the request for every customer.\n",
+    "acme.md": "---\ntenant: acme\n---\n# Acme SSO\n\nAcme single sign-on uses entity id urn:acme:sso for the refunds portal.\n",
+    "globex.md": "---\ntenant: globex\n---\n# Globex SSO\n\nGlobex single sign-on uses entity id urn:globex:sso.\n",
+    "runbook.md": "---\nvisibility: internal\nroles: [support]\n---\n# Escalation\n\nEscalate refunds over 5000 dollars to finance.\n",
+    "old.md": "---\nstatus: superseded\n---\n# Refunds (2023)\n\nRefunds were issued within 30 days.\n",
+    "future.md": "---\neffective_date: 2999-01-01\n---\n# Refunds (next)\n\nRefunds will be issued within 7 days.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("kb")
+    root = write_tree(tmp_path / "src", DOCS)
+    db = DuckDBStore(tmp_path / "index.duckdb")
+    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
+    ingest_source(SourceConfig(name="kb", path=root), db, embedder, ChunkingConfig(), LifecycleConfig(), "t")
+    db.embedder = embedder
+    return db
+
+
+def _docs(hits) -> set[str]:
+    return {h.doc_id.split(":")[1] for h in hits}
+
+
+def _both(store, text, filters):
+    vector = store.embedder.encode([text])
+    dense = store.dense_search(vector, 50, filters)[0]
+    lexical = store.bm25_search([analyze(text)], 50, filters, k1=0.9, b=0.4)[0]
+    return _docs(dense), _docs(lexical)
+
+
+@pytest.mark.parametrize(
+    ("filters", "visible"),
+    [
+        (SearchFilters(tenant="acme", roles=("customer",)), {"shared.md", "acme.md"}),
+        (SearchFilters(tenant="globex", roles=("customer",)), {"shared.md", "globex.md"}),
+        (SearchFilters(tenant=None, roles=("support",)), {"shared.md", "runbook.md"}),
+        (SearchFilters(tenant="acme", statuses=("published", "superseded")), {"shared.md", "acme.md", "old.md"}),
+        (SearchFilters(tenant=None, as_of=date(2999, 6, 1)), {"shared.md", "future.md"}),
+        (SearchFilters(unrestricted=True), set(DOCS)),
+    ],
+)
+def test_filters_apply_inside_dense_and_bm25(store, filters, visible):
+    dense, lexical = _both(store, "refunds sso entity escalate days", filters)
+    assert dense == visible
+    assert lexical <= visible and "shared.md" in lexical
+
+
+def test_bm25_scores_follow_the_formula(store):
+    query = analyze("refunds within days")
+    [hits] = store.bm25_search([query], 10, SearchFilters(unrestricted=True), k1=0.9, b=0.4)
+    with store.connect() as con:
+        rows = con.execute("SELECT chunk_id, lex_len FROM chunks").fetchall()
+        postings = con.execute("SELECT chunk_id, term, tf FROM postings").fetchall()
+    lengths = dict(rows)
+    tf = {(c, t): f for c, t, f in postings}
+    n, avgdl = len(lengths), sum(lengths.values()) / len(lengths)
+    df = {t: sum(1 for (c, term) in tf if term == t) for t in query}
+
+    def expected(chunk_id: str) -> float:
+        total = 0.0
+        for term in query:
+            f = tf.get((chunk_id, term), 0)
+            if f:
+                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+                total += idf * f * 1.9 / (f + 0.9 * (1 - 0.4 + 0.4 * lengths[chunk_id] / avgdl))
+        return total
+
+    assert hits, "the query shares terms with several documents"
+    for hit in hits:
+        assert hit.score == pytest.approx(expected(hit.chunk_id), rel=1e-9)
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:]))
+
+
+def test_dense_scores_are_cosine_similarities(store):
+    vector = store.embedder.encode(["escalate refunds to finance"])
+    [hits] = store.dense_search(vector, 3, SearchFilters(unrestricted=True))
+    with store.connect() as con:
+        stored = dict(con.execute("SELECT chunk_id, vector FROM vectors").fetchall())
+    for hit in hits:
+        v = np.asarray(stored[hit.chunk_id])
+        expected = float(v @ vector[0] / (np.linalg.norm(v) * np.linalg.norm(vector[0])))
+        assert hit.score == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_failed_publish_leaves_the_served_index_untouched(store, monkeypatch):
+    before = store.table_counts("kb")
+
+    def explode(self, con, source_id, identity):
+        con.execute("DELETE FROM chunks WHERE source_id = ?", [source_id])
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(DuckDBStore, "_publish", explode)
+    with pytest.raises(RuntimeError, match="disk full"), store.transaction():
+        store.replace_served("kb", store.embedder.identity)
+    assert store.table_counts("kb") == before
+
+
+def test_matrix_and_sql_dense_search_agree(store):
+    """Large batches are scored with one matrix product, single queries in SQL: same hits, same scores."""
+    from rag_pipeline.core.storage.store import MATRIX_SEARCH_MIN_QUERIES
+
+    questions = [f"refunds {word} sso escalation days" for word in ("acme", "globex", "finance", "portal")] * 5
+    assert len(questions) >= MATRIX_SEARCH_MIN_QUERIES
+    vectors = store.embedder.encode(questions)
+    for filters in (SearchFilters(unrestricted=True), SearchFilters(tenant="acme", roles=("customer",))):
+        batched = store.dense_search(vectors, 3, filters)
+        for i, hits in enumerate(batched):
+            single = store.dense_search(vectors[i : i + 1], 3, filters)[0]
+            assert [h.chunk_id for h in hits] == [h.chunk_id for h in single]
+            assert [h.score for h in hits] == pytest.approx([h.score for h in single], abs=1e-5)
