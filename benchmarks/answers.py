@@ -26,7 +26,7 @@ from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.models import SearchFilters  # noqa: E402
-from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 
 def _norm(text: str) -> str:
@@ -46,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     work = PROJECT_ROOT / "benchmarks" / "out" / "answers"
     work.mkdir(parents=True, exist_ok=True)
-    store = DuckDBStore(work / "index.duckdb")
+    store = duckdb_store(work / "index.duckdb")
     embedder = make_embedder(EmbeddingConfig())
     source = SourceConfig(name="squad", path=args.dataset / "corpus.jsonl", kind="beir")
     ingest_source(source, store, embedder, ChunkingConfig(), LifecycleConfig(), "answers-benchmark")

@@ -37,7 +37,7 @@ from rag_pipeline.core.evaluation.golden import load_golden_set  # noqa: E402
 from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
-from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
 
 # Published figures for BEIR SciFact (test split); see ../shared/datasets/beir-scifact/README.md.
 PUBLISHED = {
@@ -68,7 +68,7 @@ def main() -> int:
     import_beir(dataset, name, golden_path)
     timings["import_s"] = time.perf_counter() - started
 
-    store = DuckDBStore(work / "index.duckdb")
+    store = duckdb_store(work / "index.duckdb")
     embedder = make_embedder(EmbeddingConfig())
     embedder.encode(["warm-up: load the model before timing"])
     raw_runs: list[float] = []
@@ -83,12 +83,12 @@ def main() -> int:
     timings["ingest_total_s"] = time.perf_counter() - started
     counts = {stage: report.counts for stage, report in reports.items()}
 
-    golden = load_golden_set(golden_path, served_hashes=store.document_hashes(), known_documents=store.document_history())
+    golden = load_golden_set(golden_path, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
     results = {}
     for mode in ("dense", "bm25", "hybrid"):
         started = time.perf_counter()
         retriever = Retriever(store, embedder, RetrievalConfig(mode=mode, k=10, candidates=100))
-        result = evaluate(golden, retriever, mode, "benchmark", {name: store.manifest_hash(name)})
+        result = evaluate(golden, retriever, mode, "benchmark", {name: store.served.manifest_hash(name)})
         seconds = time.perf_counter() - started
         results[mode] = {m: result.overall[m] for m in METRICS} | {"seconds": round(seconds, 2), "queries": len(golden.cases)}
 
@@ -133,7 +133,7 @@ def main() -> int:
     return 0
 
 
-def dense_vs_hybrid(source: SourceConfig, store: DuckDBStore, golden_path: Path, embedder) -> dict:
+def dense_vs_hybrid(source: SourceConfig, store: Store, golden_path: Path, embedder) -> dict:
     """The one-component experiment retrieval mode dense -> hybrid, gated with significance and logged."""
     baseline = PipelineConfig(sources=(source,), retrieval=RetrievalConfig(mode="dense"))
     candidate = baseline.model_copy(update={"retrieval": RetrievalConfig(mode="hybrid")})

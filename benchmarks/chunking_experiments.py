@@ -21,7 +21,7 @@ from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
 from rag_pipeline.core.evaluation.experiments import render_log, run_experiment  # noqa: E402
 from rag_pipeline.core.evaluation.gates import load_policy  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
-from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10")
 
@@ -47,7 +47,7 @@ def main() -> int:
         (chunking(strategy="sections", breadcrumbs=True, merge_thin=False), chunking(strategy="sections", breadcrumbs=True, merge_thin=True),
          "merging thin sections removes near-empty chunks that crowd the top k"),
     ]
-    store = DuckDBStore(args.store)
+    store = duckdb_store(args.store)
     rows = []
     for baseline, candidate, hypothesis in steps:
         row, gate, _, _ = run_experiment(baseline, candidate, store, config.golden_set, policy, hypothesis,

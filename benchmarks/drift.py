@@ -20,7 +20,7 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
 from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.monitoring.daily import drift_day, sample_day  # noqa: E402
-from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.storage import open_store  # noqa: E402
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     parser.add_argument("--end", type=date.fromisoformat, default=date(2026, 11, 29))
     args = parser.parse_args()
     config = load_config(PROJECT_ROOT / "data" / "pipeline.yaml")
-    store = DuckDBStore(config.storage.path)
+    store = open_store(config.storage)
     embedder = make_embedder(config.embedding)
     folder = config.storage.reports
     print("| day | MMD² | threshold | verdict | no-result rate | sampled |")

@@ -23,7 +23,7 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
 from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig, load_config  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
-from rag_pipeline.core.storage.store import DuckDBStore  # noqa: E402
+from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 HTTPX = PROJECT_ROOT.parent / "shared" / "datasets" / "httpx-docs" / "v0.23.0"
 
@@ -31,7 +31,7 @@ HTTPX = PROJECT_ROOT.parent / "shared" / "datasets" / "httpx-docs" / "v0.23.0"
 def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     if out.exists():
         shutil.rmtree(out)
-    store = DuckDBStore(out / "index.duckdb")
+    store = duckdb_store(out / "index.duckdb")
     full = {"parse_s": 0.0, "embed_s": 0.0, "total_s": 0.0, "docs": 0, "chunks": 0}
     for source in config.sources:
         started = time.perf_counter()
@@ -48,7 +48,7 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
         reports = ingest_source(source, store, embedder, config.chunking, config.lifecycle, "bench-rerun")
         rerun_s += time.perf_counter() - started
         rerun_embedded += reports["embedded"].counts["embedded"]
-    with store.connect() as con:
+    with store.db.connection() as con:
         texts = [row[0] for row in con.execute("SELECT embed_text FROM staged_chunks ORDER BY chunk_id").fetchall()]
     started = time.perf_counter()
     embedder.encode(texts)

@@ -12,7 +12,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rag_pipeline.config import ConfigError, PipelineConfig, load_config
+from rag_pipeline.config import ConfigError, PipelineConfig, load_config, parse_source_overrides, with_overlay
 from rag_pipeline.core.evaluation.golden import GoldenSetError
 from rag_pipeline.core.render import printable
 
@@ -24,24 +24,24 @@ SUMMARY_COLUMNS = ("discovered", "skipped", "added", "changed", "unchanged", "de
                    "embedded", "cache_hits", "indexed", "queryable", "failed")
 
 
-def _source_overrides(values: Sequence[str]) -> dict[str, str]:
-    overrides = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise ConfigError(f"--source {value!r}: expected NAME=PATH, e.g. --source docs=./docs")
-        overrides[name] = str(Path(path).resolve())
-    return overrides
-
-
 def _load(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, str]]:
-    overrides = _source_overrides(args.source or [])
-    config = load_config(args.config)
-    if overrides:
-        config = config.with_sources({k: Path(v) for k, v in overrides.items()})
-    if getattr(args, "golden", None):
-        config = config.model_copy(update={"golden_set": Path(args.golden).resolve()})
-    return config, overrides
+    overrides = parse_source_overrides(args.source or [])
+    return load_config(args.config, sources=overrides, golden_set=getattr(args, "golden", None)), overrides
+
+
+def _store(config: PipelineConfig):
+    from rag_pipeline.core.storage import open_store
+
+    return open_store(config.storage)
+
+
+def _experiment_store(config: PipelineConfig, path: str | None):
+    """The experiment log's store: `--store` (a DuckDB file), or the configured one's namespace."""
+    from rag_pipeline.core.storage import open_store
+
+    if path:
+        return open_store(config.storage.model_copy(update={"backend": "duckdb", "path": Path(path).resolve()}))
+    return open_store(config.storage, namespace="experiments")
 
 
 def _instance():
@@ -118,9 +118,8 @@ def _json_number(value):
 
 
 def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
-    from rag_pipeline.core.storage.store import DuckDBStore
 
-    DuckDBStore(config.storage.path).write_trec_run(eval_id, out)
+    _store(config).records.write_trec_run(eval_id, out)
     print(f"TREC run written to {out}", file=sys.stderr)
 
 
@@ -129,10 +128,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.retrieval import Retriever
     from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.models import SearchFilters
-    from rag_pipeline.core.storage.store import DuckDBStore
 
     config, _ = _load(args)
-    store = DuckDBStore(config.storage.path)
+    store = _store(config)
     retriever = Retriever(store, make_embedder(config.embedding), config.retrieval)
     statuses = tuple(args.status.split(",")) if args.status else ("published",)
     filters = SearchFilters(tenant=args.tenant, roles=tuple(r for r in (args.roles or "").split(",") if r), statuses=statuses)
@@ -175,11 +173,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     """Compare two stored evaluations; exit 1 when the gate fails (an ERROR finding)."""
     from rag_pipeline.core.evaluation.baselines import compare_with_baseline
     from rag_pipeline.core.evaluation.gates import render_gate
-    from rag_pipeline.core.storage.store import DuckDBStore
 
     config = load_config(args.config)
-    store = DuckDBStore(config.storage.path)
-    candidate_id = store.latest_evaluation() if args.candidate == "latest" else args.candidate
+    store = _store(config)
+    candidate_id = store.records.latest_evaluation() if args.candidate == "latest" else args.candidate
     if candidate_id is None:
         raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
     baseline_id = None if args.baseline == "baseline" else args.baseline
@@ -195,11 +192,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_promote(args: argparse.Namespace) -> int:
     """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE."""
     from rag_pipeline.core.evaluation.baselines import promote_if_better
-    from rag_pipeline.core.storage.store import DuckDBStore
 
     config = load_config(args.config)
-    store = DuckDBStore(config.storage.path)
-    eval_id = args.eval or store.latest_evaluation()
+    store = _store(config)
+    eval_id = args.eval or store.records.latest_evaluation()
     if eval_id is None:
         raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
     promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
@@ -213,7 +209,7 @@ def _record_promotion(store, eval_id: str, instance=None) -> None:
     """Show the promotion in Dagster: the gate check of that evaluation passes against itself."""
     from rag_pipeline.defs.checks import record_promotion
 
-    revision = store.evaluation_summary(eval_id)["revision"]
+    revision = store.records.evaluation_summary(eval_id)["revision"]
     if instance is not None:
         record_promotion(instance, revision, eval_id)
         return
@@ -226,12 +222,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.experiments import BundleRefused, render_log, run_experiment
     from rag_pipeline.core.evaluation.gates import render_gate
     from rag_pipeline.core.ingestion.embedding import make_embedder
-    from rag_pipeline.core.storage.store import DuckDBStore
 
     base = load_config(args.config)
-    baseline = apply_overlay(base, args.baseline_set or [], args.baseline)
-    candidate = apply_overlay(base, args.set or [], args.candidate)
-    store = DuckDBStore(Path(args.store) if args.store else base.storage.experiments)
+    baseline = with_overlay(base, args.baseline_set or [], args.baseline)
+    candidate = with_overlay(base, args.set or [], args.candidate)
+    store = _experiment_store(base, args.store)
     try:
         row, gate, _, _ = run_experiment(
             baseline, candidate, store, base.golden_set, _policy(base, args.policy), args.hypothesis,
@@ -248,41 +243,11 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 def cmd_experiments(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.experiments import render_log
-    from rag_pipeline.core.storage.store import DuckDBStore
 
     base = load_config(args.config)
-    store = DuckDBStore(Path(args.store) if args.store else base.storage.experiments)
-    print(render_log(store.experiment_log()))
+    store = _experiment_store(base, args.store)
+    print(render_log(store.records.experiment_log()))
     return 0
-
-
-def apply_overlay(config: PipelineConfig, assignments: Sequence[str], overlay_file: str | None = None) -> PipelineConfig:
-    """The config with an overlay YAML file and `section.key=value` assignments merged on top."""
-    import yaml
-
-    raw = config.model_dump(mode="json", exclude={"config_path"})
-    updates: dict = yaml.safe_load(Path(overlay_file).read_text()) if overlay_file else {}
-    for assignment in assignments:
-        key, sep, value = assignment.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. chunking.strategy=fixed")
-        node = updates
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value)
-    merged = _deep_merge(raw, updates or {})
-    try:
-        return PipelineConfig.model_validate(merged).model_copy(update={"config_path": config.config_path})
-    except Exception as exc:  # pydantic's ValidationError names the field
-        raise ConfigError(f"invalid experiment overlay: {exc}") from exc
-
-
-def _deep_merge(base: dict, updates: dict) -> dict:
-    merged = dict(base)
-    for key, value in updates.items():
-        merged[key] = _deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-    return merged
 
 
 def _print_answers(answers: dict) -> None:
@@ -300,12 +265,11 @@ def _demo_gate(config: PipelineConfig, eval_id: str, instance) -> str:
     (promotion stays an explicit act: `rag-pipeline promote`)."""
     from rag_pipeline.core.evaluation.baselines import compare_with_baseline
     from rag_pipeline.core.evaluation.gates import render_gate
-    from rag_pipeline.core.storage.store import DuckDBStore
 
-    store = DuckDBStore(config.storage.path)
+    store = _store(config)
     comparison = compare_with_baseline(store, eval_id, _policy(config, None))
     if comparison.gate is None:
-        store.promote(comparison.revision, eval_id, "first baseline of this golden revision (demo)")
+        store.records.promote(comparison.revision, eval_id, "first baseline of this golden revision (demo)")
         _record_promotion(store, eval_id, instance)
         return f"PROMOTE: {eval_id} is the first baseline of golden revision {comparison.revision}"
     return render_gate(comparison.gate)

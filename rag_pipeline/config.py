@@ -209,7 +209,27 @@ class AnswersConfig(_Strict):
 
 
 class StorageConfig(_Strict):
+    """Where the index, ledger and records live: one DuckDB file (the default, nothing to run), or
+    PostgreSQL with pgvector for many writers and many machines."""
+
+    backend: Literal["duckdb", "postgres"] = "duckdb"
+    # The DuckDB file; with either backend, reports and revisions are written beside it.
     path: Path = Path("../.rag_pipeline/index.duckdb")
+    # PostgreSQL: the environment variable holding the connection string (never the file), and
+    # the schema that holds every table (deployments and tests can share one server).
+    dsn_env: str = "RAG_PIPELINE_PG_DSN"
+    pg_schema: str = Field(default="rag_pipeline", pattern=r"^[a-z_][a-z0-9_]*$")
+    # Dense search in PostgreSQL: exact (evaluation is truthful) or an HNSW index (faster, its
+    # recall against exact is measured in benchmarks/search_scale.py).
+    vector_index: Literal["exact", "hnsw"] = "exact"
+    hnsw_m: int = Field(default=16, ge=2, le=100)
+    hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
+    hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
+
+    @property
+    def parallel_writers(self) -> bool:
+        """Whether runs of different sources may write at the same time."""
+        return self.backend == "postgres"
 
     @property
     def reports(self) -> Path:
@@ -332,8 +352,62 @@ def config_path_from_env() -> Path:
     return Path(env_value).resolve() if env_value else DEFAULT_CONFIG_PATH
 
 
-def load_config(path: Path | str | None = None) -> PipelineConfig:
-    """Read and validate the pipeline config; raise ConfigError naming the field on failure."""
+def load_config(path: Path | str | None = None, sources: dict[str, str] | None = None,
+                golden_set: Path | str | None = None) -> PipelineConfig:
+    """Read and validate the pipeline config; raise ConfigError naming the field on failure.
+
+    `sources` (`name -> path`, the command line's --source) adds or replaces sources and
+    `golden_set` replaces the golden-set file: the one place where overrides are applied.
+    """
+    config = _read_config(path)
+    if sources:
+        config = config.with_sources({name: Path(p) for name, p in sources.items()})
+    if golden_set:
+        config = config.model_copy(update={"golden_set": Path(golden_set).resolve()})
+    return config
+
+
+def parse_source_overrides(values: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`NAME=PATH` strings (the command line's --source) as `name -> absolute path`."""
+    overrides = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--source {value!r}: expected NAME=PATH, e.g. --source docs=./docs")
+        overrides[name] = str(Path(path).resolve())
+    return overrides
+
+
+def with_overlay(config: PipelineConfig, assignments: list[str] | tuple[str, ...] = (),
+                 overlay_file: Path | str | None = None) -> PipelineConfig:
+    """The config with an overlay YAML file and `section.key=value` assignments merged on top
+    (an experiment's baseline and candidate)."""
+    raw = config.model_dump(mode="json", exclude={"config_path"})
+    updates: dict = (yaml.safe_load(Path(overlay_file).read_text(encoding="utf-8")) or {}) if overlay_file else {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. chunking.strategy=fixed")
+        node = updates
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    try:
+        return PipelineConfig.model_validate(_deep_merge(raw, updates)).model_copy(update={"config_path": config.config_path})
+    except ValidationError as exc:
+        fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid experiment overlay ({overlay_file or '--set'}): {fields}") from exc
+
+
+def _deep_merge(base: dict, updates: dict) -> dict:
+    merged = dict(base)
+    for key, value in updates.items():
+        merged[key] = _deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def _read_config(path: Path | str | None) -> PipelineConfig:
     config_path = Path(path).resolve() if path is not None else config_path_from_env()
     if not config_path.is_file():
         raise ConfigError(f"pipeline config {config_path} does not exist (set {CONFIG_ENV_VAR} or pass --config)")

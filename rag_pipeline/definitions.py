@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import dagster as dg
@@ -14,13 +15,18 @@ from rag_pipeline.defs.monitoring import monitoring_assets
 from rag_pipeline.defs.partitions import daily_partitions
 from rag_pipeline.defs.resources import EmbedderResource, resources_for
 
+EXECUTOR_ENV_VAR = "RAG_PIPELINE_EXECUTOR"
+
 
 def assets_for(config: PipelineConfig) -> list[dg.AssetsDefinition]:
     """Every asset, with what depends on the deployment: the day partitions (from the query log's
-    first day) and search_index's freshness policy (lifecycle.max_staleness_hours)."""
+    first day), search_index's freshness policy (lifecycle.max_staleness_hours), the store's kind."""
     fail_window = timedelta(hours=config.lifecycle.max_staleness_hours)
 
-    def freshness(spec: dg.AssetSpec) -> dg.AssetSpec:
+    def deployment(spec: dg.AssetSpec) -> dg.AssetSpec:
+        # The UI names the engine the asset lives in.
+        if "duckdb" in spec.kinds and config.storage.backend != "duckdb":
+            spec = spec.replace_attributes(kinds=(spec.kinds - {"duckdb"}) | {config.storage.backend})
         # The policy is Dagster's own, per asset: some source indexed within the window. The
         # `sources_fresh` check is the per-source, content-based proof (what is served is what the
         # source holds); the policy makes a stalled nightly suite visible even when no run fails.
@@ -29,7 +35,7 @@ def assets_for(config: PipelineConfig) -> list[dg.AssetsDefinition]:
         return spec.replace_attributes(freshness_policy=dg.FreshnessPolicy.time_window(fail_window=fail_window))
 
     assets = [*ingestion_assets, *evaluation_assets, *monitoring_assets(daily_partitions(config.monitoring))]
-    return dg.with_source_code_references(dg.map_asset_specs(freshness, assets))
+    return dg.with_source_code_references(dg.map_asset_specs(deployment, assets))
 
 
 def build_definitions(
@@ -43,9 +49,22 @@ def build_definitions(
         sensors=automation_sensors,
         schedules=automation_schedules,
         resources=resources_for(config, embedder, overrides),
-        # Runs launched on assets (the UI's Materialize, backfills) run their steps in one process too.
-        executor=dg.in_process_executor,
+        executor=executor_for(config),
     )
+
+
+def executor_for(config: PipelineConfig) -> dg.ExecutorDefinition:
+    """Where a run's steps execute. DuckDB: in the run's process (one writer per file; the model
+    and the parser load once per run). PostgreSQL: a process per step, so that steps of parallel
+    runs and of one run share nothing but the database; on Kubernetes (RAG_PIPELINE_EXECUTOR=k8s,
+    set by deploy/helm/values.yaml) a pod per step, with dagster-k8s's executor."""
+    if os.environ.get(EXECUTOR_ENV_VAR) == "k8s":
+        import dagster_k8s  # in the deployment image only (the `k8s` extra)
+
+        return dagster_k8s.k8s_job_executor
+    if config.storage.parallel_writers:
+        return dg.multiprocess_executor
+    return dg.in_process_executor
 
 
 @dg.definitions

@@ -9,8 +9,7 @@ import dagster as dg
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.evaluation.golden import file_revision, load_golden_set
 from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.locks import SourceBusyError, exclusive_source
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import SourceBusyError, Store, open_store
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
@@ -76,11 +75,12 @@ def ingest(
     if new:
         instance.add_dynamic_partitions(source_partitions.name, new)
     job = _job(config, ingest_sources_job.name, embedder, overrides)
+    store = open_store(config.storage)
     runs = []
     for source_id in source_ids:
         try:
             # Another process ingesting the same source would overwrite this run's staging.
-            with exclusive_source(config.storage.path, source_id):
+            with store.source_lock(source_id):
                 result = job.execute_in_process(
                     instance=instance, partition_key=source_id, raise_on_error=False, run_config=QUIET_LOGS,
                     tags={**CLI_TAGS, SOURCE_TAG: source_id, **process_tags()},
@@ -88,7 +88,7 @@ def ingest(
         except SourceBusyError as busy:
             runs.append(SourceRun(source_id, False, error=str(busy)))
             continue
-        runs.append(_summarise(source_id, result, DuckDBStore(config.storage.path)))
+        runs.append(_summarise(source_id, result, store))
     return runs
 
 
@@ -98,7 +98,7 @@ def _job(config: PipelineConfig, name: str, embedder: EmbedderResource | None = 
     return build_definitions(config, embedder, overrides).resolve_job_def(name)
 
 
-def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: DuckDBStore) -> SourceRun:
+def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: Store) -> SourceRun:
     metadata = _materialized_metadata(result)
     counts = {}
     for name, (asset, key) in COUNT_SOURCES.items():
@@ -195,7 +195,7 @@ def evaluate_golden(
     run.slice_table = evaluation["slice_table"].value
     run.report = evaluation["report_file"].value
     run.golden_summary = load_golden_set(config.golden_set).summary()
-    run.summary = DuckDBStore(config.storage.path).evaluation_summary(evaluation["eval_id"].value)
+    run.summary = open_store(config.storage).records.evaluation_summary(evaluation["eval_id"].value)
     return run
 
 

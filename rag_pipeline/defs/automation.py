@@ -17,32 +17,30 @@ from rag_pipeline.config import MonitoringConfig
 from rag_pipeline.core.evaluation.golden import file_revision
 from rag_pipeline.core.ingestion.discovery import source_fingerprint
 from rag_pipeline.core.monitoring.sampling import read_query_log
-from rag_pipeline.defs.common import DAY_TAG, DUCKDB_POOL, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
+from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, STORE_POOL, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import PipelineSettings, StoreResource
 from rag_pipeline.defs.runs import close_abandoned_runs
 
-# The chain of one source shares one DuckDB writer and one loaded model: its steps run in one
-# process (no per-step process start, model and parser loaded once); sources run in parallel runs.
+# A source's chain is one run; sources run as parallel runs. Where the steps of a run execute is
+# the backend's choice (definitions.executor_for): one process with DuckDB, a process per step
+# with PostgreSQL (or a pod per step with dagster-k8s, see deploy/).
 ingest_sources_job = dg.define_asset_job(
     "ingest_sources",
     selection=dg.AssetSelection.groups("ingestion"),
     description="Ingest one source: discover, parse, chunk, embed, then switch the served index once "
                 "coverage and deletions are proven on the new version.",
-    executor_def=dg.in_process_executor,
 )
 golden_eval_job = dg.define_asset_job(
     "evaluate_golden_revision",
     selection=dg.AssetSelection.groups("evaluation"),
     description="Validate one golden-set revision and evaluate retrieval (and answers) on it, gated "
                 "against the promoted baseline.",
-    executor_def=dg.in_process_executor,
 )
 monitoring_job = dg.define_asset_job(
     "monitor_production",
     selection=dg.AssetSelection.groups("monitoring"),
     description="Sample a day's production queries and compare them with the golden set (drift report).",
-    executor_def=dg.in_process_executor,
 )
 
 
@@ -50,11 +48,11 @@ class PurgeConfig(dg.Config):
     source_ids: list[str]
 
 
-@dg.op(pool=DUCKDB_POOL)
+@dg.op(pool=STORE_POOL)
 def purge_sources(context: dg.OpExecutionContext, config: PurgeConfig, store: StoreResource) -> None:
     """Remove every row of sources that left the config; the ledger keeps their history."""
     for source_id in config.source_ids:
-        store.get().purge_source(source_id)
+        store.get().served.purge_source(source_id)
         context.log.info(f"purged source {source_id!r}")
 
 

@@ -1,11 +1,12 @@
-"""Names shared by the Dagster layer: owners, the DuckDB pool, run tags."""
+"""Names shared by the Dagster layer: owners, the store's pool, run tags."""
 
 OWNERS = ["team:rag-platform"]
 
-# The step that holds the DuckDB file for long (the switch) and the evaluation and monitoring steps
-# (which search it) queue in this pool (limit 1 in dagster.yaml); the other ingestion steps share the
-# file through the store's short connections, which wait for DuckDB's lock.
-DUCKDB_POOL = "duckdb"
+# The steps that hold the store for long (a source's switch, evaluations, monitoring) queue in this
+# pool. Its limit is the backend's, set in the instance config: 1 with DuckDB (dagster.yaml: one
+# writer per file; the other ingestion steps share the file through short connections), several
+# with PostgreSQL (deploy/dagster-postgres.yaml: sources switch in parallel).
+STORE_POOL = "store"
 
 # Run tags, so that the UI can filter runs by what started them and what they work on.
 TRIGGER_TAG = "rag_pipeline/trigger"  # cli | schedule | sensor | backfill

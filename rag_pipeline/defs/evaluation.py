@@ -11,13 +11,13 @@ from rag_pipeline.core.evaluation.golden import load_golden_set
 from rag_pipeline.core.evaluation.report import answer_section, failed_cases_table, slice_table, write_report
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import DUCKDB_POOL, OWNERS
+from rag_pipeline.defs.common import OWNERS, STORE_POOL
 from rag_pipeline.defs.ingestion import search_index
 from rag_pipeline.defs.metadata import numbers
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
-_common = dict(partitions_def=golden_partitions, group_name="evaluation", pool=DUCKDB_POOL, kinds={"duckdb"},
+_common = dict(partitions_def=golden_partitions, group_name="evaluation", pool=STORE_POOL, kinds={"duckdb"},
                owners=OWNERS)
 
 
@@ -37,8 +37,8 @@ def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, st
     """The validated, frozen cases of one golden-set revision; gold ids checked against every
     document the sources ever held."""
     db = store.get()
-    golden = load_golden_set(_golden_file(settings, store, context.partition_key), served_hashes=db.document_hashes(),
-                             known_documents=db.document_history())
+    golden = load_golden_set(_golden_file(settings, store, context.partition_key), served_hashes=db.served.document_hashes(),
+                             known_documents=db.ledger.document_history())
     context.log.info(render.printable(golden.summary()))
     slices: dict[str, int] = {}
     for case in golden.cases:

@@ -7,7 +7,7 @@ from rag_pipeline.core.ingestion import stages
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import DUCKDB_POOL, OWNERS
+from rag_pipeline.defs.common import OWNERS, STORE_POOL
 from rag_pipeline.defs.metadata import stage_metadata
 from rag_pipeline.defs.partitions import source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
@@ -78,7 +78,7 @@ def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, em
 
 @dg.asset(
     deps=[chunk_embeddings], check_specs=checks.specs("search_index", source_partitions), kinds={"duckdb"},
-    pool=DUCKDB_POOL, **_common,
+    pool=STORE_POOL, **_common,
 )
 def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource, embedder: EmbedderResource):
     """The served rows of the source, switched in one transaction only when coverage and deletion
@@ -92,7 +92,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         yield from proofs
         raise dg.Failure(description=f"switch refused, the previous version of {source.source_id!r} stays served: "
                                      f"{render.printable(report.refusal)}")
-    yield _materialized(context, report, manifest_hash=db.manifest_hash(source.source_id))
+    yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id))
     yield from proofs
     yield checks.result("sources_fresh", freshness_report(db, source, config.lifecycle.max_staleness_hours).verdict())
     yield checks.result("no_failed_documents", report.coverage.failed_documents_verdict(context.run.run_id))

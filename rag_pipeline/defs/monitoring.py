@@ -12,7 +12,7 @@ from rag_pipeline.core import render
 from rag_pipeline.core.monitoring.daily import drift_day, sample_day
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import DUCKDB_POOL, OWNERS
+from rag_pipeline.defs.common import OWNERS, STORE_POOL
 from rag_pipeline.defs.evaluation import golden_eval
 from rag_pipeline.defs.ingestion import search_index
 from rag_pipeline.defs.metadata import md_table, numbers
@@ -21,7 +21,7 @@ from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, Stor
 
 def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefinition]:
     """production_sample and drift_report over these day partitions."""
-    common = dict(partitions_def=days, group_name="monitoring", pool=DUCKDB_POOL, kinds={"duckdb"}, owners=OWNERS)
+    common = dict(partitions_def=days, group_name="monitoring", pool=STORE_POOL, kinds={"duckdb"}, owners=OWNERS)
 
     @dg.asset(deps=[dg.AssetDep(search_index, partition_mapping=dg.AllPartitionMapping())], **common)
     def production_sample(

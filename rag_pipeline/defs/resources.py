@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import dagster as dg
 
-from rag_pipeline.config import EmbeddingConfig, PipelineConfig, load_config
+from rag_pipeline.config import EmbeddingConfig, PipelineConfig, StorageConfig, load_config
 from rag_pipeline.core.ingestion.embedding import Embedder, make_embedder
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store, open_store
 
 
 class PipelineSettings(dg.ConfigurableResource):
@@ -22,8 +21,7 @@ class PipelineSettings(dg.ConfigurableResource):
     golden_set: str = ""
 
     def load(self) -> PipelineConfig:
-        overrides = tuple(sorted(self.source_overrides.items()))
-        return _load_config_cached(self.config_path or None, overrides, self.golden_set or None)
+        return _load_config_cached(self.config_path or None, tuple(sorted(self.source_overrides.items())), self.golden_set or None)
 
     @classmethod
     def from_config(cls, config: PipelineConfig, overrides: dict[str, str] | None = None) -> PipelineSettings:
@@ -35,24 +33,34 @@ class PipelineSettings(dg.ConfigurableResource):
 
 
 @lru_cache(maxsize=8)
-def _load_config_cached(
-    path: str | None, overrides: tuple[tuple[str, str], ...], golden_set: str | None
-) -> PipelineConfig:
-    config = load_config(path)
-    if overrides:
-        config = config.with_sources({name: Path(p) for name, p in overrides})
-    if golden_set:
-        config = config.model_copy(update={"golden_set": Path(golden_set)})
-    return config
+def _load_config_cached(path: str | None, overrides: tuple[tuple[str, str], ...], golden_set: str | None) -> PipelineConfig:
+    return load_config(path, sources=dict(overrides), golden_set=golden_set)
 
 
 class StoreResource(dg.ConfigurableResource):
-    """The DuckDB file that holds staging, index, cache and ledger."""
+    """Where staging, index, cache, ledger and records live: the storage section of the config."""
 
+    backend: str = "duckdb"
     path: str
+    dsn_env: str = "RAG_PIPELINE_PG_DSN"
+    pg_schema: str = "rag_pipeline"
+    vector_index: str = "exact"
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 64
+    hnsw_ef_search: int = 100
 
-    def get(self) -> DuckDBStore:
-        return DuckDBStore(self.path)
+    @classmethod
+    def from_config(cls, storage: StorageConfig) -> StoreResource:
+        return cls(**storage.model_dump(mode="json"))
+
+    def get(self) -> Store:
+        return _store_for(StorageConfig(**self.model_dump()))
+
+
+@lru_cache(maxsize=4)
+def _store_for(storage: StorageConfig) -> Store:
+    # One store per process and config: a PostgreSQL store keeps its connection between steps.
+    return open_store(storage)
 
 
 class EmbedderResource(dg.ConfigurableResource):
@@ -85,6 +93,6 @@ def resources_for(
     """The resources of one deployment: its settings (with the command line's source overrides), store, embedder."""
     return {
         "settings": PipelineSettings.from_config(config, overrides),
-        "store": StoreResource(path=str(config.storage.path)),
+        "store": StoreResource.from_config(config.storage),
         "embedder": embedder or EmbedderResource.from_config(config.embedding),
     }

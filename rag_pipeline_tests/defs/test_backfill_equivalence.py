@@ -5,7 +5,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store, open_store
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 
@@ -20,8 +20,8 @@ SERVED = {
 }
 
 
-def _snapshot(store: DuckDBStore) -> dict[str, list]:
-    with store.connect() as con:
+def _snapshot(store: Store) -> dict[str, list]:
+    with store.db.connection() as con:
         return {name: sorted(con.execute(sql).fetchall(), key=repr) for name, sql in SERVED.items()}
 
 
@@ -51,14 +51,14 @@ def test_incremental_backfill_equals_fresh_build(tmp_path, write_config):
     )
     assert all(run.success for run in ingest(fresh, dg.DagsterInstance.ephemeral()))
 
-    left, right = _snapshot(DuckDBStore(incremental.storage.path)), _snapshot(DuckDBStore(fresh.storage.path))
+    left, right = _snapshot(open_store(incremental.storage)), _snapshot(open_store(fresh.storage))
     for table in SERVED:
         assert left[table] == right[table], table
     # The cache may keep texts of earlier versions (a revert or a chunker switch then embeds
     # nothing), but it holds everything the fresh build needed.
-    with DuckDBStore(incremental.storage.path).connect() as con:
+    with open_store(incremental.storage).db.connection() as con:
         kept = set(con.execute("SELECT text_hash FROM embedding_cache").fetchall())
-    with DuckDBStore(fresh.storage.path).connect() as con:
+    with open_store(fresh.storage).db.connection() as con:
         needed = set(con.execute("SELECT text_hash FROM embedding_cache").fetchall())
     assert needed <= kept
     assert any(row[0] == "notes:n9.md" for row in left["documents"])
@@ -71,10 +71,10 @@ def test_purging_a_removed_source_leaves_nothing_but_its_ledger_history(tmp_path
     (notes / "a.md").write_text("# A\n\nSome text.\n")
     config = write_config({"notes": notes})
     assert ingest(config, dg.DagsterInstance.ephemeral())[0].success
-    store = DuckDBStore(config.storage.path)
-    store.purge_source("notes")
-    assert set(store.table_counts("notes").values()) == {0}
-    statuses = {row["status"] for row in store.ledger_rows("notes")}
+    store = open_store(config.storage)
+    store.served.purge_source("notes")
+    assert set(store.served.table_counts("notes").values()) == {0}
+    statuses = {row["status"] for row in store.ledger.rows("notes")}
     assert statuses == {"deleted"}
-    with store.connect() as con:
+    with store.db.connection() as con:
         assert con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == 0

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 import pytrec_eval
 
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import open_store
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.runner import evaluate_golden, ingest
 from rag_pipeline_tests.conftest import write_tree
@@ -66,7 +66,7 @@ def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
     # The first revision is still evaluable from its snapshot although the file moved on.
     from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
 
-    store = DuckDBStore(config.storage.path)
+    store = open_store(config.storage)
     path = golden_file_for_revision(config.golden_set, store, first.revision, config.storage.golden_revisions)
     assert path.read_text().count("\n") == len(CASES)
 
@@ -74,7 +74,7 @@ def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
 def test_trec_run_file_reproduces_the_metrics(setup, tmp_path):
     config, instance, _ = setup
     run = evaluate_golden(config, instance, mode="hybrid")
-    out = DuckDBStore(config.storage.path).write_trec_run(run.summary["eval_id"], tmp_path / "run.trec")
+    out = open_store(config.storage).records.write_trec_run(run.summary["eval_id"], tmp_path / "run.trec")
     trec_run: dict[str, dict[str, float]] = {}
     for line in out.read_text().splitlines():
         qid, _, doc, rank, score, _tag = line.split()
@@ -100,7 +100,7 @@ def test_the_gate_reads_as_passed_right_after_a_promotion(setup):
     run = evaluate_golden(config, instance, mode="bm25")
     status, evaluation = _latest_gate(instance, run.revision)
     assert status == "FAILED" and "no baseline" in evaluation.description  # a warning: nothing to compare with
-    promoted, _ = promote_if_better(DuckDBStore(config.storage.path), run.summary["eval_id"], GatePolicy())
+    promoted, _ = promote_if_better(open_store(config.storage), run.summary["eval_id"], GatePolicy())
     assert promoted
     record_promotion(instance, run.revision, run.summary["eval_id"])
     status, evaluation = _latest_gate(instance, run.revision)
@@ -117,7 +117,7 @@ def test_golden_eval_draws_each_slice_against_the_baseline(setup):
     from rag_pipeline.core.evaluation.baselines import promote_if_better
     from rag_pipeline.core.evaluation.gates import GatePolicy
 
-    promote_if_better(DuckDBStore(config.storage.path), first.summary["eval_id"], GatePolicy())
+    promote_if_better(open_store(config.storage), first.summary["eval_id"], GatePolicy())
     second = evaluate_golden(config, instance, mode="bm25")
     metadata = instance.get_latest_materialization_event(dg.AssetKey("golden_eval")).asset_materialization.metadata
     assert metadata["slices_against_baseline"].value.startswith("![slices against the baseline](data:image/png;base64,")

@@ -6,7 +6,7 @@ import shutil
 import dagster as dg
 import pytest
 
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import open_store
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 
@@ -29,7 +29,7 @@ def httpx_run(tmp_path_factory):
     config = load_config(tmp / "pipeline.yaml")
     instance = dg.DagsterInstance.ephemeral()
     [first] = ingest(config, instance)
-    return {"config": config, "instance": instance, "root": root, "first": first, "store": DuckDBStore(config.storage.path)}
+    return {"config": config, "instance": instance, "root": root, "first": first, "store": open_store(config.storage)}
 
 
 def _run(httpx_run):
@@ -44,7 +44,7 @@ def test_first_run_makes_every_page_queryable_and_reports_skips(httpx_run):
     assert first.counts["discovered"] == 13
     assert first.counts["parsed"] == 13 and first.counts["indexed"] == 13 and first.counts["queryable"] == 13
     assert first.counts["embedded"] > 13 and first.failures == []
-    manifest = httpx_run["store"].manifest_rows("httpx")
+    manifest = httpx_run["store"].staging.manifest_rows("httpx")
     skipped = {r["rel_path"]: r["skip_reason"] for r in manifest if not r["supported"]}
     assert first.counts["skipped"] == len(skipped) == 13
     assert {p.rsplit(".", 1)[-1] for p in skipped if "." in p} == {"png", "jpg", "gif", "css", "js"}
@@ -61,13 +61,13 @@ def test_second_run_without_change_parses_and_embeds_nothing(httpx_run):
 def test_editing_one_page_reembeds_only_its_changed_chunks(httpx_run):
     store = httpx_run["store"]
     page = httpx_run["root"] / "exceptions.md"
-    with store.connect() as con:
+    with store.db.connection() as con:
         before = dict(con.execute("SELECT chunk_id, text_hash FROM chunks WHERE doc_id = 'httpx:exceptions.md'").fetchall())
     page.write_text(page.read_text() + "\n\n## Retrying\n\nNetwork errors such as ConnectError can be retried with a transport.\n")
     run = _run(httpx_run)
     assert run.success
     assert (run.counts["changed"], run.counts["parsed"], run.counts["chunked"]) == (1, 1, 1)
-    with store.connect() as con:
+    with store.db.connection() as con:
         after = dict(con.execute("SELECT chunk_id, text_hash FROM chunks WHERE doc_id = 'httpx:exceptions.md'").fetchall())
     new_texts = set(after.values()) - set(before.values())
     assert run.counts["embedded"] == len(new_texts) >= 1
@@ -91,7 +91,7 @@ def test_broken_files_fail_alone_with_reasons(httpx_run):
     assert "not valid UTF-8" in reasons["httpx:latin1.md"] and "line 1" in reasons["httpx:latin1.md"]
     # The healthy pages are untouched and the coverage check passes: every failure has a reason.
     assert run.success and run.checks["coverage"] and run.checks["deletions_propagated"]
-    served = {d["doc_id"] for d in httpx_run["store"].indexed_documents("httpx")}
+    served = {d["doc_id"] for d in httpx_run["store"].served.indexed_documents("httpx")}
     assert len(served) == 13 and not served & set(reasons)
     # A failed document is not retried while its bytes are unchanged.
     again = _run(httpx_run)

@@ -7,7 +7,7 @@ import pytest
 
 from rag_pipeline.core.ingestion.embedding import make_embedder
 from rag_pipeline.core.ingestion.lifecycle import deletion_report, freshness_report
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import open_store
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 
@@ -34,9 +34,9 @@ def upgraded(tmp_path_factory):
     }))
     config = load_config(tmp / "pipeline.yaml")
     instance = dg.DagsterInstance.ephemeral()
-    store = DuckDBStore(config.storage.path)
+    store = open_store(config.storage)
     [first] = ingest(config, instance)
-    with store.connect() as con:
+    with store.db.connection() as con:
         unchanged_before = dict(con.execute("SELECT chunk_id, text_hash FROM chunks WHERE doc_id = 'httpx:code_of_conduct.md'").fetchall())
     _swap(root, HTTPX_V028)
     [second] = ingest(config, instance)
@@ -60,8 +60,8 @@ def test_all_checks_pass_after_the_change(upgraded):
 
 def test_the_deleted_page_is_gone_from_every_table_and_unretrievable(upgraded):
     store = upgraded["store"]
-    assert store.remnants(["httpx:advanced.md"]) == {}
-    with store.connect() as con:
+    assert store.served.remnants(["httpx:advanced.md"]) == {}
+    with store.db.connection() as con:
         ledger = dict(con.execute("SELECT stage, status FROM ledger WHERE doc_id = 'httpx:advanced.md'").fetchall())
         deleted_at = con.execute("SELECT updated_at FROM ledger WHERE doc_id = 'httpx:advanced.md' AND stage = 'deleted'").fetchall()
     assert ledger["deleted"] == "deleted" and deleted_at[0][0] is not None
@@ -71,7 +71,7 @@ def test_the_deleted_page_is_gone_from_every_table_and_unretrievable(upgraded):
 
 def test_the_unchanged_page_was_not_reembedded(upgraded):
     store = upgraded["store"]
-    with store.connect() as con:
+    with store.db.connection() as con:
         after = dict(con.execute("SELECT chunk_id, text_hash FROM chunks WHERE doc_id = 'httpx:code_of_conduct.md'").fetchall())
         runs = dict(con.execute(
             "SELECT stage, run_id FROM ledger WHERE doc_id = 'httpx:code_of_conduct.md'"
@@ -83,7 +83,7 @@ def test_the_unchanged_page_was_not_reembedded(upgraded):
 
 def test_planted_orphan_chunk_fails_deletions_propagated(upgraded):
     store = upgraded["store"]
-    with store.connect() as con:
+    with store.db.connection() as con:
         con.execute(
             "INSERT INTO chunks (chunk_id, doc_id, source_id, ordinal, title, text) "
             "VALUES ('ghost:old-page.md#0', 'ghost:old-page.md', 'ghost', 0, 'Old page', 'orphan text')"
@@ -94,7 +94,7 @@ def test_planted_orphan_chunk_fails_deletions_propagated(upgraded):
         assert report.orphans == {"ghost:old-page.md": ["chunks"]}
         assert any("ghost:old-page.md" in p["doc_id"] for p in report.problems())
     finally:
-        with store.connect() as con:
+        with store.db.connection() as con:
             con.execute("DELETE FROM chunks WHERE source_id = 'ghost'")
 
 
@@ -120,7 +120,7 @@ def test_a_file_changed_but_not_reingested_fails_sources_fresh(upgraded):
 
 def test_emptied_or_unmounted_root_fails_the_run_and_deletes_nothing(upgraded, tmp_path):
     config, store, root = upgraded["config"], upgraded["store"], upgraded["root"]
-    before = store.table_counts("httpx")
+    before = store.served.table_counts("httpx")
     saved = tmp_path / "saved"
     shutil.move(str(root), saved)
     try:
@@ -129,7 +129,7 @@ def test_emptied_or_unmounted_root_fails_the_run_and_deletes_nothing(upgraded, t
         root.mkdir()
         [emptied] = ingest(config, upgraded["instance"])
         assert not emptied.success and "suddenly empty" in emptied.error and "httpx:advanced/authentication.md" in emptied.error
-        assert store.table_counts("httpx") == before
+        assert store.served.table_counts("httpx") == before
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.move(str(saved), root)

@@ -4,7 +4,7 @@ import dagster as dg
 
 from rag_pipeline.config import PROJECT_ROOT
 from rag_pipeline.core.monitoring.sampling import read_query_log
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import open_store
 from rag_pipeline.runner import ingest, monitor
 
 QUERY_LOG = PROJECT_ROOT / "data" / "query_log"
@@ -22,10 +22,10 @@ def test_same_day_gives_the_same_sample_and_report(tmp_path, write_config):
     assert ingest(config, instance)[0].success
     first = monitor(config, instance, "2026-11-20")
     assert first.success, first.error
-    store = DuckDBStore(config.storage.path)
-    sample_first = [(r["query"], r["log_source"], r["top_docs"]) for r in store.sample_rows("2026-11-20")]
+    store = open_store(config.storage)
+    sample_first = [(r["query"], r["log_source"], r["top_docs"]) for r in store.records.sample_rows("2026-11-20")]
     second = monitor(config, instance, "2026-11-20")
-    sample_second = [(r["query"], r["log_source"], r["top_docs"]) for r in store.sample_rows("2026-11-20")]
+    sample_second = [(r["query"], r["log_source"], r["top_docs"]) for r in store.records.sample_rows("2026-11-20")]
     assert len(sample_first) == 25 and sample_first == sample_second
     for key in ("mmd2_distance", "drift_threshold", "no_result_rate", "p95_latency_ms", "lexical_dense_overlap"):
         assert key in first.metadata, key

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, compare, render_gate
 from rag_pipeline.core.render import inline
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict
 
 
@@ -39,29 +39,29 @@ def promotion_verdict(eval_id: str, revision: str) -> Verdict:
 
 
 def compare_with_baseline(
-    store: DuckDBStore, eval_id: str, policy: GatePolicy, baseline_id: str | None = None
+    store: Store, eval_id: str, policy: GatePolicy, baseline_id: str | None = None
 ) -> BaselineComparison:
     """Gate an evaluation against `baseline_id`, or against the promoted baseline of its revision."""
-    candidate = store.evaluation_record(eval_id)
+    candidate = store.records.evaluation_record(eval_id)
     revision = candidate["revision"]
-    baseline_id = baseline_id or store.baseline(revision)
+    baseline_id = baseline_id or store.records.baseline(revision)
     if baseline_id is None:
-        other = store.latest_baseline()
+        other = store.records.latest_baseline()
         reason = (f"the latest baseline is on golden revision {other[0]}: not comparable" if other
                   else "no baseline promoted yet")
         return BaselineComparison(eval_id, revision, None, None, f"no baseline for revision {revision} ({reason})")
-    return BaselineComparison(eval_id, revision, baseline_id, compare(store.evaluation_record(baseline_id), candidate, policy))
+    return BaselineComparison(eval_id, revision, baseline_id, compare(store.records.evaluation_record(baseline_id), candidate, policy))
 
 
-def promote_if_better(store: DuckDBStore, eval_id: str, policy: GatePolicy, note: str = "") -> tuple[bool, str]:
+def promote_if_better(store: Store, eval_id: str, policy: GatePolicy, note: str = "") -> tuple[bool, str]:
     """Store the evaluation as its revision's baseline only on PROMOTE; returns (promoted, the text to show).
 
     The first evaluation of a golden revision becomes its baseline: there is nothing to gate it against.
     """
     comparison = compare_with_baseline(store, eval_id, policy)
     if comparison.gate is None:
-        store.promote(comparison.revision, eval_id, f"first baseline of this golden revision{note}")
+        store.records.promote(comparison.revision, eval_id, f"first baseline of this golden revision{note}")
         return True, f"PROMOTE\n{eval_id} is the first baseline of golden revision {comparison.revision}"
     if comparison.gate.promote:
-        store.promote(comparison.revision, eval_id, f"replaces {comparison.baseline_id}{note}")
+        store.records.promote(comparison.revision, eval_id, f"replaces {comparison.baseline_id}{note}")
     return comparison.gate.promote, render_gate(comparison.gate)

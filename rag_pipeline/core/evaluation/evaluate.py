@@ -23,7 +23,7 @@ from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSet, GoldenSet
 from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import Hit, SearchFilters
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 
 # Deep enough for Recall@100 at document level.
 EVAL_DEPTH = 100
@@ -364,7 +364,7 @@ def _slice_extras(rows: Sequence[CaseResult]) -> dict[str, float]:
     return extras
 
 
-def golden_file_for_revision(golden_set: Path | None, store: DuckDBStore, revision: str, folder: Path) -> Path:
+def golden_file_for_revision(golden_set: Path | None, store: Store, revision: str, folder: Path) -> Path:
     """The golden file of a revision: the configured file if it still has that content, else the
     snapshot kept when the revision was first seen, written to `folder` (a revision is frozen; the
     file may move on)."""
@@ -372,9 +372,9 @@ def golden_file_for_revision(golden_set: Path | None, store: DuckDBStore, revisi
         raise GoldenSetError("no golden_set configured in the pipeline config")
     path = Path(golden_set)
     if path.is_file() and file_revision(path) == revision:
-        store.snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
+        store.records.snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
         return path
-    content = store.golden_snapshot(revision)
+    content = store.records.golden_snapshot(revision)
     if content is None:
         raise GoldenSetError(
             f"golden-set revision {revision} is neither the current content of {path} "
@@ -404,7 +404,7 @@ def headline_numbers(result: EvalResult) -> dict[str, float]:
 
 def run_golden_evaluation(
     golden_path: Path,
-    store: DuckDBStore,
+    store: Store,
     embedder: Embedder,
     retrieval: RetrievalConfig,
     config_fingerprint: str,
@@ -413,15 +413,15 @@ def run_golden_evaluation(
     answers: AnswersConfig | None = None,
 ) -> tuple[GoldenSet, EvalResult]:
     """Load and validate the golden set against the index, evaluate, and persist the result."""
-    golden = load_golden_set(golden_path, served_hashes=store.document_hashes(), known_documents=store.document_history())
-    index_state = {source_id: store.manifest_hash(source_id) for source_id in source_ids}
+    golden = load_golden_set(golden_path, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
+    index_state = {source_id: store.served.manifest_hash(source_id) for source_id in source_ids}
     retriever = Retriever(store, embedder, retrieval)
     result = evaluate(
         golden, retriever, mode or retrieval.mode, config_fingerprint, index_state,
-        retrieval.no_result_threshold, store.supersession(),
+        retrieval.no_result_threshold, store.served.supersession(),
         generator_for=(lambda threshold: make_generator(answers, threshold)) if answers and answers.generator != "none" else None,
         context_k=answers.context_k if answers else 5,
         claim_judge=make_claim_judge(answers) if answers and answers.generator != "none" else None,
     )
-    store.save_evaluation(result)
+    store.records.save_evaluation(result)
     return golden, result

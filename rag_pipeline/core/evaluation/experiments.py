@@ -19,7 +19,7 @@ from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, compare, 
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.render import table
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 
 # Each component is the set of config fields an experiment may change together.
 COMPONENTS: dict[str, tuple[str, ...]] = {
@@ -73,7 +73,7 @@ def components_changed(diff: dict[str, list]) -> list[str]:
     return touched
 
 
-def build_index(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, run_id: str) -> None:
+def build_index(config: PipelineConfig, store: Store, embedder: Embedder, run_id: str) -> None:
     """Bring the experiment store to this config: same documents, this chunker and model."""
     for source in config.sources:
         ingest_source(source, store, embedder, source.effective_chunking(config.chunking), config.lifecycle, run_id)
@@ -82,7 +82,7 @@ def build_index(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, 
 def run_experiment(
     baseline: PipelineConfig,
     candidate: PipelineConfig,
-    store: DuckDBStore,
+    store: Store,
     golden_path: Path,
     policy: GatePolicy,
     hypothesis: str,
@@ -111,11 +111,11 @@ def run_experiment(
         )
         evaluations.append(result)
     base_eval, cand_eval = evaluations
-    gate = compare(store.evaluation_record(base_eval.eval_id), store.evaluation_record(cand_eval.eval_id), policy)
+    gate = compare(store.records.evaluation_record(base_eval.eval_id), store.records.evaluation_record(cand_eval.eval_id), policy)
     worst = gate.worst_slice()
     deltas = {d.metric: {"baseline": d.baseline, "candidate": d.candidate, "delta": d.delta,
                          "ci": [d.ci_low, d.ci_high], "p": d.p_value} for d in gate.deltas}
-    deltas |= _answer_deltas(store.evaluation_record(base_eval.eval_id), store.evaluation_record(cand_eval.eval_id), policy)
+    deltas |= _answer_deltas(store.records.evaluation_record(base_eval.eval_id), store.records.evaluation_record(cand_eval.eval_id), policy)
     row = {
         "experiment_id": experiment_id,
         "created_at": created,
@@ -130,7 +130,7 @@ def run_experiment(
         "decision": gate.decision,
         "bundle": len(touched) > 1,
     }
-    store.log_experiment(row)
+    store.records.log_experiment(row)
     return row, gate, base_eval, cand_eval
 
 

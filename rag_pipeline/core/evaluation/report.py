@@ -16,7 +16,7 @@ from rag_pipeline.core.evaluation.evaluate import EvalResult
 from rag_pipeline.core.evaluation.gates import GatePolicy
 from rag_pipeline.core.plots import markdown_image, slice_comparison
 from rag_pipeline.core.render import Markdown, inline, number, safe_json, table
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 
 SLICE_COLUMNS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10", "ndcg_at_10")
 
@@ -96,12 +96,12 @@ class WrittenReport:
         return render_markdown(self.result, markdown_image(self.plot, "slices against the baseline"))
 
 
-def write_report(result: EvalResult, store: DuckDBStore, policy: GatePolicy, folder: Path) -> WrittenReport:
+def write_report(result: EvalResult, store: Store, policy: GatePolicy, folder: Path) -> WrittenReport:
     """Gate the evaluation against its revision's baseline, draw each slice against it, and write the
     markdown report beside the plot (`<eval id>.md`, `<eval id>-slices.png`)."""
     comparison = compare_with_baseline(store, result.eval_id, policy)
-    candidate = store.evaluation_record(result.eval_id)
-    baseline = store.evaluation_record(comparison.baseline_id) if comparison.baseline_id else None
+    candidate = store.records.evaluation_record(result.eval_id)
+    baseline = store.records.evaluation_record(comparison.baseline_id) if comparison.baseline_id else None
     plot = slice_comparison(candidate, baseline, policy.headline_metrics, policy.significance,
                             folder / f"{result.eval_id}-slices.png")
     path = folder / f"{result.eval_id}.md"

@@ -16,7 +16,7 @@ from rag_pipeline.core.ingestion.chunking import count_tokens
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import analyze
 from rag_pipeline.core.models import Hit, SearchFilters
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 
 MODES = ("dense", "bm25", "hybrid")
 
@@ -90,7 +90,7 @@ def _reranked(hit: Hit, score: float, rank: int) -> Hit:
 class Retriever:
     """Searches the served index of a store with one embedder and one retrieval config."""
 
-    def __init__(self, store: DuckDBStore, embedder: Embedder, config: RetrievalConfig) -> None:
+    def __init__(self, store: Store, embedder: Embedder, config: RetrievalConfig) -> None:
         self.store = store
         self.embedder = embedder
         self.config = config
@@ -121,7 +121,7 @@ class Retriever:
             encode_ms = (time.perf_counter() - started) * 1000 / max(len(queries), 1)
             for f, indexes in groups.items():
                 started = time.perf_counter()
-                hit_lists = self.store.dense_search(vectors[indexes], depth, f)
+                hit_lists = self.store.search.dense_search(vectors[indexes], depth, f)
                 per_query = (time.perf_counter() - started) * 1000 / len(indexes)
                 for index, hits in zip(indexes, hit_lists):
                     results[index].candidates["dense"] = hits
@@ -130,7 +130,7 @@ class Retriever:
         if mode in ("bm25", "hybrid"):
             for f, indexes in groups.items():
                 started = time.perf_counter()
-                hit_lists = self.store.bm25_search(
+                hit_lists = self.store.search.bm25_search(
                     [analyze(queries[i]) for i in indexes], depth, f, self.config.bm25_k1, self.config.bm25_b
                 )
                 per_query = (time.perf_counter() - started) * 1000 / len(indexes)

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rag_pipeline.core.models import STAGES
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 
@@ -55,15 +55,15 @@ class CoverageReport:
         return self.counts_by_stage.get("queryable", 0) / self.supported if self.supported else 1.0
 
 
-def coverage_report(store: DuckDBStore, source_id: str) -> CoverageReport:
+def coverage_report(store: Store, source_id: str) -> CoverageReport:
     """Per stage, how many of the source's current documents passed; which failed and why.
 
     The current documents are those of the latest discovery. A document is covered when its
     current content is queryable, or when a failure of its current content is recorded at some
     stage. Anything else fell through the pipeline silently.
     """
-    manifest = store.discovery_rows(source_id)
-    ledger = store.ledger_rows(source_id)
+    manifest = store.staging.discovery_rows(source_id)
+    ledger = store.ledger.rows(source_id)
     current = {r["doc_id"]: r["content_hash"] for r in manifest if r["supported"]}
     by_doc: dict[str, dict[str, dict]] = {}
     for row in ledger:

@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from rag_pipeline.config import DEFAULT_MODEL, EmbeddingConfig
+from rag_pipeline.core.vectors import normalise_rows
 
 _WORD = re.compile(r"\w+")
 
@@ -36,12 +37,6 @@ class Embedder(Protocol):
     def prefetch(self) -> None:
         """Start loading the model in the background: the caller knows texts to encode are coming."""
         ...
-
-
-def normalise_rows(matrix: np.ndarray) -> np.ndarray:
-    """Each row scaled to unit length (zero rows stay zero), so that dot products are cosines."""
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.where(norms == 0, 1, norms)
 
 
 def resolve_model_path(model: str) -> str:

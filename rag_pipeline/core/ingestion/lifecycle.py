@@ -14,7 +14,7 @@ from rag_pipeline.core.ingestion import discovery
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import analyze
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters
-from rag_pipeline.core.storage.store import DuckDBStore, utcnow
+from rag_pipeline.core.storage import Store, utcnow
 from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 # A deleted document must not come back from a search for its own text this deep.
@@ -51,7 +51,7 @@ class DeletionReport:
 
 
 def deletion_report(
-    store: DuckDBStore, source_id: str, embedder: Embedder, run_id: str | None = None,
+    store: Store, source_id: str, embedder: Embedder, run_id: str | None = None,
     probe_vectors: Mapping[str, np.ndarray] | None = None,
 ) -> DeletionReport:
     """Nothing of a deleted document is left in any table, and retrieval cannot return it.
@@ -63,10 +63,10 @@ def deletion_report(
     `probe_vectors` holds those texts already encoded (the switch encodes them before its
     transaction); the rest are encoded with `embedder`.
     """
-    tombstones = store.tombstones(source_id)
+    tombstones = store.served.tombstones(source_id)
     report = DeletionReport(checked=[t["doc_id"] for t in tombstones])
-    report.remnants = store.remnants(report.checked)
-    report.orphans = store.orphans()
+    report.remnants = store.served.remnants(report.checked)
+    report.orphans = store.served.orphans()
     probes = [t for t in tombstones if run_id is None or t["run_id"] == run_id]
     if probes:
         queries = [f"{t['title'] or ''} {t['opening_text'] or ''}" for t in probes]
@@ -75,8 +75,8 @@ def deletion_report(
         encoded = iter(embedder.encode(missing)) if missing else iter(())
         vectors = np.stack([known[t["doc_id"]] if t["doc_id"] in known else next(encoded) for t in probes])
         unfiltered = SearchFilters(unrestricted=True)
-        dense = store.dense_search(vectors, DELETION_PROBE_DEPTH, unfiltered)
-        lexical = store.bm25_search([analyze(q) for q in queries], DELETION_PROBE_DEPTH, unfiltered, 0.9, 0.4)
+        dense = store.search.dense_search(vectors, DELETION_PROBE_DEPTH, unfiltered)
+        lexical = store.search.bm25_search([analyze(q) for q in queries], DELETION_PROBE_DEPTH, unfiltered, 0.9, 0.4)
         for tombstone, dense_hits, bm25_hits in zip(probes, dense, lexical):
             for name, hits in (("dense", dense_hits), ("bm25", bm25_hits)):
                 rank = next((h.rank for h in hits if h.doc_id == tombstone["doc_id"]), None)
@@ -115,7 +115,7 @@ class FreshnessReport:
 
 
 def freshness_report(
-    store: DuckDBStore, source: SourceConfig, max_staleness_hours: float, now: datetime | None = None
+    store: Store, source: SourceConfig, max_staleness_hours: float, now: datetime | None = None
 ) -> FreshnessReport:
     """Is what the index serves what the source holds now?
 
@@ -128,9 +128,9 @@ def freshness_report(
     `max_staleness_hours`.
     """
     now = now or utcnow()
-    served = {d["doc_id"]: d for d in store.indexed_documents(source.source_id)}
-    failed = {d: r["content_hash"] for d, r in store.ledger_failures(source.source_id).items()}
-    last_success = store.last_success(source.source_id)
+    served = {d["doc_id"]: d for d in store.served.indexed_documents(source.source_id)}
+    failed = {d: r["content_hash"] for d, r in store.ledger.failures(source.source_id).items()}
+    last_success = store.ledger.last_success(source.source_id)
     report = FreshnessReport(source.source_id, max_staleness_hours, indexed_documents=len(served))
     if last_success is not None:
         report.index_age_hours = (now - last_success).total_seconds() / 3600

@@ -39,7 +39,7 @@ from rag_pipeline.core.ingestion.parsing import (
     parser_version,
 )
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 
 # Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
@@ -98,7 +98,7 @@ def _tree(source: SourceConfig) -> discovery.SourceTree:
 
 
 def discover_source(
-    source: SourceConfig, store: DuckDBStore, lifecycle: LifecycleConfig, run_id: str
+    source: SourceConfig, store: Store, lifecycle: LifecycleConfig, run_id: str
 ) -> StageReport:
     """Walk the source, diff with the committed manifest, refuse unsafe deletions, stage the discovery.
 
@@ -107,7 +107,7 @@ def discover_source(
     that removes them, not here: until then they are still served.
     """
     source_id = source.source_id
-    previous = store.previous_manifest(source_id)
+    previous = store.staging.previous_manifest(source_id)
     if source.kind == "beir":
         files = discovery.discover_beir_corpus(
             source_id, Path(source.path), source.defaults.model_dump(), source.limits.max_text_chars
@@ -116,13 +116,13 @@ def discover_source(
         tree = _tree(source)
         entries, unreadable = tree.walk()
         files = discovery.describe_entries(tree, entries, source.defaults.model_dump())
-        files += _behind_unreadable_folders(source_id, store.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
+        files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
     diff = discovery.diff_manifest(files, previous)
     discovery.guard_against_mass_deletion(
         source_id, diff, len(previous), lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
     )
     meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
-    store.write_discovery(source_id, files, meta_json)
+    store.staging.write_discovery(source_id, files, meta_json)
 
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
@@ -134,7 +134,7 @@ def discover_source(
             report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
         else:
             ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
-    store.record_ledger(ledger, run_id)
+    store.ledger.record(ledger, run_id)
     kill_point("discovered")
     supported = [f for f in files if f.supported]
     report.counts = {
@@ -173,7 +173,7 @@ def _behind_unreadable_folders(
 
 
 def parse_source(
-    source: SourceConfig, store: DuckDBStore, run_id: str, parser: ParserProcess | None = None,
+    source: SourceConfig, store: Store, run_id: str, parser: ParserProcess | None = None,
     embedder: Embedder | None = None,
 ) -> StageReport:
     """Parse the documents whose content or metadata differ from their parsed version.
@@ -208,25 +208,25 @@ def parse_source(
         batch.append((doc, row["meta_json"]))
         ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
         if len(batch) >= per_write:
-            store.save_parsed(source_id, batch)
-            store.record_ledger(ledger, run_id)
+            store.staging.save_parsed(source_id, batch)
+            store.ledger.record(ledger, run_id)
             batch, ledger = [], []
             kill_point("parse:batch")
-    store.save_parsed(source_id, batch)
-    store.record_ledger(ledger, run_id)
+    store.staging.save_parsed(source_id, batch)
+    store.ledger.record(ledger, run_id)
     kill_point("parsed")
     report.counts = {"parsed": len(todo) - len(report.failures), "parse_failed": len(report.failures)}
     return report
 
 
-def documents_to_parse(source_id: str, store: DuckDBStore) -> list[dict]:
+def documents_to_parse(source_id: str, store: Store) -> list[dict]:
     """Discovery rows whose content or metadata differ from their parsed version, except those that
     already failed with this content and parser (they would fail again)."""
-    parsed = store.parsed_versions(source_id)
-    failed = store.ledger_failures(source_id)
+    parsed = store.staging.parsed_versions(source_id)
+    failed = store.ledger.failures(source_id)
     version = parser_version()
     todo = []
-    for row in store.discovery_rows(source_id):
+    for row in store.staging.discovery_rows(source_id):
         if not row["supported"] or row["error"]:
             continue
         if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"]):
@@ -270,23 +270,23 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
     return read_file
 
 
-def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfig, run_id: str) -> StageReport:
+def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str) -> StageReport:
     """(Re)chunk documents whose parsed content or the chunking settings changed; drop deleted ones."""
     source_id = source.source_id
     config = source.effective_chunking(config)
     fingerprint = config.fingerprint()
-    current = {r["doc_id"] for r in store.discovery_rows(source_id) if r["supported"]}
-    parsed = store.parsed_versions(source_id)
-    staged = store.chunk_versions(source_id)
+    current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
+    parsed = store.staging.parsed_versions(source_id)
+    staged = store.staging.chunk_versions(source_id)
     gone = sorted((set(parsed) | set(staged)) - current)
-    store.drop_staged_documents(gone)
+    store.staging.drop_staged_documents(gone)
     todo = [d for d, (content_hash, _) in parsed.items() if d in current and staged.get(d) != (content_hash, fingerprint)]
     report = StageReport(source_id, "chunked")
     ledger: list[dict] = []
     chunk_total = 0
     batch: list = []
     per_write = batch_size(len(todo), WRITE_BATCH)
-    for doc in store.load_parsed(todo):
+    for doc in store.staging.load_parsed(todo):
         chunks = chunk_document(doc, source_id, config)
         if not chunks:
             reason = "chunking produced no chunks (document has no body text)"
@@ -300,27 +300,27 @@ def chunk_source(source: SourceConfig, store: DuckDBStore, config: ChunkingConfi
         chunk_total += len(chunks)
         ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
         if len(batch) >= per_write:
-            store.save_chunks(source_id, fingerprint, batch)
-            store.record_ledger(ledger, run_id)
+            store.staging.save_chunks(source_id, fingerprint, batch)
+            store.ledger.record(ledger, run_id)
             batch, ledger = [], []
             kill_point("chunk:batch")
-    store.save_chunks(source_id, fingerprint, batch)
-    store.record_ledger(ledger, run_id)
+    store.staging.save_chunks(source_id, fingerprint, batch)
+    store.ledger.record(ledger, run_id)
     kill_point("chunked")
     report.counts = {"chunked_documents": len(todo) - len(report.failures), "chunks": chunk_total, "dropped_deleted": len(gone)}
     report.details = {"dropped": gone}
     return report
 
 
-def embed_source(source_id: str, store: DuckDBStore, embedder: Embedder, run_id: str) -> StageReport:
+def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str) -> StageReport:
     """Embed staged chunks not yet embedded by this model, through the cache.
 
     The cache key is (embedder identity, hash of the embedded text): a chunk whose text was
     embedded before, by any document or chunking strategy, is never embedded again.
     """
     identity = embedder.identity
-    pending = store.chunks_to_embed(source_id, identity)
-    cached = store.cached_hashes(identity, [h for _, h, _ in pending])
+    pending = store.staging.chunks_to_embed(source_id, identity)
+    cached = store.staging.cached_hashes(identity, [h for _, h, _ in pending])
     misses: dict[str, str] = {}
     for _, text_hash, text in pending:
         if text_hash not in cached:
@@ -335,11 +335,11 @@ def embed_source(source_id: str, store: DuckDBStore, embedder: Embedder, run_id:
         vectors = embedder.encode([misses[h] for h in batch])
         if not np.all(np.isfinite(vectors)):
             raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
-        store.cache_vectors(identity, list(zip(batch, vectors)))
+        store.staging.cache_vectors(identity, list(zip(batch, vectors)))
         kill_point("embed:batch")
-    store.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
+    store.staging.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
     embedded_docs = sorted({chunk_id.rsplit("#", 1)[0] for chunk_id, _, _ in pending})
-    store.record_ledger(
+    store.ledger.record(
         [{"doc_id": d, "source_id": source_id, "stage": "embedded", "status": "ok"} for d in embedded_docs], run_id
     )
     kill_point("embedded")
@@ -352,7 +352,7 @@ class _Refused(Exception):
     """Rolls the switch back: a proof failed."""
 
 
-def index_source(source: SourceConfig, store: DuckDBStore, embedder: Embedder, run_id: str) -> IndexReport:
+def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id: str) -> IndexReport:
     """The switch: serve the source's staged state only if it is proven, in one transaction.
 
     Inside the transaction: the served rows are replaced, every served document whose current
@@ -365,32 +365,32 @@ def index_source(source: SourceConfig, store: DuckDBStore, embedder: Embedder, r
     """
     source_id = source.source_id
     report = IndexReport(source_id, "indexed")
-    leaving = store.leaving_documents(source_id)
+    leaving = store.served.leaving_documents(source_id)
     # Probing needs the model; encode the leaving documents' own text before the transaction.
     probe_texts = [f"{d['title'] or ''} {d['opening_text'] or ''}" for d in leaving]
     probe_vectors = dict(zip([d["doc_id"] for d in leaving], embedder.encode(probe_texts))) if leaving else {}
     try:
         with store.transaction():
             kill_point("switch:begin")
-            before = {d["doc_id"]: d["content_hash"] for d in store.indexed_documents(source_id)}
-            store.record_tombstones(source_id, leaving, run_id)
-            counts = store.replace_served(source_id, embedder.identity)
+            before = {d["doc_id"]: d["content_hash"] for d in store.served.indexed_documents(source_id)}
+            store.served.record_tombstones(source_id, leaving, run_id)
+            counts = store.served.replace_served(source_id, embedder.identity)
             kill_point("switch:replaced")
             ledger, probed, failures = _reconcile_ledger(store, source_id, before)
-            store.record_ledger(ledger, run_id)
-            pruned = store.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
-            store.commit_manifest(source_id)
-            store.record_source_run(source_id, str(source.path), run_id)
+            store.ledger.record(ledger, run_id)
+            pruned = store.staging.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
+            store.staging.commit_manifest(source_id)
+            store.ledger.record_source_run(source_id, str(source.path), run_id)
             report.coverage = coverage_report(store, source_id)
             report.deletions = deletion_report(store, source_id, embedder, run_id, probe_vectors)
-            served = store.indexed_documents(source_id)
+            served = store.served.indexed_documents(source_id)
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
             kill_point("switch:verified")
         report.switched = True
         kill_point("switch:committed")
     except _Refused:
-        store.record_source_run(source_id, str(source.path), run_id, failure=report.refusal)
+        store.ledger.record_source_run(source_id, str(source.path), run_id, failure=report.refusal)
         return report
     after = {d["doc_id"] for d in served}
     report.failures = failures
@@ -408,7 +408,7 @@ def index_source(source: SourceConfig, store: DuckDBStore, embedder: Embedder, r
 
 
 def _reconcile_ledger(
-    store: DuckDBStore, source_id: str, before: dict[str, str]
+    store: Store, source_id: str, before: dict[str, str]
 ) -> tuple[list[dict], int, list[StageFailure]]:
     """Ledger rows that make the record match what is now served (call inside the switch).
 
@@ -416,8 +416,8 @@ def _reconcile_ledger(
     was never proven queryable (or failed the probe before) are probed now; documents no longer
     in the source get their `deleted` rows.
     """
-    served = {d["doc_id"]: d for d in store.indexed_documents(source_id)}
-    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger_rows(source_id) if r["stage"] in ("indexed", "queryable")}
+    served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
+    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id) if r["stage"] in ("indexed", "queryable")}
 
     def proven(doc_id: str, stage: str) -> bool:
         row = rows.get((doc_id, stage))
@@ -438,8 +438,8 @@ def _reconcile_ledger(
             reason = not_found.get(doc_id, "not returned by a search for its own text")
             ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
             failures.append(StageFailure(doc_id, "queryable", reason))
-    current = {r["doc_id"] for r in store.discovery_rows(source_id) if r["supported"]}
-    committed = {r["doc_id"] for r in store.manifest_rows(source_id) if r["supported"]}
+    current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
+    committed = {r["doc_id"] for r in store.staging.manifest_rows(source_id) if r["supported"]}
     for doc_id in sorted((committed | set(before)) - current):
         ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
                        "reason": "no longer in the source"})
@@ -449,15 +449,15 @@ def _reconcile_ledger(
     return ledger, len(to_probe), failures
 
 
-def probe_queryable(store: DuckDBStore, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:
+def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:
     """Search, with no filter, for each document's opening chunk; queryable if it comes back in the top k."""
-    vectors = store.first_chunk_vectors(doc_ids)
+    vectors = store.served.first_chunk_vectors(doc_ids)
     missing = {d: "indexed without any chunk vector" for d in doc_ids if d not in vectors}
     ids = [d for d in doc_ids if d in vectors]
     if not ids:
         return set(), missing
     matrix = np.stack([vectors[d] for d in ids])
-    results = store.dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
+    results = store.search.dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
     queryable = set()
     for doc_id, hits in zip(ids, results):
         if any(hit.doc_id == doc_id for hit in hits):
@@ -477,7 +477,7 @@ def _ledger_entry(doc_id: str, source_id: str, content_hash: str | None, stage: 
 
 def ingest_source(
     source: SourceConfig,
-    store: DuckDBStore,
+    store: Store,
     embedder: Embedder,
     chunking: ChunkingConfig,
     lifecycle: LifecycleConfig,

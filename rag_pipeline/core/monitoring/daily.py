@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -17,18 +16,16 @@ from rag_pipeline.core.monitoring import sampling
 from rag_pipeline.core.monitoring.drift import DriftReport, drift_report
 from rag_pipeline.core.monitoring.drift_plots import render, report_markdown
 from rag_pipeline.core.plots import markdown_image
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import Store
 
 
-def no_result_threshold(store: DuckDBStore) -> tuple[float, str]:
+def no_result_threshold(store: Store) -> tuple[float, str]:
     """The threshold calibrated by the latest dense or hybrid golden evaluation (a best-cosine floor)."""
-    with store.connect() as con:
-        rows = con.execute(
-            "SELECT eval_id, summary FROM eval_runs WHERE mode <> 'bm25' ORDER BY created_at DESC LIMIT 1"
-        ).fetchall()
-    if not rows:
+    latest = store.records.latest_no_result_threshold()
+    if latest is None:
         return 0.0, "no golden evaluation yet: never counted as no-result"
-    return float(json.loads(rows[0][1])["no_result_threshold"]), f"from evaluation {rows[0][0]}"
+    eval_id, threshold = latest
+    return threshold, f"from evaluation {eval_id}"
 
 
 def draw_sample(config: PipelineConfig, log: sampling.QueryLog, day: date) -> tuple[list[sampling.LoggedQuery], list[sampling.LoggedQuery]]:
@@ -37,7 +34,7 @@ def draw_sample(config: PipelineConfig, log: sampling.QueryLog, day: date) -> tu
     return in_window, sampling.stratified_sample(in_window, config.monitoring.sample_size, seed=day.isoformat())
 
 
-def sample_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date) -> tuple[sampling.SampleReport, dict, sampling.QueryLog]:
+def sample_day(config: PipelineConfig, store: Store, embedder: Embedder, day: date) -> tuple[sampling.SampleReport, dict, sampling.QueryLog]:
     """Draw the day's deterministic sample, run it, store it; return the report, measures and log."""
     if config.monitoring.query_log is None:
         raise ValueError("no monitoring.query_log configured in the pipeline config")
@@ -49,7 +46,7 @@ def sample_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, d
     retriever = Retriever(store, embedder, config.retrieval)
     report = sampling.run_sample(sample, retriever, threshold, day, len(in_window), stale)
     measures = {**report.measures(), "malformed_lines": float(len(log.malformed)), "no_result_threshold": threshold}
-    store.save_sample(day, report.results, measures)
+    store.records.save_sample(day, report.results, measures)
     return report, measures, log
 
 
@@ -84,10 +81,10 @@ class DriftDay:
         return report_markdown(self.report, self.measures, markdown_image(self.plot, "drift overview"))
 
 
-def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, day: date, folder: Path) -> DriftDay:
+def drift_day(config: PipelineConfig, store: Store, embedder: Embedder, day: date, folder: Path) -> DriftDay:
     """The day's sample against the golden set; the report and its plots are written to `folder`."""
-    rows = store.sample_rows(day)
-    sample_measures = next((m for m in store.monitoring_history("sample", day) if m["day"] == day), None)
+    rows = store.records.sample_rows(day)
+    sample_measures = next((m for m in store.records.monitoring_history("sample", day) if m["day"] == day), None)
     if sample_measures is None:
         raise ValueError(f"no production sample for {day}: materialize production_sample for that day first")
     if len(rows) < 2:
@@ -96,10 +93,10 @@ def drift_day(config: PipelineConfig, store: DuckDBStore, embedder: Embedder, da
             f"{config.monitoring.query_log}): too few to compare with the golden set; is the query log being written?"
         )
     report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows])
-    store.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
+    store.records.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
                                          "drifted": report.drifted,
                                          "no_result_rate": sample_measures.get("no_result_rate", float("nan"))})
-    trend = store.monitoring_history("drift", day)
+    trend = store.records.monitoring_history("drift", day)
     measures = {k: v for k, v in sample_measures.items() if k != "day"}
     markdown, pngs = render(report, measures, trend, folder)
     return DriftDay(report, markdown, pngs[0], measures)

@@ -15,10 +15,10 @@ from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 @pytest.fixture(scope="module")
 def answered(sample_index):
     config, store, embedder = sample_index
-    golden = load_golden_set(config.golden_set, served_hashes=store.document_hashes())
+    golden = load_golden_set(config.golden_set, served_hashes=store.served.document_hashes())
     retriever = Retriever(store, embedder, RetrievalConfig(mode="hybrid"))
     answers = AnswersConfig(generator="extractive")
-    return evaluate(golden, retriever, "hybrid", "fp", {}, supersedes=store.supersession(),
+    return evaluate(golden, retriever, "hybrid", "fp", {}, supersedes=store.served.supersession(),
                     generator_for=lambda t: make_generator(answers, t), context_k=5)
 
 
@@ -76,7 +76,7 @@ def test_a_broken_endpoint_errors_cases_and_the_evaluation_goes_on(sample_index,
     from rag_pipeline_tests.core.evaluation.test_answers import PROMPT, _ChatServer, _reply
 
     config, store, embedder = sample_index
-    golden = load_golden_set(config.golden_set, served_hashes=store.document_hashes())
+    golden = load_golden_set(config.golden_set, served_hashes=store.served.document_hashes())
     golden.cases = golden.cases[:4]
     script = [(200, b"{oops", {}), (200, _reply("I don't know based on the available documents."), {}),
               (400, {"error": "bad request"}, {}), (200, _reply("It depends [nowhere#0]."), {})]
@@ -102,7 +102,7 @@ def test_on_the_sample_corpus_an_invented_number_and_an_outside_citation_fail(an
     _, store, _ = sample_index
     row = next(r for r in answered.cases
                if r.answer and not r.answer["abstained"] and re.search(r"\b\d+\b", r.answer["text"]))
-    with store.connect() as con:
+    with store.db.connection() as con:
         context = dict(con.execute(
             "SELECT chunk_id, text FROM chunks WHERE list_contains(?::VARCHAR[], chunk_id)",
             [[h["chunk_id"] for h in row.trace["final"][:5]]]).fetchall())
@@ -110,7 +110,7 @@ def test_on_the_sample_corpus_an_invented_number_and_an_outside_citation_fail(an
     assert check_answer(honest, context, row.case.reference, True).faithful
     invented = re.sub(r"\b(\d+)\b", lambda m: str(int(m.group(1)) + 7919), row.answer["text"], count=1)
     assert not check_answer(Answer(invented, parse_citations(invented), False, "t"), context, row.case.reference, True).faithful
-    with store.connect() as con:
+    with store.db.connection() as con:
         outside = con.execute("SELECT chunk_id FROM chunks WHERE NOT list_contains(?::VARCHAR[], chunk_id) LIMIT 1",
                               [list(context)]).fetchall()[0][0]
     cited_outside = f"{row.answer['text']} [{outside}]"

@@ -21,11 +21,11 @@ MODES = ("dense", "bm25", "hybrid")
 @pytest.fixture(scope="module")
 def evaluations(sample_index):
     config, store, embedder = sample_index
-    golden = load_golden_set(config.golden_set, served_hashes=store.document_hashes())
+    golden = load_golden_set(config.golden_set, served_hashes=store.served.document_hashes())
     results = {}
     for mode in MODES:
         retriever = Retriever(store, embedder, RetrievalConfig(mode=mode))
-        results[mode] = evaluate(golden, retriever, mode, "fp", {}, supersedes=store.supersession())
+        results[mode] = evaluate(golden, retriever, mode, "fp", {}, supersedes=store.served.supersession())
     return golden, results
 
 
@@ -113,7 +113,7 @@ def test_span_matching_by_lines_and_heading():
 
 def test_superseded_and_draft_documents_are_not_retrieved_by_default(evaluations, sample_index):
     _, store, _ = sample_index
-    with store.connect() as con:
+    with store.db.connection() as con:
         hidden = {d for (d,) in con.execute("SELECT doc_id FROM documents WHERE status <> 'published'").fetchall()}
     assert hidden, "the sample corpus has superseded and draft documents"
     _, results = evaluations
@@ -135,7 +135,7 @@ def test_an_evaluation_with_no_scorable_case_fails_with_the_reason(sample_index,
     path = tmp_path / "golden.jsonl"
     path.write_text("\n".join(lines) + "\n")
     # The documents were held once and are gone now: the cases are stale, so nothing can be scored.
-    golden = load_golden_set(path, served_hashes=store.document_hashes())
+    golden = load_golden_set(path, served_hashes=store.served.document_hashes())
     retriever = Retriever(store, embedder, RetrievalConfig(mode="bm25"))
     with pytest.raises(EvaluationError, match=r"0 of 3 cases could be scored \(3 stale, 0 unanswerable\)"):
         evaluate(golden, retriever, "bm25", "fp", {})

@@ -5,7 +5,7 @@ import json
 from rag_pipeline.core.evaluation.experiments import render_log, run_experiment
 from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig
 from rag_pipeline.core.ingestion.embedding import make_embedder
-from rag_pipeline.core.storage.store import DuckDBStore
+from rag_pipeline.core.storage import duckdb_store
 
 PAGE = """# Travel policy
 
@@ -37,7 +37,7 @@ def test_chunker_experiment_is_logged_and_reuses_the_cache(tmp_path, write_confi
     golden.write_text("\n".join(json.dumps(c) for c in cases) + "\n")
     base = write_config({"kb": root}, golden_set=str(golden))
     fixed = base.model_copy(update={"chunking": base.chunking.model_copy(update={"strategy": "fixed", "max_tokens": 20, "overlap_tokens": 5})})
-    store = DuckDBStore(tmp_path / "experiments.duckdb")
+    store = duckdb_store(tmp_path / "experiments.duckdb")
     policy = GatePolicy(significance=SignificanceConfig(samples=200))
     embedder_for = lambda c: make_embedder(c.embedding)  # noqa: E731
 
@@ -47,14 +47,14 @@ def test_chunker_experiment_is_logged_and_reuses_the_cache(tmp_path, write_confi
     assert base_eval.revision == cand_eval.revision
     assert set(row["deltas"]) == set(policy.headline_metrics)
     assert row["decision"] == gate.decision
-    with store.connect() as con:
+    with store.db.connection() as con:
         cached = con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0]
 
     # Switching back and forth again embeds nothing new: every chunk text is already cached.
     run_experiment(fixed, base, store, golden, policy, "and back", embedder_for)
-    with store.connect() as con:
+    with store.db.connection() as con:
         assert con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == cached
-    log = store.experiment_log()
+    log = store.records.experiment_log()
     assert [r["hypothesis"] for r in log] == ["fixed windows lose headings", "and back"]
     table = render_log(log)
     assert "chunking.strategy: sections → fixed" in table and "fixed windows lose headings" in table

@@ -12,7 +12,9 @@ from rag_pipeline.config import (
 from rag_pipeline.core.ingestion import stages
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.embedding import HashingEmbedder
-from rag_pipeline.core.storage.store import SCHEMA_VERSION, DuckDBStore
+from rag_pipeline.core.storage import duckdb_store
+from rag_pipeline.core.storage.schema import SCHEMA_VERSION
+from rag_pipeline.core.storage.staging import Staging
 from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {
@@ -29,7 +31,7 @@ def source(tmp_path):
 
 @pytest.fixture
 def store(tmp_path):
-    return DuckDBStore(tmp_path / "index.duckdb")
+    return duckdb_store(tmp_path / "index.duckdb")
 
 
 EMBEDDER = HashingEmbedder(EmbeddingConfig(kind="hashing"))
@@ -48,11 +50,11 @@ def _stages(source, store, run_id, upto="indexed"):
 
 
 def _served(store):
-    return {d["doc_id"]: d["content_hash"] for d in store.indexed_documents("kb")}
+    return {d["doc_id"]: d["content_hash"] for d in store.served.indexed_documents("kb")}
 
 
 def _ledger(store):
-    return {(r["doc_id"], r["stage"]): (r["status"], r["content_hash"]) for r in store.ledger_rows("kb")}
+    return {(r["doc_id"], r["stage"]): (r["status"], r["content_hash"]) for r in store.ledger.rows("kb")}
 
 
 def test_a_refused_coverage_proof_keeps_the_previous_version_served(source, store):
@@ -70,7 +72,7 @@ def test_a_refused_coverage_proof_keeps_the_previous_version_served(source, stor
     assert _served(store) == served  # nothing of the refused version is served
     assert {k: v for k, v in _ledger(store).items() if k[1] in ("indexed", "queryable")} == \
         {k: v for k, v in ledger.items() if k[1] in ("indexed", "queryable")}
-    with store.connect() as con:
+    with store.db.connection() as con:
         [(failure,)] = con.execute("SELECT last_failure FROM source_runs WHERE source_id = 'kb'").fetchall()
     assert "coverage: 2 document(s)" in failure
     # The committed manifest did not move: the next run still sees (and reports) the change.
@@ -79,7 +81,7 @@ def test_a_refused_coverage_proof_keeps_the_previous_version_served(source, stor
     assert (again["discovered"].counts["added"], again["discovered"].counts["changed"]) == (1, 1)
     assert again["indexed"].switched
     assert set(_served(store)) == {"kb:refunds.md", "kb:invoices.md", "kb:sso.md", "kb:payroll.md"}
-    with store.connect() as con:
+    with store.db.connection() as con:
         assert con.execute("SELECT last_failure FROM source_runs WHERE source_id = 'kb'").fetchall() == [(None,)]
 
 
@@ -87,7 +89,7 @@ def test_a_refused_deletion_proof_keeps_the_deleted_page_served(source, store, m
     _stages(source, store, "r1")
     (source.path / "sso.md").unlink()
     # A bug that forgets to prune the cache: the deleted page's vectors would survive it.
-    monkeypatch.setattr(DuckDBStore, "prune_cache", lambda self, identity, hashes: 0)
+    monkeypatch.setattr(Staging, "prune_cache", lambda self, identity, hashes: 0)
     switch = _stages(source, store, "r2")["indexed"]
     assert not switch.switched and not switch.deletions.passed
     assert switch.deletions.remnants == {"kb:sso.md": ["embedding_cache"]}
@@ -103,7 +105,7 @@ def test_a_refused_deletion_proof_keeps_the_deleted_page_served(source, store, m
 def test_the_ledger_is_reconciled_with_what_is_served(source, store):
     """A record that disagrees with the index (as an older version left it after a kill) is repaired."""
     _stages(source, store, "r1")
-    with store.connect() as con:
+    with store.db.connection() as con:
         con.execute("DELETE FROM ledger WHERE stage IN ('indexed', 'queryable')")
     assert coverage_report(store, "kb").uncovered == sorted(f"kb:{n}" for n in PAGES)
     switch = _stages(source, store, "r2")["indexed"]
@@ -133,12 +135,12 @@ def test_an_index_file_of_the_first_layout_is_migrated(tmp_path):
     con.execute("""CREATE TABLE source_runs (source_id VARCHAR, root VARCHAR, last_run_at TIMESTAMP,
         last_success_at TIMESTAMP, manifest_hash VARCHAR, run_id VARCHAR)""")
     con.close()
-    store = DuckDBStore(path)
-    assert store.previous_manifest("kb") == {"kb:a.md": ("h", "{}")}
-    assert [r["doc_id"] for r in store.discovery_rows("kb")] == ["kb:a.md"]
-    with store.connect() as con:
+    store = duckdb_store(path)
+    assert store.staging.previous_manifest("kb") == {"kb:a.md": ("h", "{}")}
+    assert [r["doc_id"] for r in store.staging.discovery_rows("kb")] == ["kb:a.md"]
+    with store.db.connection() as con:
         assert con.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         con.execute("INSERT INTO schema_version VALUES (99)")
         con.execute("DELETE FROM schema_version WHERE version <> 99")
     with pytest.raises(RuntimeError, match="newer than this rag_pipeline"):
-        DuckDBStore(path).previous_manifest("kb")
+        duckdb_store(path).staging.previous_manifest("kb")

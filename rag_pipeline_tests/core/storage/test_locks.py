@@ -5,12 +5,12 @@ import sys
 
 import pytest
 
-from rag_pipeline.core.ingestion.locks import SourceBusyError, exclusive_source
+from rag_pipeline.core.storage.locks import SourceBusyError, exclusive_source
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from rag_pipeline.core.ingestion.locks import exclusive_source
+from rag_pipeline.core.storage.locks import exclusive_source
 with exclusive_source(Path(sys.argv[1]), "docs"):
     print("held", flush=True)
     time.sleep(120)

@@ -1,0 +1,184 @@
+"""One database behind the store: DuckDB in a file, or PostgreSQL with pgvector.
+
+The store's SQL is written once, with `?` placeholders and constructs both engines share (window
+functions, `unnest` of array parameters, `= ANY(...)`, `&&` on arrays). A backend supplies what
+differs: connections and transactions, bulk inserts, how vectors are stored and read, dense
+search, and the lock that keeps two runs of one source apart.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+
+import numpy as np
+
+from rag_pipeline.core.models import SearchFilters
+
+
+class Database(ABC):
+    """A connection factory with one open transaction at a time, and the engine-specific parts."""
+
+    dialect: str
+    # The SQL type of a vector column.
+    vector_type: str
+
+    def __init__(self) -> None:
+        self._active = None
+        self._prepared = False
+
+    # ---- connections and transactions -----------------------------------------------------
+
+    @abstractmethod
+    def _connect(self):
+        """A new connection (DuckDB waits for another process's file lock)."""
+
+    @abstractmethod
+    def _release(self, connection) -> None:
+        """Give back a connection obtained from `_connect` outside a transaction."""
+
+    @contextmanager
+    def connection(self) -> Iterator:
+        """The open transaction's connection, or a connection for one call."""
+        if self._active is not None:
+            yield self._active
+            return
+        connection = self._connect()
+        try:
+            self._ensure_schema(connection)
+            yield connection
+        finally:
+            self._release(connection)
+
+    @contextmanager
+    def transaction(self) -> Iterator:
+        """Every call inside the block shares one transaction: committed together at its end, rolled
+        back together by an exception (or by the death of the process). A nested call joins it."""
+        if self._active is not None:
+            yield self._active
+            return
+        with self.connection() as connection:
+            self._begin(connection)
+            self._active = connection
+            try:
+                yield connection
+                self._commit(connection)
+            except BaseException:
+                self._rollback(connection)
+                raise
+            finally:
+                self._active = None
+
+    def _ensure_schema(self, connection) -> None:
+        if not self._prepared:
+            from rag_pipeline.core.storage.schema import prepare
+
+            prepare(self, connection)
+            self._prepared = True
+
+    @abstractmethod
+    def _begin(self, connection) -> None: ...
+
+    @abstractmethod
+    def _commit(self, connection) -> None: ...
+
+    @abstractmethod
+    def _rollback(self, connection) -> None: ...
+
+    # ---- statements ------------------------------------------------------------------------
+
+    @abstractmethod
+    def _run(self, connection, sql: str, params: Sequence):
+        """Execute one statement on `connection`; return a cursor (or None for no rows)."""
+
+    def execute(self, sql: str, params: Sequence = ()) -> None:
+        with self.connection() as connection:
+            self._run(connection, sql, params)
+
+    def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
+        with self.connection() as connection:
+            return [tuple(row) for row in self._fetch(self._run(connection, sql, params))]
+
+    def dicts(self, sql: str, params: Sequence = ()) -> list[dict]:
+        with self.connection() as connection:
+            cursor = self._run(connection, sql, params)
+            columns = [d[0] for d in cursor.description]
+            return [dict(zip(columns, row)) for row in self._fetch(cursor)]
+
+    def value(self, sql: str, params: Sequence = ()):
+        rows = self.rows(sql, params)
+        return rows[0][0] if rows else None
+
+    def _fetch(self, cursor) -> list:
+        return cursor.fetchall()
+
+    @abstractmethod
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
+               vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        """Bulk insert rows (values in `columns` order, typed as in `table`) into `into` or `table`.
+        With `vectors`, the last of `columns` is a vector column and row i gets `vectors[i]`."""
+
+    def insert_missing(self, table: str, columns: Sequence[str], rows: Sequence[Sequence], key: Sequence[str],
+                       vectors: np.ndarray | None = None) -> None:
+        """Like `insert`, but a row whose `key` is already in the table (or earlier in `rows`) is
+        skipped: two sources' runs caching the same text never make two rows."""
+        if not rows:
+            return
+        incoming, names = f"incoming_{table}", ", ".join(columns)
+        match = " AND ".join(f"t.{k} = i.{k}" for k in key)
+        with self.transaction():
+            self.execute(f"DROP TABLE IF EXISTS {incoming}")
+            self.execute(f"CREATE TEMP TABLE {incoming} AS SELECT {names} FROM {table} LIMIT 0")
+            self.insert(table, columns, rows, vectors, into=incoming)
+            self.execute(
+                f"INSERT INTO {table} ({names}) SELECT {names} FROM "
+                f"(SELECT *, row_number() OVER (PARTITION BY {', '.join(key)}) AS copy FROM {incoming}) i "
+                f"WHERE copy = 1 AND NOT EXISTS (SELECT 1 FROM {table} t WHERE {match}){self._on_conflict(key)}"
+            )
+            self.execute(f"DROP TABLE {incoming}")
+
+    def _on_conflict(self, key: Sequence[str]) -> str:
+        """The clause that makes `insert_missing` safe against a concurrent writer ('' when the
+        engine admits one writer at a time)."""
+        return ""
+
+    # ---- vectors ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def vector_expression(self, column: str) -> str:
+        """SQL that reads a vector column as an array of floats."""
+
+    def read_vectors(self, sql: str, params: Sequence = ()) -> tuple[list, np.ndarray]:
+        """(first column of each row, float32 matrix of the second): `sql` selects (key, vector)."""
+        rows = self.rows(sql, params)
+        if not rows:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        return [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32)
+
+    @abstractmethod
+    def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
+                         filters: SearchFilters) -> list[str] | None:
+        """Chunk ids of the engine's own nearest neighbours of one query under a filter, or None
+        when the engine has no index search of its own (the caller then scores every vector)."""
+
+    def schema_statements(self) -> list[str]:
+        """Statements of the engine's own run once the tables exist (a vector index, say)."""
+        return []
+
+    def _lock_schema(self, connection) -> None:
+        """Keep two processes from preparing the schema at once (their CREATEs would collide)."""
+
+    # ---- concurrency -----------------------------------------------------------------------
+
+    @abstractmethod
+    def source_lock(self, source_id: str, timeout_s: float = 1800.0) -> AbstractContextManager:
+        """Held for a whole ingestion of one source: two runs of a source would overwrite each
+        other's staging."""
+
+    def close(self) -> None:
+        """Release what the database holds open between calls (nothing, for DuckDB)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the data lives, for messages (a file path, or a database and schema; no secret)."""

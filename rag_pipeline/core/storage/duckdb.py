@@ -1,0 +1,100 @@
+"""DuckDB in one file: the embedded default, nothing to start.
+
+DuckDB lets one process open a file for writing at a time, so connections are short-lived and a
+connect waits while another process holds the file. Two runs of one source are kept apart by a
+`flock` beside the file, which the OS releases if the process dies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.locks import exclusive_source
+from rag_pipeline.core.storage.schema import column_types
+
+_LOCK_WAIT_SECONDS = 120.0
+
+
+class DuckDBDatabase(Database):
+    dialect = "duckdb"
+    vector_type = "FLOAT[]"
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__()
+        self.path = Path(path)
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + _LOCK_WAIT_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _release(self, connection) -> None:
+        connection.close()
+
+    def _begin(self, connection) -> None:
+        connection.execute("BEGIN")
+
+    def _commit(self, connection) -> None:
+        connection.execute("COMMIT")
+
+    def _rollback(self, connection) -> None:
+        connection.execute("ROLLBACK")
+
+    def _run(self, connection, sql: str, params: Sequence):
+        return connection.execute(sql, list(params))
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
+               vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        if not rows:
+            return
+        types = column_types(table, self.vector_type)
+        if vectors is None:
+            # One statement, a list parameter per column: no per-row round trip, no DataFrame.
+            selects = ", ".join(f"unnest(?::{types[c]}[])" for c in columns)
+            values = [[row[i] for row in rows] for i in range(len(columns))]
+            self.execute(f"INSERT INTO {into or table} ({', '.join(columns)}) SELECT {selects}", values)
+            return
+        import pyarrow as pa
+
+        # Vectors go through Arrow: built from the matrix's buffer, not as Python lists of floats.
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        data = {name: [row[i] for row in rows] for i, name in enumerate(columns[:-1])}
+        data[columns[-1]] = pa.ListArray.from_arrays(
+            pa.array(np.arange(0, matrix.size + 1, matrix.shape[1], dtype=np.int32)), pa.array(matrix.ravel())
+        )
+        incoming = pa.table(data)
+        with self.connection() as connection:
+            connection.register("incoming_rows", incoming)
+            try:
+                connection.execute(f"INSERT INTO {into or table} ({', '.join(columns)}) SELECT * FROM incoming_rows")
+            finally:
+                connection.unregister("incoming_rows")
+
+    def vector_expression(self, column: str) -> str:
+        return column
+
+    def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
+                         filters: SearchFilters) -> list[str] | None:
+        return None  # no vector index: the caller scores every filtered vector, exactly
+
+    def source_lock(self, source_id: str, timeout_s: float = 1800.0) -> AbstractContextManager:
+        return exclusive_source(self.path, source_id, timeout_s)
+
+    def describe(self) -> str:
+        return str(self.path)

@@ -1,0 +1,72 @@
+"""The ledger: the latest status of every (document, stage), with its reason, and the record of
+every source's switches (last success, last refusal and why)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.schema import columns
+from rag_pipeline.core.storage.staging import utcnow
+
+
+class Ledger:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def record(self, entries: Sequence[dict], run_id: str) -> None:
+        """Upsert (doc_id, stage) rows: status ok / failed / skipped / deleted, with the reason."""
+        if not entries:
+            return
+        now = utcnow()
+        rows = [
+            (e["doc_id"], e["source_id"], e["stage"], e["status"], e.get("content_hash"),
+             e.get("parser_version"), e.get("reason"), now, run_id)
+            for e in entries
+        ]
+        with self.db.transaction():
+            self.db.execute(
+                "DELETE FROM ledger l USING (SELECT unnest(?::VARCHAR[]) AS doc_id, unnest(?::VARCHAR[]) AS stage) k "
+                "WHERE l.doc_id = k.doc_id AND l.stage = k.stage",
+                [[r[0] for r in rows], [r[2] for r in rows]],
+            )
+            self.db.insert("ledger", columns("ledger"), rows)
+
+    def rows(self, source_id: str | None = None) -> list[dict]:
+        if source_id is None:
+            return self.db.dicts("SELECT * FROM ledger ORDER BY doc_id, stage")
+        return self.db.dicts("SELECT * FROM ledger WHERE source_id = ? ORDER BY doc_id, stage", [source_id])
+
+    def document_history(self) -> dict[str, str | None]:
+        """Every document id the ledger has ever recorded -> None, or its skip reason when its
+        latest discovery skipped it (not a document): what golden labels are checked against."""
+        rows = self.db.rows(
+            "SELECT doc_id, max(CASE WHEN stage = 'discovered' AND status = 'skipped' THEN reason END), "
+            "bool_or(stage <> 'discovered' OR status <> 'skipped') FROM ledger GROUP BY doc_id"
+        )
+        return {doc_id: None if is_document else reason for doc_id, reason, is_document in rows}
+
+    def failures(self, source_id: str) -> dict[str, dict]:
+        """Per document, its latest recorded failure (stage and reason), if any."""
+        rows = self.db.dicts(
+            "SELECT * FROM ledger WHERE source_id = ? AND status = 'failed' ORDER BY updated_at, stage", [source_id])
+        return {r["doc_id"]: r for r in rows}
+
+    def record_source_run(self, source_id: str, root: str, run_id: str, failure: str | None = None) -> None:
+        """A switch of the source committed (`failure` None), or was refused with this reason."""
+        now = utcnow()
+        with self.db.transaction():
+            previous = self.db.rows(
+                "SELECT last_success_at, last_failure, last_failure_at FROM source_runs WHERE source_id = ?", [source_id])
+            last_success, last_failure, last_failure_at = previous[0] if previous else (None, None, None)
+            if failure is None:
+                last_success, last_failure, last_failure_at = now, None, None
+            else:
+                last_failure, last_failure_at = failure, now
+            self.db.execute("DELETE FROM source_runs WHERE source_id = ?", [source_id])
+            self.db.insert("source_runs", columns("source_runs"),
+                           [(source_id, root, now, last_success, None, run_id, last_failure, last_failure_at)])
+
+    def last_success(self, source_id: str) -> datetime | None:
+        return self.db.value("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id])

@@ -1,0 +1,227 @@
+"""PostgreSQL with pgvector: the store for many writers and many machines.
+
+Every table lives in one schema (`storage.pg_schema`), so deployments (and tests) can share a
+server. Vectors are pgvector `vector`s; dense search asks the server for its nearest neighbours
+(an exact scan by default, the HNSW index when `storage.vector_index: hnsw`), which the caller
+rescores the way every backend scores, so a metric never depends on the engine. Two runs of one
+source are kept apart by a session advisory lock, which the server releases if the client dies.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from io import BytesIO
+
+import numpy as np
+
+from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.locks import SourceBusyError
+from rag_pipeline.core.storage.schema import column_types
+from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE
+
+_PLACEHOLDER = re.compile(r"\?")
+_EPOCH_2000 = datetime(2000, 1, 1)
+# HNSW candidates per query beyond k, before the common rescoring.
+CANDIDATE_MARGIN = 16
+
+
+class PostgresDatabase(Database):
+    dialect = "postgres"
+    vector_type = "vector"
+
+    def __init__(self, dsn: str, schema: str = "rag_pipeline", vector_index: str = "exact",
+                 hnsw_m: int = 16, hnsw_ef_construction: int = 64, hnsw_ef_search: int = 100) -> None:
+        super().__init__()
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
+            raise ValueError(f"storage.pg_schema {schema!r}: use lower-case letters, digits and _")
+        self.dsn = dsn
+        self.schema = schema
+        self.vector_index = vector_index
+        self.hnsw = {"m": hnsw_m, "ef_construction": hnsw_ef_construction, "ef_search": hnsw_ef_search}
+        self._connection = None
+
+    # ---- connections -----------------------------------------------------------------------
+
+    def _open(self):
+        import psycopg2
+
+        connection = psycopg2.connect(self.dsn)
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET search_path TO {self.schema}, public")
+        return connection
+
+    def _connect(self):
+        # One connection per store, kept: a connect costs a round trip and a backend process.
+        if self._connection is None or self._connection.closed:
+            self._connection = self._open()
+        return self._connection
+
+    def _release(self, connection) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._connection is not None and not self._connection.closed:
+            self._connection.close()
+
+    def _begin(self, connection) -> None:
+        self._run(connection, "BEGIN", ())
+
+    def _commit(self, connection) -> None:
+        self._run(connection, "COMMIT", ())
+
+    def _rollback(self, connection) -> None:
+        if not connection.closed:
+            self._run(connection, "ROLLBACK", ())
+
+    def _run(self, connection, sql: str, params: Sequence):
+        cursor = connection.cursor()
+        # psycopg2 formats with %: literal percent signs double, `?` placeholders become %s.
+        cursor.execute(_PLACEHOLDER.sub("%s", sql.replace("%", "%%")), tuple(params))
+        return cursor
+
+    # ---- inserts ---------------------------------------------------------------------------
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
+               vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        if not rows:
+            return
+        types = column_types(table, self.vector_type)
+        with self.connection() as connection:
+            if vectors is not None:
+                # COPY in binary: a million 384-dimension vectors are not formatted as text.
+                payload = _binary_copy(rows, [types[c] for c in columns[:-1]], vectors)
+                with connection.cursor() as cursor:
+                    cursor.copy_expert(f"COPY {into or table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT binary)", payload)
+                return
+            from psycopg2.extras import execute_values
+
+            template = "(" + ", ".join(f"%s::{types[c]}" for c in columns) + ")"
+            with connection.cursor() as cursor:
+                execute_values(cursor, f"INSERT INTO {into or table} ({', '.join(columns)}) VALUES %s", [tuple(r) for r in rows],
+                               template=template, page_size=1000)
+
+    def _on_conflict(self, key: Sequence[str]) -> str:
+        # Concurrent writers: the unique index on the key (schema.UNIQUE_KEYS) decides.
+        return f" ON CONFLICT ({', '.join(key)}) DO NOTHING"
+
+    # ---- vectors ---------------------------------------------------------------------------
+
+    def vector_expression(self, column: str) -> str:
+        return f"{column}::real[]"
+
+    def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
+                         filters: SearchFilters) -> list[str]:
+        literal = "[" + ",".join(repr(float(x)) for x in query) + "]"
+        # A zero vector has no cosine distance (NaN): it scores 0, as in the common rescoring.
+        distance = "coalesce(v.vector <=> ?::vector, 1.0)"
+        if self.vector_index == "hnsw":
+            # The index's order, k plus a margin; with filters, the scan goes on until enough rows
+            # pass them (pgvector 0.8's iterative scan).
+            sql = (f"SELECT c.chunk_id FROM chunks c JOIN vectors v USING (chunk_id) WHERE {where} "
+                   f"ORDER BY v.vector <=> ?::vector LIMIT ?")
+            arguments = [*params, literal, depth + CANDIDATE_MARGIN]
+            settings = {"hnsw.ef_search": str(max(int(self.hnsw["ef_search"]), depth + CANDIDATE_MARGIN)),
+                        "hnsw.iterative_scan": "relaxed_order"}
+        else:
+            # Exact: one scan of the filtered vectors (never an approximate index), and every chunk
+            # as close as the depth-th, so ties at the edge are decided by the rescoring.
+            sql = f"""
+                WITH scored AS MATERIALIZED (
+                    SELECT c.chunk_id, {distance} AS distance FROM chunks c JOIN vectors v USING (chunk_id) WHERE {where}
+                ),
+                edge AS (SELECT distance FROM scored ORDER BY distance LIMIT 1 OFFSET ?)
+                SELECT chunk_id FROM scored
+                WHERE distance <= coalesce((SELECT distance FROM edge), 'Infinity') + ?
+            """
+            arguments = [literal, *params, depth - 1, FLOAT32_SCORE_TOLERANCE]
+            settings = {"enable_indexscan": "off"}
+        with self.connection() as connection:
+            for name, value in settings.items():
+                self._run(connection, f"SET {name} = {value}", ())
+            try:
+                rows = self._fetch(self._run(connection, sql, arguments))
+            finally:
+                for name in settings:
+                    self._run(connection, f"RESET {name}", ())
+        return [r[0] for r in rows]
+
+    def _lock_schema(self, connection) -> None:
+        # Held until the preparing transaction ends; the extension and the schema are made under it.
+        self._run(connection, "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [f"rag_pipeline:schema:{self.schema}"])
+        self._run(connection, "CREATE EXTENSION IF NOT EXISTS vector", ())
+        self._run(connection, f"CREATE SCHEMA IF NOT EXISTS {self.schema}", ())
+
+    def schema_statements(self) -> list[str]:
+        """The HNSW index when configured (PostgreSQL keeps it up to date on every insert)."""
+        if self.vector_index != "hnsw":
+            return []
+        return [
+            f"CREATE INDEX IF NOT EXISTS vectors_hnsw_idx ON vectors USING hnsw (vector vector_cosine_ops) "
+            f"WITH (m = {int(self.hnsw['m'])}, ef_construction = {int(self.hnsw['ef_construction'])})"
+        ]
+
+    # ---- concurrency -----------------------------------------------------------------------
+
+    @contextmanager
+    def source_lock(self, source_id: str, timeout_s: float = 1800.0) -> Iterator[None]:
+        key = f"rag_pipeline:{self.schema}:{source_id}"
+        connection = self._open()  # its own session: the lock lives as long as it does
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not self._fetch(self._run(connection, "SELECT pg_try_advisory_lock(hashtextextended(?, 0))", [key]))[0][0]:
+                if time.monotonic() >= deadline:
+                    raise SourceBusyError(
+                        f"source {source_id!r} is being ingested by another process (advisory lock on {self.describe()}); "
+                        f"waited {timeout_s:.0f} s. Wait for that run to finish, or stop it."
+                    )
+                time.sleep(0.5)
+            yield
+        finally:
+            connection.close()  # closing the session releases its advisory locks
+
+    def describe(self) -> str:
+        from psycopg2.extensions import parse_dsn
+
+        parts = parse_dsn(self.dsn)
+        where = parts.get("host", "localhost") + (f":{parts['port']}" if parts.get("port") else "")
+        return f"postgresql://{parts.get('user', '')}@{where}/{parts.get('dbname', '')} (schema {self.schema})"
+
+
+def _binary_copy(rows: Sequence[Sequence], types: Sequence[str], vectors: np.ndarray) -> BytesIO:
+    """PostgreSQL's binary COPY stream for rows of text / timestamp / integer columns plus one vector."""
+    matrix = np.ascontiguousarray(vectors, dtype=">f4")
+    dimension = matrix.shape[1]
+    vector_header = struct.pack(">ihh", 4 + 4 * dimension, dimension, 0)
+    out = BytesIO()
+    out.write(b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0))
+    field_count = struct.pack(">h", len(types) + 1)
+    for row, vector in zip(rows, matrix):
+        out.write(field_count)
+        for value, kind in zip(row, types):
+            if value is None:
+                out.write(b"\xff\xff\xff\xff")
+            elif kind == "TIMESTAMP":
+                stamp = value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+                micros = (stamp - _EPOCH_2000) // _MICROSECOND
+                out.write(struct.pack(">iq", 8, micros))
+            elif kind in ("INTEGER",):
+                out.write(struct.pack(">ii", 4, value))
+            elif kind == "BIGINT":
+                out.write(struct.pack(">iq", 8, value))
+            else:
+                data = str(value).encode("utf-8")
+                out.write(struct.pack(">i", len(data)) + data)
+        out.write(vector_header + vector.tobytes())
+    out.write(b"\xff\xff")
+    out.seek(0)
+    return out
+
+
+_MICROSECOND = datetime(2000, 1, 1, 0, 0, 0, 1) - _EPOCH_2000

@@ -1,0 +1,138 @@
+"""Records: evaluations with their per-case traces, promoted baselines, the experiment log,
+golden-set snapshots, production samples and the monitoring measures of each day."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.schema import columns
+from rag_pipeline.core.storage.staging import utcnow
+
+
+class Records:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ---- evaluations -----------------------------------------------------------------------
+
+    def save_evaluation(self, result) -> None:
+        """Persist one evaluation (an `EvalResult`): its summary and every case with its trace."""
+        cases = [
+            (result.eval_id, c.case.id, c.case.slice, c.case.split, c.case.weight, c.case.answerable,
+             c.first_gold_rank, c.best_score, c.abstained, list(c.stale_docs), list(c.forbidden_retrieved), c.latency_ms,
+             c.context_tokens, json.dumps(c.metrics), list(c.ranked_docs[:100]), json.dumps(c.trace))
+            for c in result.cases
+        ]
+        run = (result.eval_id, result.revision, result.mode, result.config_fingerprint, json.dumps(result.index_state),
+               result.created_at, json.dumps(result.as_json(), default=str))
+        with self.db.transaction():
+            self.db.insert("eval_runs", columns("eval_runs"), [run])
+            self.db.insert("eval_cases", columns("eval_cases"), cases)
+
+    def evaluation_summary(self, eval_id: str) -> dict:
+        summary = self.db.value("SELECT summary FROM eval_runs WHERE eval_id = ?", [eval_id])
+        if summary is None:
+            raise KeyError(f"no evaluation {eval_id!r} in {self.db.describe()}")
+        return json.loads(summary)
+
+    def evaluation_record(self, eval_id: str) -> dict:
+        """An evaluation's summary plus `cases`: case id -> metrics, for scored cases (the gate's input),
+        and `case_slices`: case id -> slice."""
+        record = self.evaluation_summary(eval_id)
+        rows = self.db.rows("SELECT case_id, slice, metrics FROM eval_cases WHERE eval_id = ?", [eval_id])
+        record["cases"] = {case_id: json.loads(m) for case_id, _, m in rows if m and m != "{}"}
+        record["case_slices"] = {case_id: slice_name for case_id, slice_name, _ in rows}
+        return record
+
+    def latest_evaluation(self, revision: str | None = None) -> str | None:
+        if revision is None:
+            return self.db.value("SELECT eval_id FROM eval_runs ORDER BY created_at DESC LIMIT 1")
+        return self.db.value("SELECT eval_id FROM eval_runs WHERE revision = ? ORDER BY created_at DESC LIMIT 1", [revision])
+
+    def latest_no_result_threshold(self) -> tuple[str, float] | None:
+        """(eval id, threshold) calibrated by the latest dense or hybrid evaluation, if any."""
+        rows = self.db.rows("SELECT eval_id, summary FROM eval_runs WHERE mode <> 'bm25' ORDER BY created_at DESC LIMIT 1")
+        if not rows:
+            return None
+        return rows[0][0], float(json.loads(rows[0][1])["no_result_threshold"])
+
+    def write_trec_run(self, eval_id: str, out: Path, tag: str = "rag_pipeline") -> Path:
+        """`qid Q0 docid rank score tag` for every case of a stored evaluation.
+
+        The score column is `len(ranking) - rank + 1`: strictly decreasing, so any tool that sorts
+        by score (trec_eval does, breaking ties by document id) reproduces our order exactly.
+        """
+        rows = self.db.rows("SELECT case_id, ranked_docs FROM eval_cases WHERE eval_id = ? ORDER BY case_id", [eval_id])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w") as handle:
+            for case_id, docs in rows:
+                for rank, doc_id in enumerate(docs or [], start=1):
+                    handle.write(f"{case_id} Q0 {doc_id} {rank} {len(docs) - rank + 1} {tag}\n")
+        return out
+
+    # ---- baselines and experiments ---------------------------------------------------------
+
+    def baseline(self, revision: str) -> str | None:
+        """The promoted baseline evaluation of a golden revision, if any."""
+        return self.db.value("SELECT eval_id FROM baselines WHERE revision = ? ORDER BY promoted_at DESC LIMIT 1", [revision])
+
+    def latest_baseline(self) -> tuple[str, str] | None:
+        rows = self.db.rows("SELECT revision, eval_id FROM baselines ORDER BY promoted_at DESC LIMIT 1")
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def promote(self, revision: str, eval_id: str, note: str) -> None:
+        self.db.insert("baselines", columns("baselines"), [(revision, eval_id, utcnow(), note)])
+
+    def log_experiment(self, row: dict) -> None:
+        self.db.insert("experiments", columns("experiments"), [(
+            row["experiment_id"], row["created_at"], row["component"], row["hypothesis"], json.dumps(row["config_diff"]),
+            row["baseline_eval"], row["candidate_eval"], json.dumps(row["deltas"]), row["worst_slice"],
+            row["worst_slice_delta"], row["decision"], row["bundle"],
+        )])
+
+    def experiment_log(self) -> list[dict]:
+        rows = self.db.dicts("SELECT * FROM experiments ORDER BY created_at")
+        for row in rows:
+            row["config_diff"] = json.loads(row["config_diff"])
+            row["deltas"] = json.loads(row["deltas"])
+        return rows
+
+    # ---- golden snapshots ------------------------------------------------------------------
+
+    def snapshot_golden(self, revision: str, path: str, content: str) -> None:
+        """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on."""
+        with self.db.transaction():
+            if self.golden_snapshot(revision) is None:
+                self.db.insert("golden_snapshots", columns("golden_snapshots"), [(revision, path, content, utcnow())])
+
+    def golden_snapshot(self, revision: str) -> str | None:
+        return self.db.value("SELECT content FROM golden_snapshots WHERE revision = ?", [revision])
+
+    # ---- production samples and monitoring -------------------------------------------------
+
+    def save_sample(self, day: date, results, measures: dict) -> None:
+        """Replace one day's production sample and its measures."""
+        rows = [
+            (day, r.query.query, r.query.timestamp, r.query.tenant, list(r.query.roles), r.query.source,
+             r.best_score, r.no_result, list(r.top_docs), r.overlap, r.latency_ms)
+            for r in results
+        ]
+        with self.db.transaction():
+            self.db.execute("DELETE FROM production_samples WHERE day = ?", [day])
+            self.db.insert("production_samples", columns("production_samples"), rows)
+            self.save_monitoring(day, "sample", measures)
+
+    def sample_rows(self, day: date) -> list[dict]:
+        return self.db.dicts("SELECT * FROM production_samples WHERE day = ? ORDER BY logged_at, log_source", [day])
+
+    def save_monitoring(self, day: date, kind: str, measures: dict) -> None:
+        with self.db.transaction():
+            self.db.execute("DELETE FROM monitoring_days WHERE day = ? AND kind = ?", [day, kind])
+            self.db.insert("monitoring_days", columns("monitoring_days"), [(day, kind, json.dumps(measures), utcnow())])
+
+    def monitoring_history(self, kind: str, until: date) -> list[dict]:
+        rows = self.db.rows("SELECT day, measures FROM monitoring_days WHERE kind = ? AND day <= ? ORDER BY day", [kind, until])
+        return [{"day": day, **json.loads(measures)} for day, measures in rows]

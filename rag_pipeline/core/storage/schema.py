@@ -1,0 +1,221 @@
+"""The tables, their version, and the forward migrations of older DuckDB files.
+
+Every insert names its columns from `TABLES`, so adding a column never shifts another's values.
+A database records its schema version; opening an older DuckDB file brings it forward in one
+transaction, and a newer one is refused (an older rag_pipeline must not write into it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rag_pipeline.core.storage.database import Database
+
+SCHEMA_VERSION = 3
+
+_TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL = (
+    "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION",
+)
+_VECTOR = "{vector}"  # FLOAT[] in DuckDB, pgvector's vector in PostgreSQL
+
+_DISCOVERY = [
+    ("source_id", _TEXT), ("doc_id", _TEXT), ("rel_path", _TEXT), ("content_hash", _TEXT), ("meta_json", _TEXT),
+    ("size", _BIG), ("file_type", _TEXT), ("supported", _BOOL), ("skip_reason", _TEXT), ("error", _TEXT),
+    ("discovered_at", _TS), ("mtime_ns", _BIG),
+]
+_CHUNK = [
+    ("chunk_id", _TEXT), ("doc_id", _TEXT), ("source_id", _TEXT), ("ordinal", _INT), ("title", _TEXT),
+    ("heading_path", _TEXTS), ("text", _TEXT), ("embed_text", _TEXT), ("text_hash", _TEXT), ("token_count", _INT),
+    ("line_start", _INT), ("line_end", _INT), ("page_number", _INT),
+]
+# Access and lifecycle metadata, copied from the parsed document to its served rows.
+_ACCESS = [("tenant", _TEXT), ("visibility", _TEXT), ("roles", _TEXTS), ("status", _TEXT), ("effective_date", _DATE)]
+
+TABLES: dict[str, list[tuple[str, str]]] = {
+    # Staging: what the stages write, never read by search.
+    "discovery": _DISCOVERY,
+    "parsed_docs": [
+        ("doc_id", _TEXT), ("source_id", _TEXT), ("content_hash", _TEXT), ("meta_json", _TEXT), ("title", _TEXT),
+        ("parser_version", _TEXT), ("parsed_at", _TS), *_ACCESS, ("supersedes", _TEXT), ("superseded_by", _TEXT),
+    ],
+    "elements": [
+        ("doc_id", _TEXT), ("source_id", _TEXT), ("ordinal", _INT), ("category", _TEXT), ("text", _TEXT),
+        ("heading_path", _TEXTS), ("page_number", _INT), ("table_html", _TEXT), ("line_start", _INT), ("line_end", _INT),
+    ],
+    "staged_chunks": [*_CHUNK, ("content_hash", _TEXT), ("chunking_fingerprint", _TEXT), ("embedded_identity", _TEXT)],
+    "staged_postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
+    "embedding_cache": [("identity", _TEXT), ("text_hash", _TEXT), ("created_at", _TS), ("vector", _VECTOR)],
+    # The committed manifest and the served index: changed only by the switch.
+    "manifest": _DISCOVERY,
+    "documents": [
+        ("doc_id", _TEXT), ("source_id", _TEXT), ("rel_path", _TEXT), ("title", _TEXT), ("file_type", _TEXT),
+        ("content_hash", _TEXT), *_ACCESS, ("supersedes", _TEXT), ("superseded_by", _TEXT),
+        ("parser_version", _TEXT), ("chunk_count", _INT), ("indexed_at", _TS),
+    ],
+    "chunks": [*_CHUNK, *_ACCESS, ("lex_len", _INT)],
+    "vectors": [("chunk_id", _TEXT), ("source_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
+    "postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
+    "tombstones": [
+        ("doc_id", _TEXT), ("source_id", _TEXT), ("title", _TEXT), ("opening_text", _TEXT), ("text_hashes", _TEXTS),
+        ("deleted_at", _TS), ("run_id", _TEXT),
+    ],
+    # The record of every document and stage, and of every switch.
+    "ledger": [
+        ("doc_id", _TEXT), ("source_id", _TEXT), ("stage", _TEXT), ("status", _TEXT), ("content_hash", _TEXT),
+        ("parser_version", _TEXT), ("reason", _TEXT), ("updated_at", _TS), ("run_id", _TEXT),
+    ],
+    "source_runs": [
+        ("source_id", _TEXT), ("root", _TEXT), ("last_run_at", _TS), ("last_success_at", _TS), ("manifest_hash", _TEXT),
+        ("run_id", _TEXT), ("last_failure", _TEXT), ("last_failure_at", _TS),
+    ],
+    # Records: evaluations, baselines, experiments, golden snapshots, production samples.
+    "baselines": [("revision", _TEXT), ("eval_id", _TEXT), ("promoted_at", _TS), ("note", _TEXT)],
+    "experiments": [
+        ("experiment_id", _TEXT), ("created_at", _TS), ("component", _TEXT), ("hypothesis", _TEXT),
+        ("config_diff", _TEXT), ("baseline_eval", _TEXT), ("candidate_eval", _TEXT), ("deltas", _TEXT),
+        ("worst_slice", _TEXT), ("worst_slice_delta", _REAL), ("decision", _TEXT), ("bundle", _BOOL),
+    ],
+    "production_samples": [
+        ("day", _DATE), ("query", _TEXT), ("logged_at", _TS), ("tenant", _TEXT), ("roles", _TEXTS),
+        ("log_source", _TEXT), ("best_score", _REAL), ("no_result", _BOOL), ("top_docs", _TEXTS), ("overlap", _REAL),
+        ("latency_ms", _REAL),
+    ],
+    "monitoring_days": [("day", _DATE), ("kind", _TEXT), ("measures", _TEXT), ("created_at", _TS)],
+    "golden_snapshots": [("revision", _TEXT), ("path", _TEXT), ("content", _TEXT), ("saved_at", _TS)],
+    "eval_runs": [
+        ("eval_id", _TEXT), ("revision", _TEXT), ("mode", _TEXT), ("config_fingerprint", _TEXT), ("index_state", _TEXT),
+        ("created_at", _TS), ("summary", _TEXT),
+    ],
+    "eval_cases": [
+        ("eval_id", _TEXT), ("case_id", _TEXT), ("slice", _TEXT), ("split", _TEXT), ("weight", _REAL),
+        ("answerable", _BOOL), ("first_gold_rank", _INT), ("best_score", _REAL), ("abstained", _BOOL), ("stale", _TEXTS),
+        ("forbidden_retrieved", _TEXTS), ("latency_ms", _REAL), ("context_tokens", _INT), ("metrics", _TEXT),
+        ("ranked_docs", _TEXTS), ("trace", _TEXT),
+    ],
+    "schema_version": [("version", _INT)],
+}
+
+# Lookups the pipeline makes per document or chunk, at every run and every search.
+INDEXES = {
+    "discovery": ["source_id", "doc_id"], "manifest": ["source_id", "doc_id"], "parsed_docs": ["doc_id"],
+    "elements": ["doc_id"], "staged_chunks": ["doc_id", "chunk_id", "source_id"], "staged_postings": ["chunk_id"],
+    "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
+    "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
+    "eval_cases": ["eval_id"],
+}
+
+# Keys that concurrent writers must never duplicate (unique indexes in PostgreSQL; DuckDB has one
+# writer at a time, and `Database.insert_missing` checks the key in the same statement).
+UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
+
+# Tables whose rows belong to one source; a purge of the source clears them all.
+SOURCE_TABLES = (
+    "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
+    "documents", "chunks", "vectors", "postings", "source_runs",
+)
+# Tables holding something of a document (checked by the deletion proof).
+DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
+CHUNK_TABLES = ("staged_postings", "vectors", "postings")
+
+
+def columns(table: str) -> list[str]:
+    return [name for name, _ in TABLES[table]]
+
+
+def column_types(table: str, vector_type: str) -> dict[str, str]:
+    return {name: kind.replace(_VECTOR, vector_type) for name, kind in TABLES[table]}
+
+
+def create_statements(vector_type: str, dialect: str) -> list[str]:
+    statements = [
+        f"CREATE TABLE IF NOT EXISTS {table} ("
+        + ", ".join(f"{name} {kind.replace(_VECTOR, vector_type)}" for name, kind in spec) + ")"
+        for table, spec in TABLES.items()
+    ]
+    if dialect == "postgres":
+        # DuckDB's own zonemaps serve its scans; in PostgreSQL every lookup above needs an index.
+        statements += [
+            f"CREATE INDEX IF NOT EXISTS {table}_{cols.replace(', ', '_')}_idx ON {table} ({cols})"
+            for table, indexed in INDEXES.items() for cols in indexed
+        ]
+        statements += [f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_key ON {table} ({', '.join(key)})"
+                       for table, key in UNIQUE_KEYS.items()]
+    return statements
+
+
+# DuckDB files written by earlier versions: version -> statements bringing it to the next one.
+DUCKDB_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 -> 2: the run protocol. The manifest becomes the committed one (written by the switch),
+    # discovery stages its own; sources remember why their last switch was refused.
+    1: (
+        "ALTER TABLE manifest RENAME COLUMN meta_error TO error",
+        "ALTER TABLE manifest ADD COLUMN mtime_ns BIGINT",
+        "INSERT INTO discovery SELECT * FROM manifest",
+        "ALTER TABLE source_runs ADD COLUMN last_failure VARCHAR",
+        "ALTER TABLE source_runs ADD COLUMN last_failure_at TIMESTAMP",
+    ),
+    # 2 -> 3: the access metadata of a parsed document as columns (both engines copy them to the
+    # served rows without parsing JSON); the cache's vector last, like every vector column.
+    2: (
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS tenant VARCHAR",
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS visibility VARCHAR",
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS roles VARCHAR[]",
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS status VARCHAR",
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS effective_date DATE",
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS supersedes VARCHAR",
+        "ALTER TABLE parsed_docs ADD COLUMN IF NOT EXISTS superseded_by VARCHAR",
+        """UPDATE parsed_docs SET
+            tenant = json_extract_string(meta_json, '$.tenant'),
+            visibility = json_extract_string(meta_json, '$.visibility'),
+            roles = CAST(json_extract(meta_json, '$.roles') AS VARCHAR[]),
+            status = json_extract_string(meta_json, '$.status'),
+            effective_date = TRY_CAST(json_extract_string(meta_json, '$.effective_date') AS DATE),
+            supersedes = json_extract_string(meta_json, '$.supersedes'),
+            superseded_by = json_extract_string(meta_json, '$.superseded_by')""",
+        "CREATE TABLE embedding_cache_v3 AS SELECT identity, text_hash, created_at, vector FROM embedding_cache",
+        "DROP TABLE embedding_cache",
+        "ALTER TABLE embedding_cache_v3 RENAME TO embedding_cache",
+    ),
+}
+
+
+class SchemaError(RuntimeError):
+    """The database cannot be used by this version of rag_pipeline."""
+
+
+def prepare(db: Database, connection) -> None:
+    """Create missing tables and bring an older DuckDB file forward, in one transaction."""
+    db._begin(connection)
+    try:
+        db._lock_schema(connection)
+        version = _version(db, connection)
+        if version is not None and version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"{db.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
+                "upgrade rag_pipeline"
+            )
+        # Missing tables first, in the newest layout (a migration may fill one from an old table).
+        for statement in create_statements(db.vector_type, db.dialect) + db.schema_statements():
+            db._run(connection, statement, ())
+        if version is not None and version < SCHEMA_VERSION:
+            for from_version in range(version, SCHEMA_VERSION):
+                for statement in DUCKDB_MIGRATIONS[from_version]:
+                    db._run(connection, statement, ())
+        db._run(connection, "DELETE FROM schema_version", ())
+        db._run(connection, "INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+        db._commit(connection)
+    except BaseException:
+        db._rollback(connection)
+        raise
+
+
+def _version(db: Database, connection) -> int | None:
+    """The database's schema version; 1 for a DuckDB file from before the version table; None when empty."""
+    tables = {r[0] for r in db._fetch(db._run(
+        connection, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()", ()))}
+    if "schema_version" in tables:
+        rows = db._fetch(db._run(connection, "SELECT version FROM schema_version", ()))
+        if rows:
+            return int(rows[0][0])
+    return 1 if "manifest" in tables else None

@@ -1,0 +1,164 @@
+"""Search over the served index: dense (cosine) and BM25, with the caller's filters in the SQL.
+
+Dense scores are computed the same way on every backend, so a metric never depends on the
+engine: candidates come from the engine (DuckDB: one float32 matrix product over every filtered
+vector; PostgreSQL: pgvector's nearest neighbours, by an exact scan or the HNSW index), then each
+candidate's cosine is computed again in float64, pair by pair, and ties go to the smaller chunk id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+
+import numpy as np
+
+from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE, cosines, normalise_rows
+
+# Queries per BM25 statement: bounds the (query x posting) work of one statement.
+QUERY_BATCH = 256
+_HIT_COLUMNS = "c.chunk_id, c.doc_id, c.source_id, c.title, c.heading_path, c.text, c.status, c.line_start, c.line_end"
+
+
+def filter_sql(filters: SearchFilters, alias: str = "c") -> tuple[str, list]:
+    """The WHERE clause of the caller's filters over a chunks row; applied inside every retriever."""
+    if filters.unrestricted:
+        return "TRUE", []
+    clauses: list[str] = []
+    params: list = []
+    if filters.tenant is None:
+        clauses.append(f"{alias}.tenant IS NULL")
+    else:
+        clauses.append(f"({alias}.tenant IS NULL OR {alias}.tenant = ?)")
+        params.append(filters.tenant)
+    clauses.append(f"({alias}.visibility = 'public' OR {alias}.roles && ?::VARCHAR[])")
+    params.append(list(filters.roles))
+    clauses.append(f"{alias}.status = ANY(?::VARCHAR[])")
+    params.append(list(filters.statuses))
+    clauses.append(f"({alias}.effective_date IS NULL OR {alias}.effective_date <= ?)")
+    params.append(filters.as_of or date.today())
+    return " AND ".join(clauses), params
+
+
+def rank(query: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The k best (id, cosine) of these candidates, by score and then by id."""
+    scores = cosines(query, matrix)
+    return sorted(zip(ids, scores.tolist()), key=lambda pair: (-pair[1], pair[0]))[:k]
+
+
+class Search:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def dense_search(self, query_vectors: np.ndarray, k: int, filters: SearchFilters) -> list[list[Hit]]:
+        """Top-k chunks by cosine similarity for each query row, under the caller's filters."""
+        if len(query_vectors) == 0:
+            return []
+        where, params = filter_sql(filters)
+        queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
+        first = self.db.dense_candidates(queries[0], k, where, params, filters)
+        if first is None:
+            # No index of the engine's own: read the filtered vectors once and score them all.
+            ids, matrix = self.db.read_vectors(
+                f"SELECT c.chunk_id, {self.db.vector_expression('v.vector')} FROM chunks c "
+                f"JOIN vectors v USING (chunk_id) WHERE {where}", params)
+            if not ids:
+                return [[] for _ in queries]
+            ranked = self._rank_all(queries, ids, matrix, k)
+        else:
+            candidates = [first] + [self.db.dense_candidates(q, k, where, params, filters) for q in queries[1:]]
+            ranked = [self._rescore(q, ids, k) for q, ids in zip(queries, candidates)]
+        return self._hits(ranked)
+
+    @staticmethod
+    def _rank_all(queries: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """Fast float32 scores of every vector pick the candidates; `rank` orders them."""
+        fast = queries @ normalise_rows(matrix).T
+        depth = min(k, len(ids))
+        out = []
+        for query, row in zip(queries, fast):
+            edge = np.partition(row, len(row) - depth)[len(row) - depth]
+            chosen = np.flatnonzero(row >= edge - FLOAT32_SCORE_TOLERANCE)
+            out.append(rank(query, [ids[j] for j in chosen], matrix[chosen], k))
+        return out
+
+    def _rescore(self, query: np.ndarray, candidates: Sequence[str], k: int) -> list[tuple[str, float]]:
+        if not candidates:
+            return []
+        ids, matrix = self.db.read_vectors(
+            f"SELECT chunk_id, {self.db.vector_expression('vector')} FROM vectors "
+            "WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))", [list(candidates)])
+        return rank(query, ids, matrix, k)
+
+    def bm25_search(self, query_terms: Sequence[Sequence[str]], k: int, filters: SearchFilters,
+                    k1: float, b: float) -> list[list[Hit]]:
+        """Top-k chunks by Okapi BM25 for each analysed query.
+
+        score(q, d) = sum over query terms t (with repeats) of
+            idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl)),
+        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))  (Lucene's non-negative idf).
+        N, df and avgdl are collection statistics over all served chunks, as in Lucene; the
+        filters only restrict which chunks may be returned. Scores equal to 1e-9 are ties, broken by
+        chunk id: engines sum a chunk's terms in different orders, and the last bits must not decide.
+        """
+        if not query_terms:
+            return []
+        where, params = filter_sql(filters)
+        ranked: list[list[tuple[str, float]]] = []
+        for start in range(0, len(query_terms), QUERY_BATCH):
+            batch = query_terms[start : start + QUERY_BATCH]
+            pairs = [(qid, term) for qid, terms in enumerate(batch) for term in terms]
+            if not pairs:
+                ranked.extend([] for _ in batch)
+                continue
+            rows = self.db.rows(
+                f"""
+                WITH q AS (
+                    SELECT qid, term, count(*) AS qtf
+                    FROM (SELECT unnest(?::INTEGER[]) AS qid, unnest(?::VARCHAR[]) AS term) terms GROUP BY qid, term
+                ),
+                stats AS (SELECT count(*) AS n, avg(lex_len) AS avgdl FROM chunks),
+                df AS (SELECT term, count(*) AS df FROM postings WHERE term IN (SELECT term FROM q) GROUP BY term),
+                scored AS (
+                    SELECT q.qid, p.chunk_id,
+                           sum(q.qtf * ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
+                               * p.tf * (? + 1) / (p.tf + ? * (1 - ? + ? * c.lex_len / s.avgdl))) AS score
+                    FROM q JOIN df ON df.term = q.term JOIN postings p ON p.term = q.term
+                    JOIN chunks c ON c.chunk_id = p.chunk_id CROSS JOIN stats s
+                    WHERE {where}
+                    GROUP BY q.qid, p.chunk_id
+                ),
+                ranked AS (
+                    SELECT qid, chunk_id, score,
+                           row_number() OVER (PARTITION BY qid ORDER BY floor(score * 1e9 + 0.5) DESC, chunk_id) AS position
+                    FROM scored
+                )
+                SELECT qid, chunk_id, score FROM ranked WHERE position <= ? ORDER BY qid, position
+                """,
+                [[q for q, _ in pairs], [t for _, t in pairs], k1, k1, b, b, *params, k],
+            )
+            grouped: list[list[tuple[str, float]]] = [[] for _ in batch]
+            for qid, chunk_id, score in rows:
+                grouped[int(qid)].append((chunk_id, float(score)))
+            ranked.extend(grouped)
+        return self._hits(ranked)
+
+    def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]]) -> list[list[Hit]]:
+        """Hits with their chunks' fields, in each list's order (ranks from 1)."""
+        wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
+        chunks = {}
+        if wanted:
+            for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
+                                    [wanted]):
+                chunks[row[0]] = row
+        results = []
+        for hits in ranked:
+            out = []
+            for chunk_id, score in hits:
+                _, doc_id, source_id, title, path, text, status, start, end = chunks[chunk_id]
+                out.append(Hit(chunk_id, doc_id, score, len(out) + 1, source_id, title, tuple(path or ()), text,
+                               status, start, end))
+            results.append(out)
+        return results

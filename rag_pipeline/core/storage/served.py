@@ -1,0 +1,222 @@
+"""The served index (`documents`, `chunks`, `vectors`, `postings`): the switch that replaces a
+source's rows from staging, and the proofs about what left it (tombstones, remnants, orphans)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+import numpy as np
+
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.schema import CHUNK_TABLES, DOCUMENT_TABLES, SOURCE_TABLES, columns
+from rag_pipeline.core.storage.staging import utcnow
+
+_IN = "IN (SELECT unnest(?::VARCHAR[]))"
+
+
+class ServedIndex:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ---- the switch ------------------------------------------------------------------------
+
+    def replace_served(self, source_id: str, identity: str) -> dict[str, int]:
+        """Replace the served rows of one source with its staged state (call inside a transaction).
+
+        A document is published when its staged version is the one discovery found (same content
+        hash and metadata) and every staged chunk has a cached vector; a document still in the
+        source but not ready keeps its previously served version, so a failed stage never removes
+        what was searchable; a document no longer in the source leaves the index.
+        """
+        db = self.db
+        with db.transaction():
+            db.execute("DROP TABLE IF EXISTS ready")
+            db.execute(
+                """
+                CREATE TEMP TABLE ready AS
+                SELECT s.doc_id FROM staged_chunks s
+                JOIN discovery m ON m.doc_id = s.doc_id AND m.content_hash = s.content_hash AND m.error IS NULL
+                JOIN parsed_docs p ON p.doc_id = s.doc_id AND p.content_hash = m.content_hash AND p.meta_json = m.meta_json
+                LEFT JOIN embedding_cache c ON c.identity = ? AND c.text_hash = s.text_hash
+                WHERE s.source_id = ?
+                GROUP BY s.doc_id HAVING count(*) = count(c.text_hash)
+                """,
+                [identity, source_id],
+            )
+            db.execute("DROP TABLE IF EXISTS keep_old")
+            db.execute(
+                """
+                CREATE TEMP TABLE keep_old AS
+                SELECT d.doc_id FROM documents d
+                WHERE d.source_id = ? AND d.doc_id NOT IN (SELECT doc_id FROM ready)
+                  AND d.doc_id IN (SELECT doc_id FROM discovery WHERE source_id = ? AND supported)
+                """,
+                [source_id, source_id],
+            )
+            replaced = "source_id = ? AND doc_id NOT IN (SELECT doc_id FROM keep_old)"
+            for table in ("postings", "vectors"):
+                db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced})", [source_id])
+            db.execute(f"DELETE FROM chunks WHERE {replaced}", [source_id])
+            db.execute(f"DELETE FROM documents WHERE {replaced}", [source_id])
+            db.execute(
+                f"""
+                INSERT INTO documents ({", ".join(columns("documents"))})
+                SELECT p.doc_id, p.source_id, m.rel_path, p.title, m.file_type, p.content_hash,
+                       p.tenant, p.visibility, p.roles, p.status, p.effective_date, p.supersedes, p.superseded_by,
+                       p.parser_version, (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = p.doc_id), ?
+                FROM parsed_docs p JOIN ready USING (doc_id) JOIN discovery m USING (doc_id)
+                """,
+                [utcnow()],
+            )
+            db.execute(
+                f"""
+                INSERT INTO chunks ({", ".join(columns("chunks"))})
+                SELECT s.chunk_id, s.doc_id, s.source_id, s.ordinal, s.title, s.heading_path, s.text, s.embed_text,
+                       s.text_hash, s.token_count, s.line_start, s.line_end, s.page_number,
+                       d.tenant, d.visibility, d.roles, d.status, d.effective_date,
+                       (SELECT coalesce(sum(tf), 0) FROM staged_postings p WHERE p.chunk_id = s.chunk_id)
+                FROM staged_chunks s JOIN ready USING (doc_id) JOIN documents d USING (doc_id)
+                """
+            )
+            db.execute(
+                """
+                INSERT INTO vectors (chunk_id, source_id, identity, vector)
+                SELECT s.chunk_id, s.source_id, c.identity, c.vector
+                FROM staged_chunks s JOIN ready USING (doc_id)
+                JOIN embedding_cache c ON c.identity = ? AND c.text_hash = s.text_hash
+                """,
+                [identity],
+            )
+            db.execute(
+                "INSERT INTO postings (chunk_id, source_id, term, tf) SELECT p.chunk_id, p.source_id, p.term, p.tf "
+                "FROM staged_postings p JOIN staged_chunks s USING (chunk_id) JOIN ready USING (doc_id)"
+            )
+            indexed, kept = db.value("SELECT count(*) FROM ready"), db.value("SELECT count(*) FROM keep_old")
+        return {"indexed": int(indexed), "kept_previous": int(kept)}
+
+    def leaving_documents(self, source_id: str) -> list[dict]:
+        """Served documents the latest discovery no longer holds: `doc_id`, `title`,
+        `opening_text` (first chunk) and `text_hashes`; what their tombstones and probes need."""
+        return self.db.dicts(
+            """
+            SELECT c.doc_id, min(c.title) AS title, (array_agg(c.text ORDER BY c.ordinal))[1] AS opening_text,
+                   array_agg(DISTINCT c.text_hash ORDER BY c.text_hash) AS text_hashes
+            FROM chunks c
+            WHERE c.source_id = ?
+              AND c.doc_id NOT IN (SELECT doc_id FROM discovery WHERE source_id = ? AND supported)
+            GROUP BY c.doc_id ORDER BY c.doc_id
+            """,
+            [source_id, source_id],
+        )
+
+    # ---- deletion proofs -------------------------------------------------------------------
+
+    def record_tombstones(self, source_id: str, leaving: Sequence[dict], run_id: str) -> None:
+        """Remember documents about to leave the index (title, opening text, text hashes), so that
+        their deletion can be proven afterwards."""
+        if not leaving:
+            return
+        now = utcnow()
+        with self.db.transaction():
+            self.db.execute(f"DELETE FROM tombstones WHERE doc_id {_IN}", [[d["doc_id"] for d in leaving]])
+            self.db.insert("tombstones", columns("tombstones"), [
+                (d["doc_id"], source_id, d["title"], d["opening_text"], list(d["text_hashes"]), now, run_id) for d in leaving
+            ])
+
+    def tombstones(self, source_id: str) -> list[dict]:
+        """Deleted documents of a source that have not come back."""
+        return self.db.dicts(
+            "SELECT * FROM tombstones WHERE source_id = ? AND doc_id NOT IN (SELECT doc_id FROM manifest WHERE supported) "
+            "ORDER BY doc_id", [source_id])
+
+    def remnants(self, doc_ids: Sequence[str]) -> dict[str, list[str]]:
+        """For each document id, the tables that still hold something of it."""
+        if not doc_ids:
+            return {}
+        found: dict[str, list[str]] = {}
+        probe = [list(doc_ids)]
+        for table in DOCUMENT_TABLES:
+            for (doc_id,) in self.db.rows(f"SELECT DISTINCT doc_id FROM {table} WHERE doc_id {_IN}", probe):
+                found.setdefault(doc_id, []).append(table)
+        for table in CHUNK_TABLES:
+            # Chunk ids are `<doc id>#<ordinal>`: a row of a deleted document keeps its prefix.
+            for (doc_id,) in self.db.rows(
+                f"SELECT DISTINCT p.doc_id FROM {table} t JOIN (SELECT unnest(?::VARCHAR[]) AS doc_id) p "
+                "ON left(t.chunk_id, length(p.doc_id) + 1) = p.doc_id || '#'", probe):
+                found.setdefault(doc_id, []).append(table)
+        for doc_id, hashes in self.db.rows(f"SELECT doc_id, text_hashes FROM tombstones WHERE doc_id {_IN}", probe):
+            leftover = self.db.value(
+                f"SELECT count(*) FROM embedding_cache WHERE text_hash {_IN} "
+                "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)", [list(hashes or [])])
+            if leftover:
+                found.setdefault(doc_id, []).append("embedding_cache")
+        return found
+
+    def orphans(self) -> dict[str, list[str]]:
+        """Served rows whose parent is gone: chunks without a document, vectors or postings without a chunk."""
+        found: dict[str, list[str]] = {}
+        for (doc_id,) in self.db.rows("SELECT DISTINCT doc_id FROM chunks WHERE doc_id NOT IN (SELECT doc_id FROM documents)"):
+            found.setdefault(doc_id, []).append("chunks")
+        for table in ("vectors", "postings"):
+            for (chunk_id,) in self.db.rows(
+                f"SELECT DISTINCT chunk_id FROM {table} WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)"):
+                found.setdefault(chunk_id.rsplit("#", 1)[0], []).append(table)
+        return found
+
+    # ---- what is served --------------------------------------------------------------------
+
+    def indexed_documents(self, source_id: str) -> list[dict]:
+        return self.db.dicts("SELECT * FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id])
+
+    def document_hashes(self) -> dict[str, str]:
+        """Served document id -> content hash of the indexed version."""
+        return dict(self.db.rows("SELECT doc_id, content_hash FROM documents"))
+
+    def manifest_hash(self, source_id: str) -> str:
+        """A hash of the served state of one source (doc ids and content hashes)."""
+        rows = self.db.rows("SELECT doc_id, content_hash FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id])
+        return hashlib.sha256(json.dumps([list(r) for r in rows]).encode()).hexdigest()[:16]
+
+    def first_chunk_vectors(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The served vector of each document's first chunk (the queryable probe's query)."""
+        if not doc_ids:
+            return {}
+        keys, matrix = self.db.read_vectors(
+            f"""
+            SELECT doc_id, vector FROM (
+                SELECT c.doc_id, {self.db.vector_expression("v.vector")} AS vector,
+                       row_number() OVER (PARTITION BY c.doc_id ORDER BY c.ordinal) AS position
+                FROM chunks c JOIN vectors v USING (chunk_id) WHERE c.doc_id {_IN}
+            ) firsts WHERE position = 1
+            """,
+            [list(doc_ids)],
+        )
+        return dict(zip(keys, matrix))
+
+    def supersession(self) -> dict[str, str]:
+        """Served document id -> id of the document it supersedes (same source)."""
+        rows = self.db.rows("SELECT doc_id, source_id, supersedes FROM documents WHERE supersedes IS NOT NULL")
+        return {doc_id: f"{source_id}:{old}" for doc_id, source_id, old in rows}
+
+    def known_sources(self) -> list[str]:
+        rows = self.db.rows("SELECT DISTINCT source_id FROM manifest UNION SELECT DISTINCT source_id FROM documents ORDER BY 1")
+        return [r[0] for r in rows]
+
+    def table_counts(self, source_id: str) -> dict[str, int]:
+        return {table: int(self.db.value(f"SELECT count(*) FROM {table} WHERE source_id = ?", [source_id]))
+                for table in SOURCE_TABLES}
+
+    def purge_source(self, source_id: str) -> None:
+        """Remove everything of a source (it left the config); the ledger keeps its history."""
+        with self.db.transaction():
+            hashes = [r[0] for r in self.db.rows("SELECT text_hash FROM staged_chunks WHERE source_id = ?", [source_id])]
+            for table in SOURCE_TABLES:
+                self.db.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
+            if hashes:
+                self.db.execute(f"DELETE FROM embedding_cache WHERE text_hash {_IN} "
+                                "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)", [hashes])
+            self.db.execute(
+                "UPDATE ledger SET status = 'deleted', reason = 'source removed from the config', updated_at = ? "
+                "WHERE source_id = ? AND status <> 'deleted'", [utcnow(), source_id])

@@ -1,0 +1,191 @@
+"""Staging: what the ingestion stages write for a source (discovery, parsed elements, chunks and
+their postings, the embedding cache). Search never reads it; the switch publishes from it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime
+
+import numpy as np
+
+from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, ParsedDocument
+from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.schema import columns
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Staging:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # ---- discovery and the committed manifest ----------------------------------------------
+
+    def previous_manifest(self, source_id: str) -> dict[str, tuple[str, str]]:
+        """`doc_id -> (content hash, meta json)` of the source's supported documents at the last
+        committed switch: what the index was built from, whatever later runs saw before they died."""
+        rows = self.db.rows("SELECT doc_id, content_hash, meta_json FROM manifest WHERE source_id = ? AND supported",
+                            [source_id])
+        return {doc_id: (content_hash, meta_json) for doc_id, content_hash, meta_json in rows}
+
+    def write_discovery(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str]) -> None:
+        """Replace the source's staged discovery: every name found, supported or not."""
+        now = utcnow()
+        rows = [
+            (f.source_id, f.doc_id, f.rel_path, f.content_hash, meta_json.get(f.doc_id, ""), f.size,
+             f.file_type, f.supported, f.skip_reason, f.error, now, f.mtime_ns)
+            for f in files
+        ]
+        with self.db.transaction():
+            self.db.execute("DELETE FROM discovery WHERE source_id = ?", [source_id])
+            self.db.insert("discovery", columns("discovery"), rows)
+
+    def discovery_rows(self, source_id: str) -> list[dict]:
+        """The source's latest discovery (what the stages work towards)."""
+        return self.db.dicts("SELECT * FROM discovery WHERE source_id = ? ORDER BY doc_id", [source_id])
+
+    def manifest_rows(self, source_id: str) -> list[dict]:
+        """The source's committed manifest (what the served index was built from)."""
+        return self.db.dicts("SELECT * FROM manifest WHERE source_id = ? ORDER BY doc_id", [source_id])
+
+    def commit_manifest(self, source_id: str) -> None:
+        """The staged discovery becomes the committed manifest (part of the switch)."""
+        names = ", ".join(columns("manifest"))
+        with self.db.transaction():
+            self.db.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
+            self.db.execute(f"INSERT INTO manifest ({names}) SELECT {names} FROM discovery WHERE source_id = ?", [source_id])
+
+    # ---- parsed documents ------------------------------------------------------------------
+
+    def parsed_versions(self, source_id: str) -> dict[str, tuple[str, str]]:
+        rows = self.db.rows("SELECT doc_id, content_hash, meta_json FROM parsed_docs WHERE source_id = ?", [source_id])
+        return {d: (h, m) for d, h, m in rows}
+
+    def save_parsed(self, source_id: str, docs: Sequence[tuple[ParsedDocument, str]]) -> None:
+        """Replace the parsed elements of these (document, meta json) pairs, in one transaction."""
+        if not docs:
+            return
+        now = utcnow()
+        element_rows = [
+            (e.doc_id, source_id, e.ordinal, e.category, e.text, list(e.heading_path), e.page_number,
+             e.table_html, e.line_start, e.line_end)
+            for doc, _ in docs for e in doc.elements
+        ]
+        doc_rows = [(d.doc_id, source_id, d.content_hash, meta, d.title, d.parser_version, now, *_access(meta))
+                    for d, meta in docs]
+        replaced = [d.doc_id for d, _ in docs]
+        with self.db.transaction():
+            self.db.execute("DELETE FROM elements WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [replaced])
+            self.db.execute("DELETE FROM parsed_docs WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [replaced])
+            self.db.insert("elements", columns("elements"), element_rows)
+            self.db.insert("parsed_docs", columns("parsed_docs"), doc_rows)
+
+    def load_parsed(self, doc_ids: Sequence[str]) -> list[ParsedDocument]:
+        if not doc_ids:
+            return []
+        wanted = [list(doc_ids)]
+        docs = self.db.rows(
+            "SELECT doc_id, content_hash, parser_version, title FROM parsed_docs "
+            "WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id", wanted)
+        element_rows = self.db.rows(
+            "SELECT doc_id, ordinal, category, text, heading_path, page_number, table_html, line_start, line_end "
+            "FROM elements WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id, ordinal", wanted)
+        by_doc: dict[str, list[Element]] = {}
+        for doc_id, ordinal, category, text, path, page, html, start, end in element_rows:
+            by_doc.setdefault(doc_id, []).append(Element(doc_id, ordinal, category, text, tuple(path or ()), page, html, start, end))
+        return [ParsedDocument(doc_id, content_hash, parser, title, tuple(by_doc.get(doc_id, [])))
+                for doc_id, content_hash, parser, title in docs]
+
+    # ---- chunks ----------------------------------------------------------------------------
+
+    def chunk_versions(self, source_id: str) -> dict[str, tuple[str, str]]:
+        """`doc_id -> (content hash, chunking fingerprint)` of the staged chunks."""
+        rows = self.db.rows(
+            "SELECT DISTINCT doc_id, content_hash, chunking_fingerprint FROM staged_chunks WHERE source_id = ?", [source_id])
+        return {d: (h, f) for d, h, f in rows}
+
+    def save_chunks(self, source_id: str, fingerprint: str,
+                    docs: Sequence[tuple[str, str, Sequence[Chunk], Sequence[tuple[str, str, int]]]]) -> None:
+        """Replace the staged chunks and lexical postings of these documents in one transaction.
+
+        `docs` holds (doc_id, content_hash, chunks, postings as (chunk_id, term, tf)).
+        """
+        if not docs:
+            return
+        chunk_rows = [
+            (c.chunk_id, c.doc_id, source_id, c.ordinal, c.title, list(c.heading_path), c.text, c.embed_text,
+             c.text_hash, c.token_count, c.line_start, c.line_end, c.page_number, content_hash, fingerprint, None)
+            for _, content_hash, chunks, _ in docs for c in chunks
+        ]
+        posting_rows = [(chunk_id, source_id, term, tf) for *_, postings in docs for chunk_id, term, tf in postings]
+        with self.db.transaction():
+            self._drop([d[0] for d in docs], ("staged_chunks",), postings=True)
+            self.db.insert("staged_chunks", columns("staged_chunks"), chunk_rows)
+            self.db.insert("staged_postings", columns("staged_postings"), posting_rows)
+
+    def drop_staged_documents(self, doc_ids: Sequence[str]) -> None:
+        """Remove deleted documents from every staging table."""
+        if doc_ids:
+            self._drop(doc_ids, ("staged_chunks", "elements", "parsed_docs"), postings=True)
+
+    def _drop(self, doc_ids: Sequence[str], tables: Sequence[str], postings: bool) -> None:
+        with self.db.transaction():
+            if postings:
+                self.db.execute(
+                    "DELETE FROM staged_postings WHERE chunk_id IN (SELECT chunk_id FROM staged_chunks "
+                    "WHERE doc_id IN (SELECT unnest(?::VARCHAR[])))", [list(doc_ids)])
+            for table in tables:
+                self.db.execute(f"DELETE FROM {table} WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [list(doc_ids)])
+
+    # ---- embedding cache -------------------------------------------------------------------
+
+    def chunks_to_embed(self, source_id: str, identity: str) -> list[tuple[str, str, str]]:
+        """(chunk_id, text_hash, embed_text) of staged chunks not yet embedded by this embedder, or
+        whose cached vector is gone (another source's switch pruned it in a race): embedded again."""
+        return self.db.rows(
+            "SELECT s.chunk_id, s.text_hash, s.embed_text FROM staged_chunks s "
+            "WHERE s.source_id = ? AND (s.embedded_identity IS DISTINCT FROM ? OR NOT EXISTS "
+            "(SELECT 1 FROM embedding_cache c WHERE c.identity = ? AND c.text_hash = s.text_hash)) ORDER BY s.chunk_id",
+            [source_id, identity, identity])
+
+    def cached_hashes(self, identity: str, text_hashes: Sequence[str]) -> set[str]:
+        if not text_hashes:
+            return set()
+        rows = self.db.rows("SELECT text_hash FROM embedding_cache WHERE identity = ? "
+                            "AND text_hash IN (SELECT unnest(?::VARCHAR[]))", [identity, list(set(text_hashes))])
+        return {r[0] for r in rows}
+
+    def cache_vectors(self, identity: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        if not items:
+            return
+        now = utcnow()
+        # Another source's run may cache the same text meanwhile: one row per (identity, text).
+        self.db.insert_missing("embedding_cache", columns("embedding_cache"), [(identity, h, now) for h, _ in items],
+                               key=("identity", "text_hash"), vectors=np.stack([v for _, v in items]))
+
+    def mark_embedded(self, chunk_ids: Sequence[str], identity: str) -> None:
+        if chunk_ids:
+            self.db.execute("UPDATE staged_chunks SET embedded_identity = ? WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))",
+                            [identity, list(chunk_ids)])
+
+    def prune_cache(self, identity: str, text_hashes: Iterable[str]) -> int:
+        """Drop cache entries of these text hashes unless a staged chunk still uses them."""
+        hashes = list(set(text_hashes))
+        if not hashes:
+            return 0
+        rows = self.db.rows(
+            "DELETE FROM embedding_cache WHERE identity = ? AND text_hash IN (SELECT unnest(?::VARCHAR[])) "
+            "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks) RETURNING text_hash", [identity, hashes])
+        return len(rows)
+
+
+def _access(meta_json: str) -> tuple:
+    """(tenant, visibility, roles, status, effective_date, supersedes, superseded_by) of a document's
+    metadata, as columns: the switch copies them to the served rows, in any engine's SQL."""
+    meta = json.loads(meta_json) if meta_json else {}
+    effective = meta.get("effective_date")
+    return (meta.get("tenant"), meta.get("visibility"), list(meta.get("roles") or []), meta.get("status"),
+            date.fromisoformat(effective) if effective else None, meta.get("supersedes"), meta.get("superseded_by"))

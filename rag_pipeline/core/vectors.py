@@ -1,0 +1,26 @@
+"""Vector arithmetic shared by embedding, search and drift."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# A float32 score (a BLAS product, or pgvector's distance) is within this of the float64 cosine:
+# candidates are every vector scoring this close to the k-th best, so that neither a true
+# neighbour nor a tie at the edge of the top k is lost before the exact rescoring.
+FLOAT32_SCORE_TOLERANCE = 1e-4
+
+
+def normalise_rows(matrix: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit length (zero rows stay zero), so that dot products are cosines."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms == 0, 1, norms)
+
+
+def cosines(query: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """cos(query, row) for each row of `matrix`, in float64, each pair computed on its own (the
+    same bits whatever else is in the matrix); a zero vector scores 0."""
+    rows = np.asarray(matrix, dtype=np.float64)
+    q = np.asarray(query, dtype=np.float64)
+    q_norm = np.sqrt((q * q).sum())
+    norms = np.sqrt((rows * rows).sum(axis=1)) * q_norm
+    return np.divide((rows * q).sum(axis=1), norms, out=np.zeros(len(rows)), where=norms > 0)

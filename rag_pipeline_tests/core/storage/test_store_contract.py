@@ -1,0 +1,202 @@
+"""The store's contract, run against both backends: what one part writes, the others read back
+the same way on DuckDB and on PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from datetime import date, datetime
+
+import numpy as np
+import pytest
+
+from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.ingestion.stages import ingest_source
+from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage import SourceBusyError, Store
+from rag_pipeline.core.storage.duckdb import DuckDBDatabase
+from rag_pipeline.core.storage.postgres import PostgresDatabase
+from rag_pipeline.core.storage.schema import SCHEMA_VERSION, SchemaError
+from rag_pipeline_tests.conftest import BACKENDS, make_store, new_pg_schema, write_tree
+
+PAGES = {
+    "a.md": "# Alpha\n\nAlpha pages explain the refund window of fourteen days.\n",
+    "b.md": "---\ntenant: acme\nroles: [support]\nvisibility: internal\n---\n# Beta\n\nBeta is for support staff.\n",
+    "c.md": "# Gamma\n\nGamma covers single sign-on.\n\n## Setup\n\nSetup needs an entity id.\n",
+}
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    store = make_store(request, request.param, tmp_path)
+    yield store
+    store.close()
+
+
+def _ingest(store, root, run_id="r1"):
+    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
+    return ingest_source(SourceConfig(name="kb", path=root), store, embedder, ChunkingConfig(), LifecycleConfig(), run_id), embedder
+
+
+def test_an_empty_store_has_the_current_schema_and_refuses_a_newer_one(store, request, tmp_path):
+    assert store.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION
+    store.db.execute("UPDATE schema_version SET version = ?", [SCHEMA_VERSION + 1])
+    # A second process (a newer rag_pipeline wrote the version) opens the same database.
+    if store.backend == "duckdb":
+        reopened = DuckDBDatabase(store.db.path)
+    else:
+        reopened = PostgresDatabase(store.db.dsn, schema=store.db.schema)
+    with pytest.raises(SchemaError, match="newer than this rag_pipeline"):
+        Store(reopened).ledger.rows()
+
+
+def test_vectors_come_back_bit_for_bit(store, tmp_path):
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((5, 384)).astype(np.float32)
+    store.staging.cache_vectors("model@1", [(f"h{i}", v) for i, v in enumerate(vectors)])
+    keys, matrix = store.db.read_vectors(
+        f"SELECT text_hash, {store.db.vector_expression('vector')} FROM embedding_cache ORDER BY text_hash")
+    assert keys == [f"h{i}" for i in range(5)]
+    assert matrix.dtype == np.float32 and np.array_equal(matrix, vectors)
+    assert store.staging.cached_hashes("model@1", ["h1", "h4", "nope"]) == {"h1", "h4"}
+
+
+def test_an_ingested_source_is_served_ledgered_and_searchable(store, tmp_path):
+    root = write_tree(tmp_path / "src", PAGES)
+    reports, embedder = _ingest(store, root)
+    served = store.served.indexed_documents("kb")
+    assert [d["doc_id"] for d in served] == ["kb:a.md", "kb:b.md", "kb:c.md"]
+    beta = next(d for d in served if d["doc_id"] == "kb:b.md")
+    assert (beta["tenant"], list(beta["roles"]), beta["visibility"]) == ("acme", ["support"], "internal")
+    statuses = {(r["doc_id"], r["stage"]): r["status"] for r in store.ledger.rows("kb")}
+    assert statuses[("kb:c.md", "queryable")] == "ok" and statuses[("kb:a.md", "indexed")] == "ok"
+    assert store.ledger.last_success("kb") is not None
+    assert store.ledger.failures("kb") == {}
+    # A public caller never sees the internal page, by either retriever.
+    public = SearchFilters(tenant=None, roles=())
+    [dense] = store.search.dense_search(embedder.encode(["support staff beta"]), 10, public)
+    [lexical] = store.search.bm25_search([["beta", "support"]], 10, public, k1=0.9, b=0.4)
+    assert "kb:b.md" not in {h.doc_id for h in dense + lexical}
+    staff = SearchFilters(tenant="acme", roles=("support",), as_of=date.today())
+    [lexical] = store.search.bm25_search([["beta", "support"]], 10, staff, k1=0.9, b=0.4)
+    assert lexical[0].doc_id == "kb:b.md" and lexical[0].rank == 1
+
+
+def test_a_deleted_page_leaves_every_table_and_its_tombstone_proves_it(store, tmp_path):
+    root = write_tree(tmp_path / "src", PAGES)
+    _ingest(store, root)
+    (root / "c.md").unlink()
+    _ingest(store, root, "r2")
+    assert [d["doc_id"] for d in store.served.indexed_documents("kb")] == ["kb:a.md", "kb:b.md"]
+    [tombstone] = store.served.tombstones("kb")
+    assert tombstone["doc_id"] == "kb:c.md" and tombstone["title"] and len(tombstone["text_hashes"]) >= 1
+    assert store.served.remnants(["kb:c.md"]) == {}
+    assert store.served.orphans() == {}
+    assert {r["stage"]: r["status"] for r in store.ledger.rows("kb") if r["doc_id"] == "kb:c.md"}["deleted"] == "deleted"
+
+
+def test_the_ledger_keeps_one_row_per_document_and_stage(store):
+    entry = {"doc_id": "kb:x.md", "source_id": "kb", "stage": "parsed", "status": "failed", "reason": "bad pdf"}
+    store.ledger.record([entry], "r1")
+    store.ledger.record([{**entry, "status": "ok", "reason": None}, {**entry, "stage": "chunked", "status": "ok"}], "r2")
+    rows = store.ledger.rows("kb")
+    assert [(r["stage"], r["status"], r["run_id"]) for r in rows] == [("chunked", "ok", "r2"), ("parsed", "ok", "r2")]
+    assert store.ledger.failures("kb") == {}
+
+
+def test_a_refused_switch_keeps_the_last_success_and_says_why(store):
+    store.ledger.record_source_run("kb", "/docs", "r1")
+    first = store.ledger.last_success("kb")
+    store.ledger.record_source_run("kb", "/docs", "r2", failure="coverage: 2 document(s) uncovered")
+    assert store.ledger.last_success("kb") == first
+    [(failure,)] = store.db.rows("SELECT last_failure FROM source_runs WHERE source_id = 'kb'")
+    assert failure.startswith("coverage")
+
+
+def test_records_round_trip(store, tmp_path):
+    store.records.promote("rev1", "eval-a", "first")
+    time.sleep(0.01)
+    store.records.promote("rev1", "eval-b", "better")
+    assert store.records.baseline("rev1") == "eval-b" and store.records.latest_baseline() == ("rev1", "eval-b")
+    assert store.records.baseline("rev2") is None
+    store.records.snapshot_golden("rev1", "golden.jsonl", '{"id": "q1"}\n')
+    store.records.snapshot_golden("rev1", "golden.jsonl", "changed text is not a new snapshot")
+    assert store.records.golden_snapshot("rev1") == '{"id": "q1"}\n'
+    day = date(2026, 11, 30)
+    store.records.save_monitoring(day, "drift", {"p_value": 0.5})
+    store.records.save_monitoring(day, "drift", {"p_value": 0.01})
+    assert store.records.monitoring_history("drift", day) == [{"day": day, "p_value": 0.01}]
+    store.records.log_experiment({
+        "experiment_id": "e1", "created_at": datetime(2026, 11, 30, 9), "component": "chunking",
+        "hypothesis": "h", "config_diff": {"chunking.size": [400, 200]}, "baseline_eval": "a", "candidate_eval": "b",
+        "deltas": {"ndcg_at_10": 0.01}, "worst_slice": "sso", "worst_slice_delta": -0.02, "decision": "keep", "bundle": False,
+    })
+    [row] = store.records.experiment_log()
+    assert row["config_diff"] == {"chunking.size": [400, 200]} and row["worst_slice_delta"] == -0.02
+    with pytest.raises(KeyError, match="no evaluation 'missing'"):
+        store.records.evaluation_summary("missing")
+
+
+def test_a_transaction_rolls_back_every_part_together(store):
+    with pytest.raises(RuntimeError, match="boom"), store.transaction():
+        store.ledger.record([{"doc_id": "kb:x.md", "source_id": "kb", "stage": "parsed", "status": "ok"}], "r1")
+        store.records.promote("rev1", "eval-a", "")
+        raise RuntimeError("boom")
+    assert store.ledger.rows() == [] and store.records.latest_baseline() is None
+
+
+def test_two_runs_of_one_source_are_kept_apart(store):
+    """The source lock (a file lock, or an advisory lock) admits one holder; other sources pass."""
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        with store.source_lock("kb"):
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(10)
+        with pytest.raises(SourceBusyError, match="'kb'"):
+            with store.source_lock("kb", timeout_s=0.6):
+                pass
+        with store.source_lock("other", timeout_s=0.6):
+            pass
+    finally:
+        release.set()
+        holder.join()
+    with store.source_lock("kb", timeout_s=0.6):
+        pass
+
+
+HOLD_AND_DIE = """
+import sys, time
+from rag_pipeline.core.storage.postgres import PostgresDatabase
+db = PostgresDatabase(sys.argv[1], schema=sys.argv[2])
+with db.source_lock("kb"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_postgres_frees_the_lock_of_a_killed_holder(request):
+    dsn, schema = request.getfixturevalue("pg_dsn"), new_pg_schema()
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_AND_DIE, dsn, schema], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        db = PostgresDatabase(dsn, schema=schema)
+        with pytest.raises(SourceBusyError):
+            with db.source_lock("kb", timeout_s=0.6):
+                pass
+        proc.kill()
+        proc.wait()
+        with db.source_lock("kb", timeout_s=10):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()

