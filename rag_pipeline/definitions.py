@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from rag_pipeline.config import PipelineConfig, load_config
+from rag_pipeline.config import PipelineConfig
 from rag_pipeline.defs.automation import automation_jobs, automation_schedules, automation_sensors
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets, search_index
@@ -56,17 +56,17 @@ def build_definitions(
 def executor_for(config: PipelineConfig) -> dg.ExecutorDefinition:
     """Where a run's steps execute. DuckDB: in the run's process (one writer per file; the model
     and the parser load once per run). PostgreSQL: a process per step, so that steps of parallel
-    runs and of one run share nothing but the database; on Kubernetes (RAG_PIPELINE_EXECUTOR=k8s,
-    set by deploy/helm/values.yaml) a pod per step, with dagster-k8s's executor."""
-    if os.environ.get(EXECUTOR_ENV_VAR) == "k8s":
+    runs and of one run share nothing but the database. RAG_PIPELINE_EXECUTOR overrides the
+    choice: `k8s` (set by deploy/helm/values.yaml) runs a pod per step with dagster-k8s's
+    executor; `multiprocess` and `in_process` name Dagster's own."""
+    chosen = os.environ.get(EXECUTOR_ENV_VAR) or ("multiprocess" if config.storage.parallel_writers else "in_process")
+    if chosen == "k8s":
         import dagster_k8s  # in the deployment image only (the `k8s` extra)
 
         return dagster_k8s.k8s_job_executor
-    if config.storage.parallel_writers:
-        return dg.multiprocess_executor
-    return dg.in_process_executor
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return build_definitions(load_config())
+    executors = {"multiprocess": dg.multiprocess_executor, "in_process": dg.in_process_executor}
+    if chosen not in executors:
+        raise ValueError(f"{EXECUTOR_ENV_VAR}={chosen!r}: use k8s, multiprocess or in_process")
+    if chosen == "multiprocess" and not config.storage.parallel_writers:
+        raise ValueError(f"{EXECUTOR_ENV_VAR}=multiprocess needs storage.backend: postgres (a DuckDB file has one writer)")
+    return executors[chosen]
