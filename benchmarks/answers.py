@@ -3,8 +3,12 @@ table and the answer metrics, through the project's BEIR ingestion, dense retrie
 
     python benchmarks/answers.py [--dataset ../shared/datasets/squad2-sample500] [--k 3]
 
-The no-result threshold is calibrated on the first half of the questions (best dense cosine that
-best separates answerable from unanswerable) and applied to the second half, which is reported.
+Two ways to decide "the corpus cannot answer", both fitted on the first half of the questions and
+reported on the second half: the single no-result threshold (the best dense cosine that best
+separates answerable from unanswerable), and the abstention model (`abstention.py`: a logistic
+model of several signals, dense and BM25 retrieval, their agreement, term coverage, the best
+sentence's cosine and answer type). The context is dense top k for both; the BM25 list comes
+from the same hybrid search. The model's full curve is written to benchmarks/out/answers/curve.json.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig  # noqa: E402
-from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer  # noqa: E402
+from rag_pipeline.core.evaluation import abstention  # noqa: E402
+from rag_pipeline.core.evaluation.answer_checks import check_answer  # noqa: E402
 from rag_pipeline.core.evaluation.answers import ExtractiveGenerator  # noqa: E402
 from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
@@ -53,36 +58,67 @@ def main() -> int:
 
     queries = [json.loads(line) for line in (args.dataset / "queries.jsonl").open()]
     answers = {r["_id"]: r for r in map(json.loads, (args.dataset / "answers.jsonl").open())}
-    retriever = Retriever(store, embedder, RetrievalConfig(mode="dense", k=args.k))
-    results = retriever.search_many([q["text"] for q in queries], [SearchFilters()] * len(queries), "dense", args.k)
-    best = [max((h.score for h in r.hits), default=0.0) for r in results]
+    retriever = Retriever(store, embedder, RetrievalConfig(mode="hybrid", k=args.k))
+    questions = [q["text"] for q in queries]
+    results = retriever.search_many(questions, [SearchFilters()] * len(queries), "hybrid", args.k)
+    contexts = [r.candidates["dense"][: args.k] for r in results]  # what dense retrieval would return
+    best = [max((h.score for h in r.candidates["dense"]), default=0.0) for r in results]
+    answerable = [not answers[q["_id"]]["is_impossible"] for q in queries]
+    features = [abstention.question_features(q, r.candidates, c) for q, r, c in zip(questions, results, contexts)]
+    abstention.add_sentence_cosines(questions, contexts, features, embedder.encode)
     half = len(queries) // 2
-    threshold = _threshold([(best[i], not answers[q["_id"]]["is_impossible"]) for i, q in enumerate(queries[:half])])
-    generator = ExtractiveGenerator(threshold)
+    fit, held = slice(0, half), slice(half, None)
 
-    rows, metrics = [], {"answer_citations_valid": [], "answer_faithful": [], "answer_contains_gold": []}
-    for query, result, score in list(zip(queries, results, best))[half:]:
-        truth = answers[query["_id"]]
-        answerable = not truth["is_impossible"]
-        answer = generator.generate(query["text"], result.hits, score)
-        rows.append((answerable, answer.abstained))
-        check = check_answer(answer, {h.chunk_id: h.text for h in result.hits}, " ".join(truth["answers"]), answerable)
-        metrics["answer_citations_valid"].append(float(check.citations_valid))
-        metrics["answer_faithful"].append(float(check.faithful))
-        if answerable and not answer.abstained:
-            metrics["answer_contains_gold"].append(float(any(_norm(a) in _norm(answer.text) for a in truth["answers"] if a)))
-    table = abstention_table(rows)
-    print(f"SQuAD 2.0 sample: {len(queries)} questions; threshold {threshold:.4f} calibrated on the first {half}, "
-          f"reported on the other {len(queries) - half}; dense top {args.k}, extractive generator (2 sentences)")
+    threshold = _threshold([(best[i], answerable[i]) for i in range(half)])
+    model = abstention.fit(features[fit], answerable[fit])
+    decisions = {
+        "single threshold": [s < threshold for s in best],
+        "abstention model": [bool(p < model.threshold) for p in model.scores(features)],
+    }
+    generator = ExtractiveGenerator(threshold)
+    print(f"SQuAD 2.0 sample: {len(queries)} questions; both fitted on the first {half} "
+          f"({sum(answerable[fit])} answerable), reported on the other {len(queries) - half} "
+          f"({sum(answerable[held])} answerable); dense top {args.k} as context, extractive generator (2 sentences)")
+    print(f"single threshold: best dense cosine >= {threshold:.4f}")
+    print(f"abstention model: p(answerable) >= {model.threshold:.4f}, l2 {model.l2}; features kept "
+          + ", ".join(f"{n} {w:+.3f}" for n, w in zip(model.features, model.weights)))
+    print("  fit-split screening (oriented AUC, z): "
+          + ", ".join(f"{n} {v['auc']:.3f} ({v['z']:+.1f})" for n, v in model.fitted_on["screening"].items()))
     print()
-    print("|  | answerable | unanswerable |")
+    print("| held-out half | answered answerable | abstained answerable | answered unanswerable | abstained unanswerable "
+          "| abstain rate (unanswerable) | false abstention (answerable) | balanced accuracy | curve area |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    scores = {"single threshold": best, "abstention model": model.scores(features).tolist()}
+    for name, abstained in decisions.items():
+        table = abstention.two_by_two(answerable[held], abstained[held])
+        area = abstention.area_under_curve(abstention.curve_from_scores(scores[name][held], answerable[held]))
+        print(f"| {name} | {table['answered_answerable']} | {table['abstained_answerable']} | {table['answered_unanswerable']} "
+              f"| {table['abstained_unanswerable']} | {table['abstain_rate']:.3f} | {table['false_abstain_rate']:.3f} "
+              f"| {table['balanced_accuracy']:.3f} | {area:.3f} |")
+    points = abstention.curve(model, features[held], answerable[held])
+    (work / "curve.json").write_text(json.dumps(points, indent=1))
+    print()
+    print("abstention model's curve on the held-out half (abstain when p(answerable) < threshold; full curve in curve.json):")
+    print()
+    print("| threshold | abstain rate (unanswerable) | false abstention (answerable) |")
     print("|---|---|---|")
-    print(f"| answered | {table['answered_answerable']} | {table['answered_unanswerable']} |")
-    print(f"| abstained | {table['abstained_answerable']} | {table['abstained_unanswerable']} |")
+    grid = sorted({round(0.30 + 0.025 * i, 3) for i in range(17)} | {round(model.threshold, 4)})
+    for point in abstention.curve(model, features[held], answerable[held], grid):
+        mark = " (the model's)" if abs(point["threshold"] - model.threshold) < 5e-5 else ""
+        print(f"| {point['threshold']:.4f}{mark} | {point['abstain_rate_unanswerable']:.3f} "
+              f"| {point['false_abstain_rate_answerable']:.3f} |")
     print()
-    for name, values in metrics.items():
-        if values:
-            print(f"{name}: {sum(values) / len(values):.3f} over {len(values)} answers")
+    for name, abstained in decisions.items():
+        metrics = {"answer_citations_valid": [], "answer_faithful": [], "answer_contains_gold": []}
+        for i in range(half, len(queries)):
+            truth = answers[queries[i]["_id"]]
+            answer = generator.generate(questions[i], contexts[i], best[i], abstain=abstained[i])
+            check = check_answer(answer, {h.chunk_id: h.text for h in contexts[i]}, " ".join(truth["answers"]), answerable[i])
+            metrics["answer_citations_valid"].append(float(check.citations_valid))
+            metrics["answer_faithful"].append(float(check.faithful))
+            if answerable[i] and not answer.abstained:
+                metrics["answer_contains_gold"].append(float(any(_norm(a) in _norm(answer.text) for a in truth["answers"] if a)))
+        print(f"{name}: " + "; ".join(f"{k} {sum(v) / len(v):.3f} over {len(v)} answers" for k, v in metrics.items() if v))
     return 0
 
 

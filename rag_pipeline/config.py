@@ -154,6 +154,11 @@ class RetrievalConfig(_Strict):
     no_result_threshold: float | None = Field(
         default=None, description="best-score floor under which a query counts as 'found nothing'; None: calibrate on the dev split"
     )
+    # How "the corpus cannot answer" is decided: the best score against that threshold, or the
+    # abstention model fitted on the dev split (several signals; core/evaluation/abstention.py).
+    # Both are measured per split; the model is not the default: on the sample corpus it abstains
+    # on answerable cases more often (README, "Abstention").
+    abstention: Literal["threshold", "model"] = "threshold"
 
 
 class LifecycleConfig(_Strict):
@@ -178,6 +183,12 @@ class MonitoringConfig(_Strict):
     # A recording (the bundled sample), not a live feed: the nightly run monitors the log's last day.
     # Left false for a live log, the night monitors yesterday, and a day without traffic is a red run.
     recorded_log: bool = False
+
+
+class EvaluationConfig(_Strict):
+    """Evaluation suites: the full golden set, and the pull-request subset's size."""
+
+    pr_subset_size: int = Field(default=30, ge=1, description="cases of the `pr` suite (slice-stratified, no holdout)")
 
 
 class AnswersConfig(_Strict):
@@ -225,6 +236,11 @@ class StorageConfig(_Strict):
     hnsw_m: int = Field(default=16, ge=2, le=100)
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
+    # Exact search from an in-memory copy of the served index in each process (rebuilt when a
+    # switch changes it; about 160 MB per 100k chunks of 384 floats), up to this many chunks;
+    # false, or beyond it: every query runs in the database. Rankings are the same either way.
+    memory_search: bool = True
+    memory_max_chunks: int = Field(default=2_000_000, ge=0)
 
     @property
     def parallel_writers(self) -> bool:
@@ -258,6 +274,7 @@ class PipelineConfig(_Strict):
     storage: StorageConfig = StorageConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     answers: AnswersConfig = AnswersConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
     golden_set: Path | None = None
     gate_policy: Path | None = None
     config_path: Path | None = Field(default=None, exclude=True)

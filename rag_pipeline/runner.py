@@ -175,14 +175,15 @@ def evaluate_golden(
     mode: str | None = None,
     embedder: EmbedderResource | None = None,
     overrides: dict[str, str] | None = None,
+    suite: str = "full",
 ) -> EvalRun:
-    """Materialize golden_set and golden_eval for the revision of the configured golden file."""
+    """Materialize golden_set and golden_eval (the `suite`) for the revision of the configured golden file."""
     if config.golden_set is None:
         raise ValueError("no golden set: set golden_set in the config or pass --golden")
     revision = file_revision(config.golden_set)
     if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
         instance.add_dynamic_partitions(golden_partitions.name, [revision])
-    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or ""}}}}
+    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or "", "suite": suite}}}}
     result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
         instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
         tags={**CLI_TAGS, GOLDEN_TAG: revision},

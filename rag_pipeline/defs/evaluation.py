@@ -25,6 +25,8 @@ class GoldenEvalConfig(dg.Config):
     """Run-time choices of one evaluation; empty means the pipeline config's values."""
 
     mode: str = ""
+    # `full` (every case) or `pr` (the fast slice-stratified subset, evaluation.pr_subset_size).
+    suite: str = "full"
 
 
 def _golden_file(settings: PipelineSettings, store: StoreResource, revision: str) -> Path:
@@ -63,11 +65,13 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
     pipeline, db = settings.load(), store.get()
     path = _golden_file(settings, store, context.partition_key)
     _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
-                                      pipeline.source_ids, config.mode or None, pipeline.answers)
+                                      pipeline.source_ids, config.mode or None, pipeline.answers,
+                                      config.suite, pipeline.evaluation.pr_subset_size)
     report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,
+        "suite": f"{result.suite} ({len(result.cases)} cases)",
         "config_fingerprint": result.config_fingerprint,
         "index_state": dg.MetadataValue.json(result.index_state),
         "slice_table": dg.MetadataValue.md(slice_table(result)),

@@ -48,6 +48,8 @@ class StoreResource(dg.ConfigurableResource):
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
     hnsw_ef_search: int = 100
+    memory_search: bool = True
+    memory_max_chunks: int = 2_000_000
 
     @classmethod
     def from_config(cls, storage: StorageConfig) -> StoreResource:

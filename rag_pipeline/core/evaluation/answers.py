@@ -48,11 +48,26 @@ class Answer:
 class Generator(Protocol):
     name: str
 
-    def generate(self, question: str, context: Sequence[Hit], best_score: float | None) -> Answer: ...
+    def generate(self, question: str, context: Sequence[Hit], best_score: float | None,
+                 abstain: bool | None = None) -> Answer: ...
 
 
 def split_sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
+
+
+def rank_sentences(question: str, context: Sequence[Hit]) -> list[tuple[int, int, int, str, str]]:
+    """The context sentences sharing a term with the question, best first, as (-shared terms,
+    chunk rank, position in the chunk, sentence, chunk id): more shared terms first; then the
+    better-ranked chunk; then document order."""
+    terms = set(analyze(question))
+    scored = []
+    for rank, hit in enumerate(context):
+        for position, sentence in enumerate(split_sentences(hit.text)):
+            overlap = len(terms & set(analyze(sentence)))
+            if overlap:
+                scored.append((-overlap, rank, position, sentence, hit.chunk_id))
+    return sorted(scored)
 
 
 def parse_citations(text: str) -> list[str]:
@@ -62,8 +77,10 @@ def parse_citations(text: str) -> list[str]:
 
 class ExtractiveGenerator:
     """A deterministic, offline baseline: the context sentences that share most terms with the
-    question, each citing its chunk; abstains when the retrieval's best score is under the
-    calibrated no-result threshold or no sentence shares a term with the question."""
+    question, each citing its chunk; abstains when the evaluation decided the corpus cannot
+    answer (`abstain`, the fitted abstention model's decision), or, without that decision, when
+    the retrieval's best score is under the calibrated no-result threshold; and always when no
+    sentence shares a term with the question."""
 
     name = "extractive"
 
@@ -71,21 +88,18 @@ class ExtractiveGenerator:
         self.threshold = threshold
         self.max_sentences = max_sentences
 
-    def generate(self, question: str, context: Sequence[Hit], best_score: float | None) -> Answer:
+    def generate(self, question: str, context: Sequence[Hit], best_score: float | None,
+                 abstain: bool | None = None) -> Answer:
         settings = {"threshold": self.threshold, "max_sentences": self.max_sentences}
-        if best_score is None or best_score < self.threshold or not context:
+        if abstain is not None:
+            settings["abstention"] = "model"
+        refuse = abstain if abstain is not None else best_score is None or best_score < self.threshold
+        if refuse or not context:
             return Answer(ABSTENTION, [], True, self.name, "extractive", "", settings)
-        terms = set(analyze(question))
-        scored = []
-        for rank, hit in enumerate(context):
-            for position, sentence in enumerate(split_sentences(hit.text)):
-                overlap = len(terms & set(analyze(sentence)))
-                if overlap:
-                    # More shared terms first; then the better-ranked chunk; then document order.
-                    scored.append((-overlap, rank, position, sentence, hit.chunk_id))
+        scored = rank_sentences(question, context)
         if not scored:
             return Answer(ABSTENTION, [], True, self.name, "extractive", "", settings)
-        chosen = sorted(scored)[: self.max_sentences]
+        chosen = scored[: self.max_sentences]
         chosen.sort(key=lambda s: (s[1], s[2]))
         text = " ".join(f"{sentence} [{chunk_id}]" for *_, sentence, chunk_id in chosen)
         return Answer(text, list(dict.fromkeys(c[-1] for c in chosen)), False, self.name, "extractive", "", settings)
@@ -209,7 +223,9 @@ class OpenAICompatibleGenerator:
         passages = "\n\n".join(f"[{h.chunk_id}] {h.text}" for h in context)
         return self.template.replace("{context}", passages).replace("{question}", question)
 
-    def generate(self, question: str, context: Sequence[Hit], best_score: float | None = None) -> Answer:
+    def generate(self, question: str, context: Sequence[Hit], best_score: float | None = None,
+                 abstain: bool | None = None) -> Answer:
+        """`best_score` and `abstain` are not used: the model reads the context and abstains in its reply."""
         reply = self.client.complete(self._prompt(question, context))
         answer = Answer(reply.text or "", [], False, self.name, self.model, self.prompt_version, dict(self.settings),
                         reply.prompt_tokens, reply.completion_tokens, attempts=reply.attempts, error=reply.error)

@@ -16,17 +16,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
-from rag_pipeline.core.evaluation import metrics
+from rag_pipeline.core.evaluation import abstention, metrics
 from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer
 from rag_pipeline.core.evaluation.answers import Generator, make_claim_judge, make_generator
 from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSet, GoldenSetError, GoldSpan, file_revision, load_golden_set
+from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
 from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
+from rag_pipeline.core.evaluation.suites import FULL, select_suite
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.storage import Store
 
 # Deep enough for Recall@100 at document level.
 EVAL_DEPTH = 100
+# The abstention model is fitted on the dev split only when it has this many cases of each kind;
+# else the single no-result threshold decides.
+MIN_ABSTENTION_FIT_CASES = 5
+FIT_SPLIT = "dev"
+# Thresholds on p(answerable) at which the summary's curve is drawn: a fixed grid, so that the
+# stored curve shows no single case's score.
+CURVE_GRID = tuple(i / 40 for i in range(41))
 HEADLINE_METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "recall_at_100",
                     "mrr_at_10", "ndcg_at_10", "precision_at_5", "success_at_5")
 SPAN_CUTOFFS = (5, 10)
@@ -56,6 +65,11 @@ class CaseResult:
         return self.case.answerable and not self.stale_docs
 
     @property
+    def shown_trace(self) -> dict:
+        """The trace that may be stored and shown: a holdout case's is withheld (`holdout.py`)."""
+        return WITHHELD_TRACE if withheld(self.case) else self.trace
+
+    @property
     def failed(self) -> bool:
         """A scored case whose gold document is not in the top 10, or a forbidden document leaked."""
         if self.forbidden_retrieved:
@@ -80,19 +94,25 @@ class EvalResult:
     unanswerable: dict[str, float] = field(default_factory=dict)
     latency: dict[str, float] = field(default_factory=dict)
     answers: dict = field(default_factory=dict)
+    # How abstention was decided and how well: the 2x2 per split, held-out balanced accuracy, curve.
+    abstention: dict = field(default_factory=dict)
+    # `full`, or `pr` (a fast subset, see suites.py): only evaluations of one suite are compared.
+    suite: str = FULL
 
     @property
     def eval_id(self) -> str:
-        return f"{self.revision}-{self.mode}-{self.config_fingerprint[:8]}-{self.created_at:%Y%m%dT%H%M%S}"
+        suite = "" if self.suite == FULL else f"-{self.suite}"
+        return f"{self.revision}{suite}-{self.mode}-{self.config_fingerprint[:8]}-{self.created_at:%Y%m%dT%H%M%S}"
 
     def as_json(self) -> dict:
         return {
-            "eval_id": self.eval_id, "revision": self.revision, "mode": self.mode,
+            "eval_id": self.eval_id, "revision": self.revision, "suite": self.suite, "cases": len(self.cases), "mode": self.mode,
             "config_fingerprint": self.config_fingerprint, "index_state": self.index_state,
             "overall": self.overall, "weighted": self.weighted, "by_slice": self.by_slice, "by_split": self.by_split,
             "unanswerable": self.unanswerable, "latency": self.latency, "answers": self.answers,
+            "abstention": self.abstention,
             "no_result_threshold": self.no_result_threshold, "threshold_source": self.threshold_source,
-            "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs},
+            "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs and not withheld(c.case)},
         }
 
 
@@ -136,9 +156,12 @@ def evaluate(
     generator_for: Callable[[float], Generator] | None = None,
     context_k: int = 5,
     claim_judge: Callable[[str, str], bool | None] | None = None,
+    abstention_method: str = "threshold",
 ) -> EvalResult:
     """Run every case through retrieval with its own caller context and score it; with a
-    generator, also answer every case from its top `context_k` chunks and check the answer."""
+    generator, also answer every case from its top `context_k` chunks and check the answer.
+    `abstention_method`: `threshold` (the best score against the no-result threshold) or `model`
+    (the abstention model fitted on the dev split, see abstention.py); both are reported per split."""
     cases = golden.cases
     results = retriever.search_many([c.question for c in cases], [case_filters(c) for c in cases], mode, EVAL_DEPTH)
     outranks = _superseded_outranks(cases, retriever, mode, supersedes or {})
@@ -171,12 +194,18 @@ def evaluate(
             )
         )
     threshold, source = (no_result_threshold, "configured") if no_result_threshold is not None else calibrate_threshold(case_results)
-    for c in case_results:
-        c.abstained = c.best_score is None or c.best_score < threshold
+    model, features, how = fit_abstention(case_results, results, retriever, context_k, no_result_threshold is not None,
+                                          abstention_method)
+    scores = model.scores(features) if model else None
+    for i, c in enumerate(case_results):
+        c.abstained = bool(scores[i] < model.threshold) if model else c.best_score is None or c.best_score < threshold
     _require_scored_cases(golden, case_results)
-    evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold, source)
+    evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold,
+                            f"{source}; abstention: {how}")
+    evaluation.abstention = abstention_summary(case_results, model, scores, threshold, how)
     if generator_for is not None:
-        answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {}, claim_judge)
+        decisions = [c.abstained for c in case_results] if model else None
+        answer_cases(case_results, results, generator_for(threshold), context_k, supersedes or {}, claim_judge, decisions)
     aggregate(evaluation)
     return evaluation
 
@@ -203,13 +232,19 @@ def _require_scored_cases(golden: GoldenSet, results: Sequence[CaseResult]) -> N
 def answer_cases(
     rows: Sequence[CaseResult], results: Sequence[RetrievalResult], generator: Generator, context_k: int,
     supersedes: Mapping[str, str], claim_judge: Callable[[str, str], bool | None] | None = None,
+    decisions: Sequence[bool] | None = None,
 ) -> None:
     """Answer each case from its own retrieved context and record the answer checks as
-    `answer_*` metrics beside the retrieval metrics (never blended into them)."""
+    `answer_*` metrics beside the retrieval metrics (never blended into them). `decisions`: the
+    abstention model's verdict per case (True: the corpus cannot answer), passed to the generator
+    as `abstain`; without it the generator applies the no-result threshold to the best score."""
     superseded = set(supersedes.values())
-    for row, result in zip(rows, results):
+    for index, (row, result) in enumerate(zip(rows, results)):
         context = result.hits[:context_k]
-        answer = generator.generate(row.case.question, context, row.best_score)
+        if decisions is None:
+            answer = generator.generate(row.case.question, context, row.best_score)
+        else:
+            answer = generator.generate(row.case.question, context, row.best_score, abstain=decisions[index])
         record = {"text": answer.text, "citations": answer.citations, "abstained": answer.abstained,
                   "generator": answer.generator, "model": answer.model, "prompt_version": answer.prompt_version,
                   "settings": answer.settings, "prompt_tokens": answer.prompt_tokens,
@@ -279,6 +314,69 @@ def calibrate_threshold(results: Sequence[CaseResult]) -> tuple[float, str]:
     return float(best), f"calibrated on the {pool_name}"
 
 
+def fit_abstention(
+    rows: Sequence[CaseResult], results: Sequence[RetrievalResult], retriever: Retriever, context_k: int,
+    configured: bool, method: str = "model",
+) -> tuple[abstention.AbstentionModel | None, list[dict[str, float]] | None, str]:
+    """(model, features of every case, how abstention is decided): the abstention model
+    (`abstention.py`) fitted on the dev split when it holds at least MIN_ABSTENTION_FIT_CASES
+    answerable and as many unanswerable cases, no threshold is configured and some feature shows
+    evidence there; else (None, None, why the single no-result threshold decides)."""
+    if configured:
+        return None, None, "the configured no-result threshold"
+    if method == "threshold":
+        return None, None, "the no-result threshold (retrieval.abstention: threshold)"
+    fit_rows = [i for i, r in enumerate(rows) if r.case.split == FIT_SPLIT]
+    answerable = sum(1 for i in fit_rows if rows[i].case.answerable)
+    unanswerable = len(fit_rows) - answerable
+    if min(answerable, unanswerable) < MIN_ABSTENTION_FIT_CASES:
+        return None, None, (f"the no-result threshold (the {FIT_SPLIT} split has {answerable} answerable and "
+                            f"{unanswerable} unanswerable cases; the abstention model needs "
+                            f"{MIN_ABSTENTION_FIT_CASES} of each)")
+    features = abstention.features_for_results([r.case.question for r in rows], results, context_k,
+                                               retriever.embedder.encode)
+    model = abstention.fit([features[i] for i in fit_rows], [rows[i].case.answerable for i in fit_rows])
+    if not model.fitted_on["evidence"]:
+        return None, None, (f"the no-result threshold (no feature separates the {FIT_SPLIT} split's answerable from "
+                            f"its unanswerable cases by {model.fitted_on['min_z']} standard errors)")
+    return model, features, (f"abstention model fitted on the {FIT_SPLIT} split ({answerable} answerable, "
+                             f"{unanswerable} unanswerable; features {', '.join(model.features)})")
+
+
+def abstention_summary(
+    rows: Sequence[CaseResult], model: abstention.AbstentionModel | None, scores, threshold: float, how: str,
+) -> dict:
+    """The abstention figures: the 2x2 per split (with rates and balanced accuracy), the held-out
+    2x2 (every split but the fit split) beside the single threshold's, and the held-out curve
+    (abstain rate on unanswerable against false abstention on answerable) with its area."""
+    answerable = [r.case.answerable for r in rows]
+    decided = [bool(r.abstained) for r in rows]
+    by_threshold = [r.best_score is None or r.best_score < threshold for r in rows]
+    held = [i for i, r in enumerate(rows) if r.case.split != FIT_SPLIT]
+    if model is not None:
+        values, grid = [float(s) for s in scores], list(CURVE_GRID)
+    else:
+        values = [r.best_score if r.best_score is not None else -math.inf for r in rows]
+        finite = [v for v in values if math.isfinite(v)] or [0.0]
+        low, high = min(finite), max(finite)
+        grid = [low + (high - low) * i / 40 for i in range(41)] + [math.nextafter(high, math.inf)]
+    points = abstention.curve_from_scores([values[i] for i in held], [answerable[i] for i in held], grid)
+    splits = sorted({r.case.split for r in rows})
+    return {
+        "method": "model" if model is not None else "threshold",
+        "how": how,
+        "fit_split": FIT_SPLIT,
+        "model": model.as_json() if model is not None else None,
+        "by_split": {s: abstention.two_by_two([answerable[i] for i, r in enumerate(rows) if r.case.split == s],
+                                              [decided[i] for i, r in enumerate(rows) if r.case.split == s])
+                     for s in splits},
+        "held_out": abstention.two_by_two([answerable[i] for i in held], [decided[i] for i in held]),
+        "held_out_single_threshold": abstention.two_by_two([answerable[i] for i in held], [by_threshold[i] for i in held]),
+        "held_out_curve": points,
+        "held_out_curve_area": abstention.area_under_curve(points),
+    }
+
+
 def _average(rows: Sequence[CaseResult], weighted: bool = False) -> dict[str, float]:
     scored = [r for r in rows if r.scored]
     if not scored:
@@ -317,6 +415,7 @@ def aggregate(evaluation: EvalResult) -> None:
         "superseded_outranks_current_rate": metrics.mean([1.0 if o else 0.0 for o in outranks]) if outranks else float("nan"),
         "stale_cases": float(sum(1 for r in rows if r.stale_docs)),
         "no_result_threshold": evaluation.no_result_threshold,
+        **_held_out_abstention(evaluation.abstention),
     }
     evaluation.answers = _answer_summary(rows)
     latencies = [r.latency_ms for r in rows]
@@ -325,6 +424,15 @@ def aggregate(evaluation: EvalResult) -> None:
         "p95_latency_ms": metrics.nearest_rank_quantile(latencies, 0.95),
         "mean_context_tokens": metrics.mean([float(r.context_tokens) for r in rows]),
     }
+
+
+def _held_out_abstention(summary: Mapping) -> dict[str, float]:
+    """The held-out abstention rates (splits other than the fit split), flat, for the report."""
+    held = summary.get("held_out") if summary else None
+    if not held:
+        return {}
+    return {"held_out_abstain_rate": held["abstain_rate"], "held_out_false_abstain_rate": held["false_abstain_rate"],
+            "held_out_balanced_accuracy": held["balanced_accuracy"]}
 
 
 def _answer_means(rows: Sequence[CaseResult]) -> dict[str, float]:
@@ -411,9 +519,12 @@ def run_golden_evaluation(
     source_ids: Sequence[str],
     mode: str | None = None,
     answers: AnswersConfig | None = None,
+    suite: str = FULL,
+    pr_subset_size: int = 30,
 ) -> tuple[GoldenSet, EvalResult]:
-    """Load and validate the golden set against the index, evaluate, and persist the result."""
+    """Load and validate the golden set against the index, evaluate the suite, and persist the result."""
     golden = load_golden_set(golden_path, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
+    golden = select_suite(golden, suite, pr_subset_size)
     index_state = {source_id: store.served.manifest_hash(source_id) for source_id in source_ids}
     retriever = Retriever(store, embedder, retrieval)
     result = evaluate(
@@ -422,6 +533,8 @@ def run_golden_evaluation(
         generator_for=(lambda threshold: make_generator(answers, threshold)) if answers and answers.generator != "none" else None,
         context_k=answers.context_k if answers else 5,
         claim_judge=make_claim_judge(answers) if answers and answers.generator != "none" else None,
+        abstention_method=retrieval.abstention,
     )
+    result.suite = suite
     store.records.save_evaluation(result)
     return golden, result

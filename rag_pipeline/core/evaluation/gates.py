@@ -164,12 +164,17 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy) -> GateRe
     Both arguments are evaluation records: `revision`, `by_slice`, `latency`, `unanswerable`
     (the summary an evaluation stores) plus `cases`: case id -> {metric: value} for scored cases.
     """
+    problem = None
     if baseline["revision"] != candidate["revision"]:
-        result = GateResult(comparable=False)
-        message = (f"baseline is on golden revision {baseline['revision']}, candidate on {candidate['revision']}: "
+        problem = (f"baseline is on golden revision {baseline['revision']}, candidate on {candidate['revision']}: "
                    "not comparable; promote a baseline on this revision first")
-        result.findings.append(Finding("ERROR", message))
-        result.reasons.append(message)
+    elif baseline.get("suite", "full") != candidate.get("suite", "full"):
+        problem = (f"baseline is the {baseline.get('suite', 'full')} suite, candidate the {candidate.get('suite', 'full')} "
+                   "suite: a subset is never compared with another set of cases; promote a baseline of this suite")
+    if problem:
+        result = GateResult(comparable=False)
+        result.findings.append(Finding("ERROR", problem))
+        result.reasons.append(problem)
         return result
     result = GateResult(comparable=True)
     base_cases, cand_cases = baseline["cases"], candidate["cases"]

@@ -4,6 +4,17 @@ One JSON object per line: `id`, `question`, `reference`, `gold_docs`, optional `
 `slice`, `weight` (default 1), `split` (dev / validation / holdout), `tenant`, `roles`,
 `answerable`, optional `forbidden_docs` (documents this caller must never retrieve),
 `provenance`. The revision is the content hash of the file.
+
+A minimal case is `id`, `question`, `reference` and `gold_docs` (`gold_docs` may be left out
+when `answerable` is false). Defaults, reported by `GoldenSet.summary()`:
+
+- `slice`: `"general"`.
+- `split`: from the id alone, so a case keeps its split however often the file is re-loaded or
+  re-ordered: `n = int(sha256(id).hexdigest()[:8], 16) % 100`; n < 60 is dev, n < 80 validation,
+  else holdout (60 / 20 / 20).
+- `weight` 1, `answerable` true, no tenant, roles or spans.
+
+A field that is present must be valid: an unknown split value is an error, never a default.
 """
 
 from __future__ import annotations
@@ -19,9 +30,23 @@ from pathlib import Path
 from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 SPLITS = ("dev", "validation", "holdout")
-_REQUIRED = ("id", "question", "reference", "slice", "split")
-_KNOWN = set(_REQUIRED) | {"gold_docs", "gold_spans", "weight", "tenant", "roles", "answerable",
-                           "forbidden_docs", "provenance"}
+_REQUIRED = ("id", "question", "reference")
+_DEFAULTED = ("slice", "split")
+_KNOWN = set(_REQUIRED) | set(_DEFAULTED) | {"gold_docs", "gold_spans", "weight", "tenant", "roles", "answerable",
+                                             "forbidden_docs", "provenance",
+                                             # Written by `golden accept`: who reviewed the case, when, from
+                                             # what, on which source versions; claims an answer must not make.
+                                             "reviewed", "prohibited_claims"}
+DEFAULT_SLICE = "general"
+# Cumulative shares of the hash-assigned split: dev below 60, validation below 80, holdout above.
+_SPLIT_SHARES = (("dev", 60), ("validation", 80), ("holdout", 100))
+_DEFAULT_RULES = {"split": "from the id's hash", "slice": DEFAULT_SLICE}
+
+
+def default_split(case_id: str) -> str:
+    """The split of a case that names none: 60% dev / 20% validation / 20% holdout by the id's sha256."""
+    n = int(hashlib.sha256(case_id.encode("utf-8")).hexdigest()[:8], 16) % 100
+    return next(name for name, upper in _SPLIT_SHARES if n < upper)
 
 
 class GoldenSetError(ValueError):
@@ -60,9 +85,13 @@ class GoldenSet:
     revision: str
     cases: list[GoldenCase]
     stale: dict[str, list[str]] = field(default_factory=dict)
+    # Field -> number of cases that did not name it and got the documented default.
+    defaults_applied: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
-        """e.g. `loaded 126 cases | slices: billing 34, policy 41 | weight 3 on 18 | holdout 20`."""
+        """e.g. `loaded 126 cases | slices: billing 34, policy 41 | weight 3 on 18 | holdout 20`,
+        then `defaults applied: split (36 cases, from the id's hash), slice (36 cases: general)`
+        when some cases left those fields out."""
         slices = Counter(c.slice for c in self.cases)
         weights = Counter(c.weight for c in self.cases if c.weight != 1)
         splits = Counter(c.split for c in self.cases)
@@ -72,6 +101,10 @@ class GoldenSet:
         parts.append(", ".join(f"{s} {splits[s]}" for s in SPLITS if splits[s]))
         if self.stale:
             parts.append(f"stale labels on {len(self.stale)} cases")
+        if self.defaults_applied:
+            parts.append("defaults applied: " + ", ".join(
+                f"{name} ({n} cases{', ' if name == 'split' else ': '}{_DEFAULT_RULES[name]})"
+                for name, n in self.defaults_applied.items()))
         return " | ".join(parts)
 
     def labels_verdict(self) -> Verdict:
@@ -112,6 +145,7 @@ def load_golden_set(
     errors: list[str] = []
     cases: list[GoldenCase] = []
     seen: dict[str, int] = {}
+    defaulted: Counter[str] = Counter()
     for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -124,7 +158,7 @@ def load_golden_set(
         if not isinstance(raw, dict):
             errors.append(f"{where}: expected a JSON object")
             continue
-        case, problems = _parse_case(raw, line_number)
+        case, problems, applied = _parse_case(raw, line_number)
         if case is not None and known_documents is not None:
             problems = unknown_documents(case, known_documents)
             case = None if problems else case
@@ -135,12 +169,14 @@ def load_golden_set(
             errors.append(f"{where}: field 'id': duplicate id {case.id!r} (first on line {seen[case.id]})")
             continue
         seen[case.id] = line_number
+        defaulted.update(applied)
         cases.append(case)
     if errors:
         raise GoldenSetError(f"golden set {path} has {len(errors)} problem(s):\n  " + "\n  ".join(errors))
     if not cases:
         raise GoldenSetError(f"golden set {path} holds no cases")
-    golden = GoldenSet(path, file_revision(path), cases)
+    golden = GoldenSet(path, file_revision(path), cases,
+                       defaults_applied={name: defaulted[name] for name in ("split", "slice") if defaulted[name]})
     if served_hashes is not None:
         golden.stale = stale_labels(cases, served_hashes)
     return golden
@@ -184,7 +220,12 @@ def stale_labels(cases: Iterable[GoldenCase], served_hashes: Mapping[str, str]) 
     return stale
 
 
-def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str]]:
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], list[str]]:
+    """(case or None, problems, names of the defaulted fields)."""
     problems: list[str] = []
     for name in _REQUIRED:
         if not isinstance(raw.get(name), str) or not raw.get(name, "").strip():
@@ -192,8 +233,12 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str]]:
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         problems.append(f"unknown field(s) {unknown}: check the spelling")
+    applied = [name for name in _DEFAULTED if _missing(raw.get(name))]
+    for name in _DEFAULTED:
+        if name not in applied and not isinstance(raw[name], str):
+            problems.append(f"field '{name}': must be a string")
     split = raw.get("split")
-    if isinstance(split, str) and split and split not in SPLITS:
+    if isinstance(split, str) and split.strip() and split not in SPLITS:
         problems.append(f"field 'split': {split!r} is not one of {', '.join(SPLITS)}")
     gold_docs = raw.get("gold_docs") or []
     if not isinstance(gold_docs, list) or not all(isinstance(d, str) and d for d in gold_docs):
@@ -216,15 +261,16 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str]]:
     spans, span_problems = _parse_spans(raw.get("gold_spans") or [], set(gold_docs))
     problems.extend(span_problems)
     if problems:
-        return None, problems
+        return None, problems, applied
+    case_id = raw["id"].strip()
     return (
         GoldenCase(
-            id=raw["id"].strip(),
+            id=case_id,
             question=raw["question"].strip(),
             reference=raw["reference"].strip(),
             gold_docs=tuple(gold_docs),
-            slice=raw["slice"].strip(),
-            split=split,
+            slice=DEFAULT_SLICE if "slice" in applied else raw["slice"].strip(),
+            split=default_split(case_id) if "split" in applied else split,
             weight=float(weight),
             tenant=raw.get("tenant") or None,
             roles=tuple(roles),
@@ -235,6 +281,7 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str]]:
             line=line,
         ),
         [],
+        applied,
     )
 
 

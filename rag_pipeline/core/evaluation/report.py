@@ -14,6 +14,7 @@ from pathlib import Path
 from rag_pipeline.core.evaluation.baselines import BaselineComparison, compare_with_baseline
 from rag_pipeline.core.evaluation.evaluate import EvalResult
 from rag_pipeline.core.evaluation.gates import GatePolicy
+from rag_pipeline.core.evaluation.holdout import withheld
 from rag_pipeline.core.plots import markdown_image, slice_comparison
 from rag_pipeline.core.render import Markdown, inline, number, safe_json, table
 from rag_pipeline.core.storage import Store
@@ -44,15 +45,23 @@ def _rank(rank: int | None) -> str:
     return str(rank) if rank else "not in top 100"
 
 
-def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
+def shown_failures(result: EvalResult) -> tuple[list, int]:
+    """(failed cases that may be shown, number of failed holdout cases: counted, never listed)."""
     failed = [c for c in result.cases if c.failed]
+    shown = [c for c in failed if not withheld(c.case)]
+    return shown, len(failed) - len(shown)
+
+
+def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
+    failed, held = shown_failures(result)
     rows = [
         {"case": c.case.id, "slice": c.case.slice, "first gold rank": _rank(c.first_gold_rank), "gold": c.case.gold_docs,
          "top 3 retrieved": c.ranked_docs[:3], "forbidden retrieved": c.forbidden_retrieved}
         for c in failed
     ]
     columns = ["case", "slice", "first gold rank", "gold", "top 3 retrieved", "forbidden retrieved"]
-    return table(rows, columns, limit=limit, empty="_no failed cases_")
+    note = f"\n\n{held} failed holdout case(s) are counted in the metrics and not listed." if held else ""
+    return table(rows, columns, limit=limit, empty="_no failed cases_") + note
 
 
 ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
@@ -116,7 +125,8 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
     parts = [
         f"# Golden evaluation {inline(result.eval_id)}",
         "",
-        f"- golden-set revision: {inline(result.revision)} · mode: {inline(result.mode)} · config fingerprint: "
+        f"- golden-set revision: {inline(result.revision)} · suite: {inline(result.suite)} ({len(result.cases)} cases) · "
+        f"mode: {inline(result.mode)} · config fingerprint: "
         f"{inline(result.config_fingerprint)}",
         "- index state: " + ", ".join(f"{inline(s)}={inline(h)}" for s, h in sorted(result.index_state.items())),
         f"- no-result threshold: {result.no_result_threshold:.4f} ({inline(result.threshold_source)})",
@@ -147,6 +157,6 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         "## Traces of failed cases",
         "",
     ]
-    for c in [c for c in result.cases if c.failed][:20]:
+    for c in shown_failures(result)[0][:20]:
         parts += [f"### {inline(c.case.id)}: {inline(c.case.question, 300)}", "", "```json", safe_json(c.trace), "```", ""]
     return "\n".join(parts)

@@ -29,7 +29,9 @@ class ParseError(Exception):
 @lru_cache(maxsize=1)
 def parser_version() -> str:
     """Name and version of the parser, recorded in the ledger with every parsed document."""
-    # From the installed distribution: importing unstructured itself costs seconds.
+    # From the installed distribution: importing unstructured itself costs seconds. The options of
+    # `_PARTITION_OPTIONS` are not part of it: they give the elements unstructured's defaults give
+    # (test_parsing_speed_options); an option that changes elements must change this string.
     return f"unstructured {importlib.metadata.version('unstructured')}"
 
 
@@ -56,8 +58,11 @@ def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> P
     return parse_job(job)
 
 
-def parse_job(job: ParseJob) -> ParsedDocument:
-    """Partition one document's bytes into elements; raise ParseError with a true reason."""
+def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument:
+    """Partition one document's bytes into elements; raise ParseError with a true reason.
+
+    `parser_defaults` calls unstructured without `_PARTITION_OPTIONS` (the slower call they
+    replaced; a test and benchmarks/ingest.py compare the two)."""
     data = job.data
     if not data.strip():
         raise ParseError("empty file (0 bytes of text): add content or delete the file")
@@ -75,7 +80,7 @@ def parse_job(job: ParseJob) -> ParsedDocument:
         _check_text_length(len(text), job.max_text_chars)
     with _ParserMessages() as messages:
         try:
-            raw_elements = _partition(job.file_type, data, text)
+            raw_elements = _partition(job.file_type, data, text, parser_defaults)
         except ParseError:
             raise
         except Exception as exc:  # unstructured raises many types; the reason is what matters here
@@ -141,7 +146,7 @@ def _decode_text(data: bytes) -> str:
 
 def warm_up(file_type: str) -> None:
     """Import the partitioner of a file type, and for text formats run it once on a tiny page
-    (spaCy and language detection load on first use), so no document pays for it in its time limit."""
+    (spaCy loads on first use), so no document pays for it in its time limit."""
     samples = {"md": "# Warm up\n\nA short sentence.\n", "txt": "A short sentence.\n",
                "html": "<html><body><h1>Warm up</h1><p>A short sentence.</p></body></html>"}
     if file_type in samples:
@@ -175,14 +180,28 @@ def _partitioner(file_type: str):
     raise ParseError(f"no parser for file type {file_type!r}")
 
 
-def _partition(file_type: str, data: bytes, text: str | None) -> list:
+# unstructured options that skip work whose result the elements do not keep. `languages=[""]`
+# turns language detection off (unstructured/partition/common/lang.py:547, in the `apply_metadata`
+# step every partitioner runs, common/metadata.py:236-246): langdetect over the whole text only
+# fills `metadata.languages`, which Element does not keep, and no classification reads it (md and
+# html classify with `derive_element_type_from_text`, html/parser.py:1097, txt with
+# `element_from_text`, text.py:113, both with fixed arguments). It was a tenth to a fifth of the
+# md/html parse time, and langdetect's profiles no longer load in warm_up. The heavier part, spaCy
+# in `is_possible_narrative_text` (text_type.py:27) choosing NarrativeText or Text for a <p>, has
+# no public switch in unstructured 0.27 and stays.
+_PARTITION_OPTIONS: dict[str, dict] = {"md": {"languages": [""]}, "html": {"languages": [""]},
+                                       "txt": {"languages": [""]}, "docx": {"languages": [""]}}
+
+
+def _partition(file_type: str, data: bytes, text: str | None, parser_defaults: bool = False) -> list:
     partition = _partitioner(file_type)
+    options = {} if parser_defaults else _PARTITION_OPTIONS.get(file_type, {})
     if file_type in ("md", "html", "txt"):
-        return partition(text=text)
+        return partition(text=text, **options)
     if file_type == "pdf":
         # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
         return partition(file=io.BytesIO(data), strategy="fast", languages=["eng"])
-    return partition(file=io.BytesIO(data))
+    return partition(file=io.BytesIO(data), **options)
 
 
 def _to_elements(doc_id: str, raw_elements: Sequence) -> list[Element]:

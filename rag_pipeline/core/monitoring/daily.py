@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.evaluation.golden import load_golden_set
+from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
 from rag_pipeline.core.evaluation.retrieval import Retriever
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
@@ -58,12 +59,14 @@ def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries:
     # Encoded apart: batched with the day's queries, padding would nudge the golden vectors and
     # with them the threshold, which must be the golden set's alone.
     golden_vectors = embedder.encode(questions)
+    # Holdout questions count in the distribution, but are never shown as a nearest neighbour.
+    shown = [WITHHELD_QUESTION if withheld(c) else c.question for c in golden.cases]
     return drift_report(
         day.isoformat(), queries, embedder.encode(list(queries)), questions,
         [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],
         golden_vectors, [c.gold_docs for c in golden.cases], hit_docs,
         candidates=config.monitoring.candidates, bootstrap_samples=config.monitoring.bootstrap_samples,
-        alpha=config.monitoring.alpha,
+        alpha=config.monitoring.alpha, shown_questions=shown,
     )
 
 
@@ -95,7 +98,9 @@ def drift_day(config: PipelineConfig, store: Store, embedder: Embedder, day: dat
     report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows])
     store.records.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
                                          "drifted": report.drifted,
-                                         "no_result_rate": sample_measures.get("no_result_rate", float("nan"))})
+                                         "no_result_rate": sample_measures.get("no_result_rate", float("nan")),
+                                         # Kept for triage: the queries most unlike the golden set.
+                                         "candidates": report.candidates})
     trend = store.records.monitoring_history("drift", day)
     measures = {k: v for k, v in sample_measures.items() if k != "day"}
     markdown, pngs = render(report, measures, trend, folder)

@@ -185,9 +185,11 @@ def drift_report(
     candidates: int = 15,
     bootstrap_samples: int = 1000,
     alpha: float = 0.05,
+    shown_questions: Sequence[str] | None = None,
 ) -> DriftReport:
     """Production window against the golden set: distance and threshold, lengths, slice mix,
-    unseen vocabulary, sources hit, and the candidates for new golden cases (by witness)."""
+    unseen vocabulary, sources hit, and the candidates for new golden cases (by witness).
+    `shown_questions` replace the golden questions where the report shows one (holdout withheld)."""
     index, distances = nearest(production_vectors, golden_vectors)
     bandwidth = median_bandwidth(golden_vectors)
     threshold, null = calibrate_threshold(golden_vectors, len(production_queries), bootstrap_samples, alpha, bandwidth=bandwidth)
@@ -226,7 +228,7 @@ def drift_report(
         seen.add(topic_text(text))
         report.candidates.append({"query": text, "excess_density": float(excess[position]),
                                   "distance": float(distances[position]),
-                                  "nearest_golden": golden_questions[index[position]]})
+                                  "nearest_golden": (shown_questions or golden_questions)[index[position]]})
         if len(report.candidates) >= candidates:
             break
     report.sources_hit = dict(Counter(d.split(":", 1)[0] for docs in hit_docs for d in docs[:1]))

@@ -23,6 +23,8 @@ class Database(ABC):
     dialect: str
     # The SQL type of a vector column.
     vector_type: str
+    # Dense candidates from an approximate index (HNSW): the engine answers, not the in-memory copy.
+    approximate: bool = False
 
     def __init__(self) -> None:
         self._active = None
@@ -163,8 +165,11 @@ class Database(ABC):
         when the engine has no index search of its own (the caller then scores every vector)."""
 
     def schema_statements(self) -> list[str]:
-        """Statements of the engine's own run once the tables exist (a vector index, say)."""
+        """Statements of the engine's own run once the tables exist."""
         return []
+
+    def ensure_vector_index(self) -> None:
+        """Build the engine's vector index if one is configured and missing (after a switch)."""
 
     def _lock_schema(self, connection) -> None:
         """Keep two processes from preparing the schema at once (their CREATEs would collide)."""

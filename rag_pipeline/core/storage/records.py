@@ -23,7 +23,7 @@ class Records:
         cases = [
             (result.eval_id, c.case.id, c.case.slice, c.case.split, c.case.weight, c.case.answerable,
              c.first_gold_rank, c.best_score, c.abstained, list(c.stale_docs), list(c.forbidden_retrieved), c.latency_ms,
-             c.context_tokens, json.dumps(c.metrics), list(c.ranked_docs[:100]), json.dumps(c.trace))
+             c.context_tokens, json.dumps(c.metrics), list(c.ranked_docs[:100]), json.dumps(c.shown_trace))
             for c in result.cases
         ]
         run = (result.eval_id, result.revision, result.mode, result.config_fingerprint, json.dumps(result.index_state),
@@ -52,6 +52,23 @@ class Records:
             return self.db.value("SELECT eval_id FROM eval_runs ORDER BY created_at DESC LIMIT 1")
         return self.db.value("SELECT eval_id FROM eval_runs WHERE revision = ? ORDER BY created_at DESC LIMIT 1", [revision])
 
+    def case_traces(self, eval_id: str) -> dict[str, dict]:
+        """Case id -> its stored trace (a holdout case's is withheld)."""
+        rows = self.db.rows("SELECT case_id, trace FROM eval_cases WHERE eval_id = ? ORDER BY case_id", [eval_id])
+        return {case_id: json.loads(trace) if trace else {} for case_id, trace in rows}
+
+    def failed_cases(self, eval_id: str) -> list[dict]:
+        """Cases of a stored evaluation whose gold document missed the top 10 (or that leaked a
+        forbidden document): case id, slice, split, first gold rank, ranked documents, trace."""
+        rows = self.db.dicts(
+            "SELECT case_id, slice, split, first_gold_rank, ranked_docs, forbidden_retrieved, trace FROM eval_cases "
+            "WHERE eval_id = ? AND ((answerable AND coalesce(array_length(stale, 1), 0) = 0 "
+            "AND (first_gold_rank IS NULL OR first_gold_rank > 10)) OR coalesce(array_length(forbidden_retrieved, 1), 0) > 0) "
+            "ORDER BY case_id", [eval_id])
+        for row in rows:
+            row["trace"] = json.loads(row["trace"]) if row["trace"] else {}
+        return rows
+
     def latest_no_result_threshold(self) -> tuple[str, float] | None:
         """(eval id, threshold) calibrated by the latest dense or hybrid evaluation, if any."""
         rows = self.db.rows("SELECT eval_id, summary FROM eval_runs WHERE mode <> 'bm25' ORDER BY created_at DESC LIMIT 1")
@@ -75,16 +92,27 @@ class Records:
 
     # ---- baselines and experiments ---------------------------------------------------------
 
-    def baseline(self, revision: str) -> str | None:
-        """The promoted baseline evaluation of a golden revision, if any."""
-        return self.db.value("SELECT eval_id FROM baselines WHERE revision = ? ORDER BY promoted_at DESC LIMIT 1", [revision])
+    def baseline(self, revision: str, suite: str = "full") -> str | None:
+        """The promoted baseline evaluation of a golden revision and suite, if any."""
+        return self.db.value("SELECT eval_id FROM baselines WHERE revision = ? AND suite = ? "
+                             "ORDER BY promoted_at DESC LIMIT 1", [revision, suite])
 
-    def latest_baseline(self) -> tuple[str, str] | None:
-        rows = self.db.rows("SELECT revision, eval_id FROM baselines ORDER BY promoted_at DESC LIMIT 1")
+    def latest_baseline(self, suite: str = "full") -> tuple[str, str] | None:
+        rows = self.db.rows("SELECT revision, eval_id FROM baselines WHERE suite = ? ORDER BY promoted_at DESC LIMIT 1", [suite])
         return (rows[0][0], rows[0][1]) if rows else None
 
-    def promote(self, revision: str, eval_id: str, note: str) -> None:
-        self.db.insert("baselines", columns("baselines"), [(revision, eval_id, utcnow(), note)])
+    def promote(self, revision: str, eval_id: str, note: str, suite: str = "full") -> None:
+        self.db.insert("baselines", columns("baselines"), [(revision, eval_id, utcnow(), note, suite)])
+
+    # ---- changes to the golden set ---------------------------------------------------------
+
+    def record_golden_change(self, change: str, case_ids: list[str], old_revision: str, new_revision: str,
+                             changed_by: str, reason: str) -> None:
+        self.db.insert("golden_changes", columns("golden_changes"),
+                       [(utcnow(), change, list(case_ids), old_revision, new_revision, changed_by, reason)])
+
+    def golden_changes(self) -> list[dict]:
+        return self.db.dicts("SELECT * FROM golden_changes ORDER BY changed_at")
 
     def log_experiment(self, row: dict) -> None:
         self.db.insert("experiments", columns("experiments"), [(

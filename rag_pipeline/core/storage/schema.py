@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rag_pipeline.core.storage.database import Database
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION",
@@ -56,6 +56,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "chunks": [*_CHUNK, *_ACCESS, ("lex_len", _INT)],
     "vectors": [("chunk_id", _TEXT), ("source_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
     "postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
+    # One token per source, replaced by every switch: in-memory copies of the index compare it.
+    "served_versions": [("source_id", _TEXT), ("version", _TEXT)],
     "tombstones": [
         ("doc_id", _TEXT), ("source_id", _TEXT), ("title", _TEXT), ("opening_text", _TEXT), ("text_hashes", _TEXTS),
         ("deleted_at", _TS), ("run_id", _TEXT),
@@ -70,7 +72,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("run_id", _TEXT), ("last_failure", _TEXT), ("last_failure_at", _TS),
     ],
     # Records: evaluations, baselines, experiments, golden snapshots, production samples.
-    "baselines": [("revision", _TEXT), ("eval_id", _TEXT), ("promoted_at", _TS), ("note", _TEXT)],
+    "baselines": [("revision", _TEXT), ("eval_id", _TEXT), ("promoted_at", _TS), ("note", _TEXT), ("suite", _TEXT)],
+    # Changes to the golden set made by a command (a case released from holdout, say): who, when, why.
+    "golden_changes": [
+        ("changed_at", _TS), ("change", _TEXT), ("case_ids", _TEXTS), ("old_revision", _TEXT), ("new_revision", _TEXT),
+        ("changed_by", _TEXT), ("reason", _TEXT),
+    ],
     "experiments": [
         ("experiment_id", _TEXT), ("created_at", _TS), ("component", _TEXT), ("hypothesis", _TEXT),
         ("config_diff", _TEXT), ("baseline_eval", _TEXT), ("candidate_eval", _TEXT), ("deltas", _TEXT),
@@ -112,7 +119,7 @@ UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
 # Tables whose rows belong to one source; a purge of the source clears them all.
 SOURCE_TABLES = (
     "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
-    "documents", "chunks", "vectors", "postings", "source_runs",
+    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions",
 )
 # Tables holding something of a document (checked by the deletion proof).
 DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
@@ -144,8 +151,9 @@ def create_statements(vector_type: str, dialect: str) -> list[str]:
     return statements
 
 
-# DuckDB files written by earlier versions: version -> statements bringing it to the next one.
-DUCKDB_MIGRATIONS: dict[int, tuple[str, ...]] = {
+# Databases written by earlier versions: version -> statements bringing it to the next one. Versions
+# 1 and 2 existed only as DuckDB files; from 3 on, the statements are valid on both engines.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 1 -> 2: the run protocol. The manifest becomes the committed one (written by the switch),
     # discovery stages its own; sources remember why their last switch was refused.
     1: (
@@ -177,6 +185,11 @@ DUCKDB_MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE embedding_cache",
         "ALTER TABLE embedding_cache_v3 RENAME TO embedding_cache",
     ),
+    # 3 -> 4: baselines are promoted per suite (full, pr); golden_changes and served_versions are new.
+    3: (
+        "ALTER TABLE baselines ADD COLUMN IF NOT EXISTS suite VARCHAR",
+        "UPDATE baselines SET suite = 'full' WHERE suite IS NULL",
+    ),
 }
 
 
@@ -200,7 +213,7 @@ def prepare(db: Database, connection) -> None:
             db._run(connection, statement, ())
         if version is not None and version < SCHEMA_VERSION:
             for from_version in range(version, SCHEMA_VERSION):
-                for statement in DUCKDB_MIGRATIONS[from_version]:
+                for statement in MIGRATIONS[from_version]:
                     db._run(connection, statement, ())
         db._run(connection, "DELETE FROM schema_version", ())
         db._run(connection, "INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))

@@ -15,6 +15,8 @@ import numpy as np
 
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.memory import ServedCopy, load_served_copy
+from rag_pipeline.core.storage.served import served_version
 from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE, cosines, normalise_rows
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
@@ -49,15 +51,42 @@ def rank(query: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> l
 
 
 class Search:
-    def __init__(self, db: Database) -> None:
+    """Dense and BM25 search. With `memory` (the default), exact search runs on an in-memory copy
+    of the served index (memory.py), rebuilt when a switch changed what is served, up to
+    `memory_max_chunks`; beyond that, and for an approximate engine index, in the database."""
+
+    def __init__(self, db: Database, memory: bool = True, memory_max_chunks: int = 2_000_000) -> None:
         self.db = db
+        self.memory = memory
+        self.memory_max_chunks = memory_max_chunks
+        self._copy: ServedCopy | None = None
+
+    def served_copy(self) -> ServedCopy | None:
+        """The in-memory copy of what is served now, or None (disabled, or too large)."""
+        if not self.memory:
+            return None
+        for _ in range(3):
+            version = served_version(self.db)
+            if self._copy is not None and self._copy.version == version:
+                return self._copy
+            if self.db.value("SELECT count(*) FROM chunks") > self.memory_max_chunks:
+                self._copy = None
+                return None
+            copy = load_served_copy(self.db, version)
+            if served_version(self.db) == version:
+                self._copy = copy
+                return copy
+        return None  # switches keep landing while we read: search in the database this time
 
     def dense_search(self, query_vectors: np.ndarray, k: int, filters: SearchFilters) -> list[list[Hit]]:
         """Top-k chunks by cosine similarity for each query row, under the caller's filters."""
         if len(query_vectors) == 0:
             return []
-        where, params = filter_sql(filters)
         queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
+        copy = None if self.db.approximate else self.served_copy()
+        if copy is not None:
+            return self._hits(copy.dense(queries, k, filters, rank))
+        where, params = filter_sql(filters)
         first = self.db.dense_candidates(queries[0], k, where, params, filters)
         if first is None:
             # No index of the engine's own: read the filtered vectors once and score them all.
@@ -105,6 +134,9 @@ class Search:
         """
         if not query_terms:
             return []
+        copy = self.served_copy()
+        if copy is not None:
+            return self._hits(copy.bm25(query_terms, k, filters, k1, b))
         where, params = filter_sql(filters)
         ranked: list[list[tuple[str, float]]] = []
         for start in range(0, len(query_terms), QUERY_BATCH):

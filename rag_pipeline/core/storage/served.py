@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,6 +15,17 @@ from rag_pipeline.core.storage.schema import CHUNK_TABLES, DOCUMENT_TABLES, SOUR
 from rag_pipeline.core.storage.staging import utcnow
 
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
+
+
+def mark_changed(db: Database, source_id: str) -> None:
+    """A new served-version token for the source (inside the caller's transaction)."""
+    db.execute("DELETE FROM served_versions WHERE source_id = ?", [source_id])
+    db.insert("served_versions", columns("served_versions"), [(source_id, uuid.uuid4().hex)])
+
+
+def served_version(db: Database) -> tuple:
+    """What is served, as one comparable value: every source's token."""
+    return tuple(db.rows("SELECT source_id, version FROM served_versions ORDER BY source_id"))
 
 
 class ServedIndex:
@@ -93,7 +105,10 @@ class ServedIndex:
                 "INSERT INTO postings (chunk_id, source_id, term, tf) SELECT p.chunk_id, p.source_id, p.term, p.tf "
                 "FROM staged_postings p JOIN staged_chunks s USING (chunk_id) JOIN ready USING (doc_id)"
             )
+            mark_changed(db, source_id)
             indexed, kept = db.value("SELECT count(*) FROM ready"), db.value("SELECT count(*) FROM keep_old")
+        # Built by the first switch that has vectors (their dimension is the index's), then kept current.
+        db.ensure_vector_index()
         return {"indexed": int(indexed), "kept_previous": int(kept)}
 
     def leaving_documents(self, source_id: str) -> list[dict]:
@@ -195,6 +210,19 @@ class ServedIndex:
         )
         return dict(zip(keys, matrix))
 
+    def chunk_texts(self) -> dict[str, list[str]]:
+        """Served document id -> the texts of its chunks, in order (what imported contexts are matched against)."""
+        texts: dict[str, list[str]] = {}
+        for doc_id, text in self.db.rows("SELECT doc_id, text FROM chunks ORDER BY doc_id, ordinal"):
+            texts.setdefault(doc_id, []).append(text)
+        return texts
+
+    def chunk_text_by_id(self, chunk_ids: Sequence[str]) -> dict[str, str]:
+        """Chunk id -> its served text, for the ids still served (a trace keeps ids, not texts)."""
+        if not chunk_ids:
+            return {}
+        return dict(self.db.rows(f"SELECT chunk_id, text FROM chunks WHERE chunk_id {_IN}", [list(chunk_ids)]))
+
     def supersession(self) -> dict[str, str]:
         """Served document id -> id of the document it supersedes (same source)."""
         rows = self.db.rows("SELECT doc_id, source_id, supersedes FROM documents WHERE supersedes IS NOT NULL")
@@ -214,6 +242,7 @@ class ServedIndex:
             hashes = [r[0] for r in self.db.rows("SELECT text_hash FROM staged_chunks WHERE source_id = ?", [source_id])]
             for table in SOURCE_TABLES:
                 self.db.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
+            mark_changed(self.db, source_id)
             if hashes:
                 self.db.execute(f"DELETE FROM embedding_cache WHERE text_hash {_IN} "
                                 "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)", [hashes])

@@ -25,11 +25,11 @@ from rag_pipeline.core.storage.staging import Staging
 
 
 class Store:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, memory_search: bool = True, memory_max_chunks: int = 2_000_000) -> None:
         self.db = db
         self.staging = Staging(db)
         self.served = ServedIndex(db)
-        self.search = Search(db)
+        self.search = Search(db, memory_search, memory_max_chunks)
         self.ledger = Ledger(db)
         self.records = Records(db)
 
@@ -65,7 +65,7 @@ def open_store(storage, namespace: str | None = None) -> Store:
         from rag_pipeline.core.storage.duckdb import DuckDBDatabase
 
         path = storage.path if namespace is None else storage.path.parent / f"{namespace}.duckdb"
-        return Store(DuckDBDatabase(path))
+        return Store(DuckDBDatabase(path), storage.memory_search, storage.memory_max_chunks)
     from rag_pipeline.core.storage.postgres import PostgresDatabase
 
     dsn = os.environ.get(storage.dsn_env)
@@ -77,4 +77,5 @@ def open_store(storage, namespace: str | None = None) -> Store:
     schema = storage.pg_schema if namespace is None else f"{storage.pg_schema}_{namespace}"
     return Store(PostgresDatabase(dsn, schema=schema, vector_index=storage.vector_index, hnsw_m=storage.hnsw_m,
                                   hnsw_ef_construction=storage.hnsw_ef_construction,
-                                  hnsw_ef_search=storage.hnsw_ef_search))
+                                  hnsw_ef_search=storage.hnsw_ef_search),
+                 storage.memory_search, storage.memory_max_chunks)

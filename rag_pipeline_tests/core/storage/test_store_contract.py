@@ -200,3 +200,45 @@ def test_postgres_frees_the_lock_of_a_killed_holder(request):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_postgres_hnsw_is_built_by_the_first_switch_and_used(request, tmp_path):
+    """`vector_index: hnsw`: the index appears once vectors exist, the candidate query uses it, and on
+    a small corpus it returns what the exact scan returns."""
+    dsn = request.getfixturevalue("pg_dsn")
+    hnsw = Store(PostgresDatabase(dsn, schema=new_pg_schema(), vector_index="hnsw"))
+    exact = Store(PostgresDatabase(dsn, schema=new_pg_schema()))
+    root = write_tree(tmp_path / "src", PAGES)
+    for store in (hnsw, exact):
+        _, embedder = _ingest(store, root)
+    assert hnsw.db.value("SELECT count(*) FROM pg_indexes WHERE schemaname = ? AND indexname = 'vectors_hnsw_idx'",
+                         [hnsw.db.schema]) == 1
+    assert exact.db.value("SELECT count(*) FROM pg_indexes WHERE schemaname = ? AND indexname = 'vectors_hnsw_idx'",
+                          [exact.db.schema]) == 0
+    query = embedder.encode(["single sign-on entity id"])
+    literal = "[" + ",".join(repr(float(x)) for x in query[0]) + "]"
+    with hnsw.db.connection() as connection:
+        hnsw.db._run(connection, "SET enable_seqscan = off", ())
+        plan = "\n".join(r[0] for r in hnsw.db._fetch(hnsw.db._run(
+            connection, f"EXPLAIN SELECT chunk_id FROM vectors ORDER BY vector::vector({len(query[0])}) <=> ?::vector({len(query[0])}) LIMIT 3",
+            [literal])))
+        hnsw.db._run(connection, "RESET enable_seqscan", ())
+    assert "vectors_hnsw_idx" in plan
+    filters = SearchFilters(unrestricted=True)
+    assert [h.chunk_id for h in hnsw.search.dense_search(query, 3, filters)[0]] == \
+        [h.chunk_id for h in exact.search.dense_search(query, 3, filters)[0]]
+
+
+def test_the_in_memory_copy_follows_every_switch(store, tmp_path):
+    root = write_tree(tmp_path / "src", PAGES)
+    _, embedder = _ingest(store, root)
+    first = store.search.served_copy()
+    [hits] = store.search.bm25_search([["zanzibar"]], 5, SearchFilters(unrestricted=True), k1=0.9, b=0.4)
+    assert hits == [] and store.search.served_copy() is first, "unchanged index: the same copy"
+    (root / "a.md").write_text("# Alpha\n\nAlpha pages now mention zanzibar.\n")
+    (root / "c.md").unlink()
+    _ingest(store, root, "r2")
+    [hits] = store.search.bm25_search([["zanzibar"]], 5, SearchFilters(unrestricted=True), k1=0.9, b=0.4)
+    assert [h.doc_id for h in hits] == ["kb:a.md"]
+    copy = store.search.served_copy()
+    assert copy is not first and not [c for c in copy.chunk_ids if c.startswith("kb:c.md")]

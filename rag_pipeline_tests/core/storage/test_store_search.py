@@ -128,3 +128,32 @@ def test_batched_and_single_dense_search_agree(store):
             single = store.search.dense_search(vectors[i : i + 1], 3, filters)[0]
             assert [h.chunk_id for h in hits] == [h.chunk_id for h in single]
             assert [h.score for h in hits] == [h.score for h in single]
+
+
+FILTERS = [
+    SearchFilters(tenant="acme", roles=("customer",)),
+    SearchFilters(tenant=None, roles=("support",)),
+    SearchFilters(tenant="acme", statuses=("published", "superseded")),
+    SearchFilters(tenant=None, as_of=date(2999, 6, 1)),
+    SearchFilters(tenant="nobody", roles=("nobody",), statuses=("draft",)),
+    SearchFilters(unrestricted=True),
+]
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_the_in_memory_copy_ranks_exactly_as_the_database(store, filters):
+    from rag_pipeline.core.storage.search import Search
+
+    in_database = Search(store.db, memory=False)
+    assert store.search.served_copy() is not None
+    questions = ["refunds within days", "sso entity id urn", "escalate refunds to finance", "nothing matches zzz"]
+    vectors = store.embedder.encode(questions)
+    memory_dense, database_dense = store.search.dense_search(vectors, 5, filters), in_database.dense_search(vectors, 5, filters)
+    assert [[(h.chunk_id, h.score) for h in hits] for hits in memory_dense] == \
+        [[(h.chunk_id, h.score) for h in hits] for hits in database_dense]
+    terms = [analyze(q) for q in questions]
+    memory_bm25 = store.search.bm25_search(terms, 5, filters, k1=0.9, b=0.4)
+    database_bm25 = in_database.bm25_search(terms, 5, filters, k1=0.9, b=0.4)
+    assert [[h.chunk_id for h in hits] for hits in memory_bm25] == [[h.chunk_id for h in hits] for hits in database_bm25]
+    for left, right in zip(memory_bm25, database_bm25):
+        assert [h.score for h in left] == pytest.approx([h.score for h in right], rel=1e-12)

@@ -1,0 +1,642 @@
+"""Golden cases from other tools' dataset shapes, and our evaluations in RAGAS's shape.
+
+Import (`import_cases`) reads JSON (a list of records, or an object holding one under
+`goldens`, `test_cases`, `samples`, `data`, `rows` or `examples`), JSONL (one record a line) or
+CSV (a header row; list columns as JSON or Python list literals). Shapes:
+
+- `ragas`: question `user_input` | `question`; reference `reference` | `ground_truth` |
+  `ground_truths` (a list, joined by newlines); gold contexts `reference_contexts`, else
+  `contexts`, else `retrieved_contexts` (lists of texts); slice from `synthesizer_name` |
+  `evolution_type`. `response` / `answer` are a system's output, not labels: not imported.
+- `deepeval`: question `input`; reference `expected_output`; gold from `source_file` (a file
+  name) and `context` (texts), else `retrieval_context` (texts).
+- `handwritten`: question `question` | `query` | `input` | `user_input`; reference `reference` |
+  `expected_answer` | `answer` | `ground_truth` | `expected_output`; gold from `gold_pids`,
+  `expected_document_ids`, `gold_docs` (document ids) and `source_doc` | `source_docs` | `file`
+  (file names or relative paths).
+- `auto`: the shape whose keys the records use (an error when it cannot tell).
+
+In every shape the hand-written gold keys are honoured, and our own fields (`id`, `slice`,
+`split`, `weight`, `tenant`, `roles`, `answerable`, `forbidden_docs`, `gold_spans`) are copied
+as they are, to be validated when the file is loaded. A case without `id` gets
+`<file stem>-<first 10 hex digits of sha256(question)>`; `slice` and `split`, when absent, are
+left to the loader's documented defaults.
+
+References are resolved against the known documents (`known_documents(store)`):
+
+- a document id: as it is; else `<source prefix>:<id>`; else a chunk id (`<doc id>#<n>`) to its
+  document; else as a file name (below).
+- a file name or path: a document id; else the exact relative path; else a path ending in a
+  document's relative path; else a unique file name (when several documents share it and only
+  one of them is indexed, that one); else unmapped: "ambiguous: N documents named X" or
+  "no document named X".
+- a context text: the document whose served chunks contain it (compared as lower-case words, so
+  punctuation, markup and chunk boundaries do not matter); else the document holding the largest
+  share (at least `OVERLAP_THRESHOLD`) of the text's word trigrams, when no other document
+  comes within `OVERLAP_MARGIN` of it.
+
+Nothing is dropped silently: every reference that cannot be mapped is in `unmapped` with its
+line, and a case that cannot be written (no question, no reference, or answerable with no
+gold document mapped) is in `left_out` with its line and the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import hashlib
+import json
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from rag_pipeline.core.evaluation.golden import GoldenSet
+
+if TYPE_CHECKING:
+    from rag_pipeline.core.evaluation.evaluate import EvalResult
+    from rag_pipeline.core.storage import Store
+
+SHAPES = ("ragas", "deepeval", "handwritten", "auto")
+OVERLAP_THRESHOLD = 0.5
+OVERLAP_MARGIN = 0.1
+_CONTAINERS = ("goldens", "test_cases", "samples", "data", "rows", "examples")
+_OURS = ("id", "slice", "split", "weight", "tenant", "roles", "answerable", "forbidden_docs", "gold_spans")
+_ID_KEYS = ("gold_pids", "expected_document_ids", "gold_docs")
+_FILE_KEYS = ("source_doc", "source_docs", "file")
+_QUESTION = {"ragas": ("user_input", "question"), "deepeval": ("input",),
+             "handwritten": ("question", "query", "input", "user_input")}
+_REFERENCE = {"ragas": ("reference", "ground_truth", "ground_truths"), "deepeval": ("expected_output",),
+              "handwritten": ("reference", "expected_answer", "answer", "ground_truth", "expected_output")}
+# Keys that tell the shapes apart (auto); the hand-written gold keys are allowed in every shape.
+_SIGNATURES = {
+    "ragas": {"user_input", "ground_truth", "ground_truths", "reference_contexts", "retrieved_contexts", "contexts",
+              "synthesizer_name", "evolution_type"},
+    "deepeval": {"input", "expected_output", "context", "retrieval_context", "source_file", "actual_output"},
+    "handwritten": set(_ID_KEYS) | set(_FILE_KEYS),
+}
+
+
+class Mapped(NamedTuple):
+    line: int
+    reference: str
+    doc_id: str
+    how: str
+
+
+class Unmapped(NamedTuple):
+    line: int
+    reference: str
+    reason: str
+
+
+class LeftOut(NamedTuple):
+    line: int
+    case: str
+    reason: str
+
+
+@dataclass
+class ImportResult:
+    """Cases as dicts in the golden-set schema, with how every reference was resolved."""
+
+    path: Path
+    shape: str
+    cases: list[dict]
+    mapped_by: list[Mapped] = field(default_factory=list)
+    unmapped: list[Unmapped] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
+
+    def write(self, out: Path | str) -> Path:
+        """Write the cases as golden-set JSONL (one object a line)."""
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in self.cases), encoding="utf-8")
+        return out
+
+    def summary(self) -> str:
+        """e.g. `imported 12 of 14 records (shape ragas) | references: 20 mapped (15 by ...), 3 unmapped | left out 2`."""
+        total = len(self.cases) + len(self.left_out)
+        ways = Counter(_kind(m.how) for m in self.mapped_by)
+        parts = [f"imported {len(self.cases)} of {total} records from {self.path.name} (shape {self.shape})",
+                 f"references: {len(self.mapped_by)} mapped"
+                 + (" (" + ", ".join(f"{n} {how}" for how, n in ways.most_common()) + ")" if ways else "")
+                 + f", {len(self.unmapped)} unmapped"]
+        if self.left_out:
+            parts.append(f"left out {len(self.left_out)}")
+        return " | ".join(parts)
+
+    def problems(self) -> list[str]:
+        """One line per unmapped reference and per case left out, naming its line."""
+        return ([f"line {u.line}: {u.reference!r}: {u.reason}" for u in self.unmapped]
+                + [f"line {x.line} ({x.case}): left out: {x.reason}" for x in self.left_out])
+
+
+def _kind(how: str) -> str:
+    return how.split(" (", 1)[0]
+
+
+# ---- the known documents -----------------------------------------------------------------------
+
+
+def known_documents(store: Store) -> dict[str, dict]:
+    """Document id -> `{source_id, rel_path, title, indexed}`: every served document, plus every
+    document the ledger has seen (gone from the index: `indexed` false) that was not skipped."""
+    documents: dict[str, dict] = {}
+    for source_id in store.served.known_sources():
+        for row in store.served.indexed_documents(source_id):
+            documents[row["doc_id"]] = {"source_id": source_id, "rel_path": row["rel_path"],
+                                        "title": row.get("title") or "", "indexed": True}
+    for doc_id, skipped in store.ledger.document_history().items():
+        if skipped is None and doc_id not in documents and ":" in doc_id:
+            source_id, rel_path = doc_id.split(":", 1)
+            documents[doc_id] = {"source_id": source_id, "rel_path": rel_path, "title": "", "indexed": False}
+    return documents
+
+
+def import_from_store(path: Path | str, shape: str, store: Store, source_prefix: str | None = None) -> ImportResult:
+    """`import_cases` against a store's documents and served chunk texts (read only if a context needs them)."""
+    return import_cases(path, shape, known_documents(store), store.served.chunk_texts, source_prefix)
+
+
+# ---- resolving references ----------------------------------------------------------------------
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ContextMatcher:
+    """Maps a context text to the document whose chunk texts hold it (see the module docstring)."""
+
+    def __init__(self, chunk_texts: Mapping[str, Sequence[str]], threshold: float = OVERLAP_THRESHOLD,
+                 margin: float = OVERLAP_MARGIN) -> None:
+        self.threshold, self.margin = threshold, margin
+        self.text = {doc: " " + " ".join(" ".join(_words(t)) for t in texts) + " " for doc, texts in chunk_texts.items()}
+        self.index: dict[tuple[str, ...], set[str]] = defaultdict(set)
+        for doc, texts in chunk_texts.items():
+            for text in texts:
+                for gram in _trigrams(_words(text)):
+                    self.index[gram].add(doc)
+
+    def match(self, context: str) -> tuple[str | None, str]:
+        """(doc id, how) or (None, why not)."""
+        words = _words(context)
+        grams = _trigrams(words)
+        if not grams:
+            return None, f"context too short to match ({len(words)} words)"
+        shares = Counter()
+        for gram in grams:
+            shares.update(self.index.get(gram, ()))
+        complete = [d for d, n in shares.items() if n == len(grams)]
+        holding = sorted(d for d in complete if f" {' '.join(words)} " in self.text[d])
+        if len(holding) == 1:
+            return holding[0], "context text found in its chunks"
+        if len(holding) > 1:
+            return None, f"ambiguous: the text is in {len(holding)} documents ({', '.join(holding[:3])})"
+        ranked = sorted(((n / len(grams), d) for d, n in shares.items()), key=lambda x: (-x[0], x[1]))
+        if not ranked:
+            return None, "no served chunk shares a word trigram with it"
+        best, doc = ranked[0]
+        second = ranked[1][0] if len(ranked) > 1 else 0.0
+        if best < self.threshold:
+            return None, (f"no served chunk contains it; best overlap {best:.2f} ({doc}) "
+                          f"is under {self.threshold:.2f}")
+        if best - second < self.margin:
+            return None, f"ambiguous: overlap {best:.2f} with {doc} and {second:.2f} with {ranked[1][1]}"
+        return doc, f"word-trigram overlap ({best:.2f})"
+
+
+class Resolver:
+    """Document ids, file names and context texts to document ids (see the module docstring)."""
+
+    def __init__(self, documents: Mapping[str, Mapping[str, Any]],
+                 chunk_texts: Mapping[str, Sequence[str]] | Callable[[], Mapping[str, Sequence[str]]] | None = None,
+                 source_prefix: str | None = None) -> None:
+        self.documents = documents
+        self.prefix = source_prefix
+        self._chunk_texts = chunk_texts
+        self._matcher: ContextMatcher | None = None
+        self.by_path: dict[str, list[str]] = defaultdict(list)
+        self.by_name: dict[str, list[str]] = defaultdict(list)
+        for doc_id, doc in documents.items():
+            rel = str(doc.get("rel_path") or doc_id.split(":", 1)[-1])
+            self.by_path[rel].append(doc_id)
+            self.by_name[rel.rsplit("/", 1)[-1]].append(doc_id)
+
+    def _in_prefix(self, candidates: list[str]) -> list[str]:
+        if self.prefix:
+            mine = [d for d in candidates if d.split(":", 1)[0] == self.prefix]
+            return mine or candidates
+        return candidates
+
+    def document_id(self, ref: str) -> tuple[str | None, str]:
+        ref = ref.strip()
+        if ref in self.documents:
+            return ref, "document id"
+        if self.prefix and f"{self.prefix}:{ref}" in self.documents:
+            return f"{self.prefix}:{ref}", f"document id with source prefix {self.prefix!r}"
+        if "#" in ref:
+            base = ref.rsplit("#", 1)[0]
+            for candidate in (base, f"{self.prefix}:{base}" if self.prefix else None):
+                if candidate in self.documents:
+                    return candidate, "chunk id to its document"
+        doc, how = self.file(ref)
+        if doc is not None:
+            return doc, how
+        tried = f" (nor {self.prefix}:{ref})" if self.prefix else ""
+        return None, f"no document with id {ref!r}{tried}; {how}"
+
+    def file(self, ref: str) -> tuple[str | None, str]:
+        path = ref.strip().replace("\\", "/").removeprefix("./")
+        if path in self.documents:
+            return path, "document id"
+        for how, candidates in (
+            ("relative path", self.by_path.get(path.lstrip("/"), [])),
+            ("path ending in its relative path",
+             _longest([d for rel, docs in self.by_path.items() if path.endswith("/" + rel) for d in docs], self.documents)),
+        ):
+            candidates = self._in_prefix(candidates)
+            if len(candidates) == 1:
+                return candidates[0], how
+            if len(candidates) > 1:
+                return None, f"ambiguous: {len(candidates)} documents at {path} ({', '.join(sorted(candidates)[:3])})"
+        name = path.rsplit("/", 1)[-1]
+        named = self._in_prefix(self.by_name.get(name, []))
+        if len(named) == 1:
+            return named[0], "unique file name"
+        indexed = [d for d in named if self.documents[d].get("indexed", True)]
+        if len(named) > 1 and len(indexed) == 1:
+            return indexed[0], f"file name (the one indexed of {len(named)})"
+        if named:
+            return None, f"ambiguous: {len(named)} documents named {name} ({', '.join(sorted(named)[:3])})"
+        return None, f"no document named {name}"
+
+    def context(self, text: str) -> tuple[str | None, str]:
+        if self._matcher is None:
+            if self._chunk_texts is None:
+                return None, "no chunk texts to match contexts against"
+            texts = self._chunk_texts() if callable(self._chunk_texts) else self._chunk_texts
+            self._matcher = ContextMatcher(texts)
+        return self._matcher.match(text)
+
+
+def _longest(candidates: list[str], documents: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Of documents whose relative paths end a given path, those with the longest relative path."""
+    if not candidates:
+        return []
+    length = {d: len(str(documents[d].get("rel_path") or d)) for d in candidates}
+    top = max(length.values())
+    return [d for d in candidates if length[d] == top]
+
+
+# ---- reading records ---------------------------------------------------------------------------
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _skip(text: str, i: int) -> int:
+    return _WS.match(text, i).end()
+
+
+def _array_offsets(text: str, i: int) -> list[int]:
+    """Offsets of the elements of the JSON array opening at `i`."""
+    decoder, offsets = json.JSONDecoder(), []
+    i = _skip(text, i + 1)
+    while text[i] != "]":
+        offsets.append(i)
+        _, i = decoder.raw_decode(text, i)
+        i = _skip(text, i)
+        if text[i] == ",":
+            i = _skip(text, i + 1)
+    return offsets
+
+
+def _member_offset(text: str, i: int, key: str) -> int:
+    """Offset of the value of `key` in the JSON object opening at `i`."""
+    decoder = json.JSONDecoder()
+    i = _skip(text, i + 1)
+    while text[i] != "}":
+        name, i = decoder.raw_decode(text, i)
+        i = _skip(text, _skip(text, i) + 1)
+        if name == key:
+            return i
+        _, i = decoder.raw_decode(text, i)
+        i = _skip(text, i)
+        if text[i] == ",":
+            i = _skip(text, i + 1)
+    raise KeyError(key)
+
+
+def read_records(path: Path) -> tuple[list[tuple[int, dict]], str | None]:
+    """(line, record) for every record of a JSON, JSONL or CSV file, and the JSON container key used."""
+    text = path.read_text(encoding="utf-8-sig")
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(text.splitlines(keepends=True))
+        records, previous = [], 1
+        for row in reader:
+            records.append((previous + 1, {k: v for k, v in row.items() if k is not None}))
+            previous = reader.line_num
+        return records, None
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if whole is None:
+        records = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path.name} line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+                records.append((number, record))
+        return _objects(path, records), None
+    start = _skip(text, 0)
+    container = next((k for k in _CONTAINERS if isinstance(whole.get(k), list)), None) if isinstance(whole, dict) else None
+    if container is not None:
+        items, start = whole[container], _member_offset(text, start, container)
+    else:
+        items = whole if isinstance(whole, list) else [whole]
+    offsets = _array_offsets(text, start) if isinstance(items, list) and text[start] == "[" else [start]
+    return _objects(path, [(text.count("\n", 0, o) + 1, item) for o, item in zip(offsets, items)]), container
+
+
+def _objects(path: Path, records: list[tuple[int, Any]]) -> list[tuple[int, dict]]:
+    for line, record in records:
+        if not isinstance(record, dict):
+            raise ValueError(f"{path.name} line {line}: expected a JSON object, got {type(record).__name__}")
+    return records
+
+
+def _texts(value: Any) -> list[str]:
+    """A list of non-empty texts from a list, a JSON or Python list literal, or one text."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            for parse in (json.loads, ast.literal_eval):
+                try:
+                    parsed = parse(stripped)
+                except (ValueError, SyntaxError):
+                    continue
+                if isinstance(parsed, list):
+                    return _texts(parsed)
+        return [stripped] if stripped else []
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _texts(v)]
+    return [str(value)]
+
+
+def detect_shape(records: Sequence[tuple[int, dict]], container: str | None = None) -> str:
+    """The shape whose distinctive keys the records use; ValueError when none or two tool shapes match."""
+    if container in ("goldens", "test_cases"):
+        return "deepeval"
+    keys = set().union(*(r.keys() for _, r in records)) if records else set()
+    found = {shape: sorted(keys & sig) for shape, sig in _SIGNATURES.items() if keys & sig}
+    tools = [s for s in ("ragas", "deepeval") if s in found]
+    if len(tools) == 1:
+        return tools[0]
+    if len(tools) > 1:
+        raise ValueError("cannot tell the shape: " + "; ".join(f"{s} keys {found[s]}" for s in tools)
+                         + "; name it with --shape")
+    if "handwritten" in found:
+        return "handwritten"
+    raise ValueError(f"cannot tell the shape from the keys {sorted(keys)}; name it with --shape")
+
+
+# ---- importing ---------------------------------------------------------------------------------
+
+
+def import_cases(
+    path: Path | str,
+    shape: str,
+    documents: Mapping[str, Mapping[str, Any]],
+    chunk_texts: Mapping[str, Sequence[str]] | Callable[[], Mapping[str, Sequence[str]]] | None = None,
+    source_prefix: str | None = None,
+) -> ImportResult:
+    """Read a RAGAS, DeepEval or hand-written dataset into golden-set cases (see the module docstring).
+
+    `documents`: doc id -> `{rel_path, title, indexed}` (`known_documents(store)`); `chunk_texts`:
+    doc id -> its chunk texts, or a function returning that (needed only to map context texts).
+    """
+    path = Path(path)
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+    records, container = read_records(path)
+    if shape == "auto":
+        shape = detect_shape(records, container)
+    resolver = Resolver(documents, chunk_texts, source_prefix)
+    result = ImportResult(path, shape, [])
+    stem = re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-") or "case"
+    seen: dict[str, int] = {}
+    for line, record in records:
+        case = _convert(record, line, shape, resolver, result, stem, path.name, seen)
+        if case is not None:
+            seen[case["id"]] = line
+            result.cases.append(case)
+    return result
+
+
+def _first(record: Mapping[str, Any], keys: Iterable[str]) -> tuple[str | None, Any]:
+    for key in keys:
+        value = record.get(key)
+        if value not in (None, "", []):
+            return key, value
+    return None, None
+
+
+def _our_field(name: str, value: Any) -> Any:
+    """Our own fields as the file gave them; CSV strings turned into booleans, numbers and lists."""
+    if not isinstance(value, str):
+        return value
+    if name == "answerable" and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if name == "weight":
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if name in ("roles", "forbidden_docs"):
+        return _texts(value)
+    if name == "gold_spans":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: ImportResult, stem: str,
+             file_name: str, seen: Mapping[str, int]) -> dict | None:
+    """One record as a case, or None (then listed in `left_out`); references go to `result`."""
+    _, question = _first(record, _QUESTION[shape])
+    reference_key, reference = _first(record, _REFERENCE[shape])
+    question = " ".join(_texts(question)) if question is not None else ""
+    reference = "\n".join(_texts(reference)) if reference is not None else ""
+    ours = {k: _our_field(k, record[k]) for k in _OURS if record.get(k) not in (None, "", [])}
+    given_id = str(ours.pop("id", "")).strip()
+    case_id = given_id or f"{stem}-{hashlib.sha256(question.encode()).hexdigest()[:10]}"
+    if given_id and given_id in seen:
+        result.left_out.append(LeftOut(line, case_id, f"duplicate id (first on line {seen[case_id]})"))
+        return None
+    base_id, n = case_id, 2
+    while case_id in seen:  # a generated id: the same question asked twice
+        case_id, n = f"{base_id}-{n}", n + 1
+    if not question:
+        result.left_out.append(LeftOut(line, case_id, f"no question ({' / '.join(_QUESTION[shape])})"))
+        return None
+    if not reference:
+        result.left_out.append(LeftOut(line, case_id, f"no reference answer ({' / '.join(_REFERENCE[shape])})"))
+        return None
+
+    references: list[tuple[str, str]] = []  # (kind, reference): kind is id, file or context
+    references += [("id", r) for key in _ID_KEYS for r in _texts(record.get(key))]
+    references += [("file", r) for key in _FILE_KEYS for r in _texts(record.get(key))]
+    gold_from = []
+    if shape == "ragas":
+        column, _ = _first(record, ("reference_contexts", "contexts", "retrieved_contexts"))
+        if column:
+            references += [("context", t) for t in _texts(record[column])]
+            gold_from.append(column)
+    elif shape == "deepeval":
+        for key, kind in (("source_file", "file"), ("context", "context")):
+            if _texts(record.get(key)):
+                references += [(kind, r) for r in _texts(record[key])]
+                gold_from.append(key)
+        if not references and _texts(record.get("retrieval_context")):
+            references += [("context", t) for t in _texts(record["retrieval_context"])]
+            gold_from.append("retrieval_context")
+    answerable = ours.get("answerable", True) is not False
+    gold: list[str] = []
+    for kind, ref in references:
+        shown = _short(ref) if kind == "context" else ref
+        if not answerable:
+            result.unmapped.append(Unmapped(line, shown, "ignored: the case is marked unanswerable"))
+            continue
+        resolve = {"id": resolver.document_id, "file": resolver.file, "context": resolver.context}[kind]
+        doc_id, how = resolve(ref)
+        if doc_id is None:
+            result.unmapped.append(Unmapped(line, shown, how))
+            continue
+        result.mapped_by.append(Mapped(line, shown, doc_id, how))
+        if doc_id not in gold:
+            gold.append(doc_id)
+    if answerable and not gold:
+        why = (f"none of its {len(references)} gold reference(s) could be mapped" if references
+               else "answerable, but it names no gold document or context")
+        result.left_out.append(LeftOut(line, case_id, why))
+        return None
+    _, slice_name = _first(record, ("synthesizer_name", "evolution_type")) if shape == "ragas" else (None, None)
+    provenance = f"imported from {file_name} line {line} (shape {shape}"
+    provenance += f", reference from {reference_key}" + (f", gold from {', '.join(gold_from)}" if gold_from else "") + ")"
+    if record.get("provenance"):
+        provenance = f"{record['provenance']}; {provenance}"
+    case = {"id": case_id, "question": question, "reference": reference, "gold_docs": gold}
+    if slice_name and "slice" not in ours:
+        case["slice"] = str(slice_name)
+    return case | ours | {"provenance": provenance}
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+# Holdout cases stay unseen (see holdout.py): their text is exported only when asked for.
+_HOLDOUT = "holdout"
+RAGAS_COLUMNS = ("case_id", "question", "answer", "contexts", "ground_truth",
+                 "user_input", "response", "retrieved_contexts", "reference")
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    rows: int
+    context_k: int
+    answers: int
+    missing_chunks: list[str]
+    cases_without_contexts: list[str]
+    holdout_left_out: int = 0
+
+    def summary(self) -> str:
+        parts = [f"wrote {self.rows} rows to {self.path}", f"contexts: the top {self.context_k} retrieved chunks",
+                 f"answers: {self.answers}" if self.answers else "answers: none (answers were not evaluated: empty)"]
+        if self.holdout_left_out:
+            parts.append(f"{self.holdout_left_out} holdout case(s) left out (their text stays unseen)")
+        if self.cases_without_contexts:
+            parts.append(f"{len(self.cases_without_contexts)} case(s) without contexts")
+        if self.missing_chunks:
+            parts.append(f"{len(self.missing_chunks)} chunk(s) no longer served, left out of contexts")
+        return " | ".join(parts)
+
+
+def export_ragas(
+    evaluation: EvalResult | Mapping[str, Any],
+    golden: GoldenSet,
+    out_path: Path | str,
+    chunk_texts: Callable[[Sequence[str]], Mapping[str, str]],
+    context_k: int = 5,
+    include_holdout: bool = False,
+) -> ExportResult:
+    """Write an evaluation as a RAGAS dataset: one row per case, JSONL (CSV when `out_path` ends
+    in .csv, list columns JSON-encoded).
+
+    Columns: `case_id`, `question` / `user_input` (the question), `answer` / `response` (the
+    generated answer; empty when answers were not evaluated, and always empty for a stored
+    evaluation, which keeps no answer texts), `contexts` / `retrieved_contexts` (texts of the top
+    `context_k` final hits of the case's trace), `ground_truth` / `reference` (the reference).
+
+    `evaluation`: an `EvalResult`, or a stored one as a mapping with `revision` and `traces`
+    (case id -> its trace) and optionally `answers` (case id -> answer text). Traces keep chunk
+    ids, not texts: `chunk_texts` (e.g. `store.served.chunk_text_by_id`) gives the texts; a chunk
+    no longer served is left out and counted. Holdout cases are left out (counted) unless
+    `include_holdout`: a RAGAS file is for looking at, and holdout stays unseen.
+    """
+    out_path = Path(out_path)
+    if hasattr(evaluation, "cases"):
+        revision = evaluation.revision
+        traces = {c.case.id: c.trace for c in evaluation.cases}
+        answers = {c.case.id: c.answer["text"] for c in evaluation.cases
+                   if c.answer and not c.answer.get("error") and c.answer.get("text")}
+    else:
+        revision, traces, answers = evaluation["revision"], evaluation["traces"], dict(evaluation.get("answers") or {})
+    if revision != golden.revision:
+        raise ValueError(f"the evaluation is of golden revision {revision}, the golden set given is {golden.revision}")
+    by_id = {c.id: c for c in golden.cases}
+    missing_cases = sorted(set(traces) - set(by_id))
+    if missing_cases:
+        raise ValueError(f"cases not in golden set {golden.path.name}: {', '.join(missing_cases[:5])}")
+    shown = {i: t for i, t in traces.items() if include_holdout or by_id[i].split != _HOLDOUT}
+    top = {case_id: [h["chunk_id"] for h in (trace.get("final") or [])[:context_k]] for case_id, trace in shown.items()}
+    wanted = sorted({c for ids in top.values() for c in ids})
+    texts = dict(chunk_texts(wanted)) if wanted else {}
+    rows = []
+    for case_id, ids in top.items():
+        case = by_id[case_id]
+        contexts = [texts[c] for c in ids if c in texts]
+        answer = answers.get(case_id) or ""
+        rows.append({"case_id": case_id, "question": case.question, "answer": answer, "contexts": contexts,
+                     "ground_truth": case.reference, "user_input": case.question, "response": answer,
+                     "retrieved_contexts": contexts, "reference": case.reference})
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if out_path.suffix.lower() == ".csv":
+        with out_path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=RAGAS_COLUMNS)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, list) else v for k, v in row.items()})
+    else:
+        out_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return ExportResult(out_path, len(rows), context_k, sum(1 for r in rows if r["answer"]),
+                        [c for c in wanted if c not in texts], [r["case_id"] for r in rows if not r["contexts"]],
+                        len(traces) - len(shown))

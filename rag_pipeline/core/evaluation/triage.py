@@ -1,0 +1,306 @@
+"""Triage: confirmed production failures become reviewed golden cases, in a new revision.
+
+    queue    `build_queue` gathers items to review from four places: the latest drift report's
+             candidates (queries least like the golden set), the latest evaluation's failed cases
+             (holdout never: its text is withheld), disagreements between graders (the lexical
+             proxy against the LLM judge on a case's claims), and a file of user-reported
+             failures (JSONL: `question`, optional `tenant`, `roles`, `note`, `reported_by`).
+             Each item comes with its nearest golden cases (cosine of question embeddings) and
+             what retrieval returns for it now (documents and their content hashes), and the
+             fields a reviewer fills: reference, gold_docs, gold_spans, slice, split, answerable,
+             prohibited_claims, reviewer, and decision (accept | reject).
+    accept   `accept_reviewed` reads one or more reviewed queue files (two reviewers may each fill a
+             copy), reports their agreement by slice and lists disagreements (not accepted until
+             reconciled), flags near duplicates of golden cases (cosine >= `duplicate_threshold`;
+             accepted only with `duplicate_ok: true`), validates the new cases like any golden
+             case, and appends them to the golden file: a new revision. An accepted failed case
+             is relabelled in place (the review found its labels wrong: same id and question, the
+             reviewed reference, gold documents, slice and split). The old revision stays
+             evaluable from its snapshot; the change is recorded (who, when, which cases, the
+             source versions) and marked in the experiment log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from rag_pipeline.core.evaluation.golden import GoldenSet, GoldenSetError, file_revision, load_golden_set
+from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
+from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
+from rag_pipeline.core.ingestion.embedding import Embedder
+from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage import Store
+from rag_pipeline.core.vectors import normalise_rows
+
+REVIEW_FIELDS = {"reference": "", "gold_docs": [], "gold_spans": [], "slice": "", "split": "", "answerable": None,
+                 "prohibited_claims": [], "reviewer": "", "decision": ""}
+# Agreement is judged on what changes a metric: whether the corpus answers, where, and the slice.
+AGREEMENT_FIELDS = ("answerable", "gold_docs", "slice")
+DUPLICATE_THRESHOLD = 0.9
+
+
+def _item_id(origin: str, question: str) -> str:
+    return hashlib.sha256(f"{origin}\n{question}".encode()).hexdigest()[:12]
+
+
+def _cosines(queries: Sequence[str], others: Sequence[str], embedder: Embedder) -> np.ndarray:
+    if not queries or not others:
+        return np.zeros((len(queries), len(others)))
+    return normalise_rows(embedder.encode(list(queries))) @ normalise_rows(embedder.encode(list(others))).T
+
+
+def _raw_items(store: Store, reports: Path | None, grader_gap: float) -> list[dict]:
+    items: list[dict] = []
+    drift = store.records.monitoring_history("drift", datetime.now(UTC).date())
+    if drift:
+        latest = drift[-1]
+        for candidate in latest.get("candidates", []):
+            items.append({"origin": "drift", "question": candidate["query"],
+                          "evidence": {"day": str(latest["day"]), "excess_density": candidate["excess_density"]}})
+    eval_id = store.records.latest_evaluation()
+    if eval_id is not None:
+        record = store.records.evaluation_record(eval_id)
+        for case in store.records.failed_cases(eval_id):
+            if case["split"] == "holdout" or "query" not in case["trace"]:
+                continue
+            items.append({"origin": "failed_case", "question": case["trace"]["query"], "case_id": case["case_id"],
+                          "evidence": {"eval_id": eval_id, "first_gold_rank": case["first_gold_rank"],
+                                       "forbidden_retrieved": list(case["forbidden_retrieved"] or [])},
+                          "filters": case["trace"].get("filters")})
+        for case_id, values in record["cases"].items():
+            proxy, judge = values.get("answer_claim_support_proxy"), values.get("answer_claim_support_llm")
+            if proxy is not None and judge is not None and abs(proxy - judge) >= grader_gap:
+                items.append({"origin": "grader_disagreement", "case_id": case_id, "question": None,
+                              "evidence": {"eval_id": eval_id, "proxy": proxy, "llm_judge": judge}})
+    if reports is not None:
+        for number, line in enumerate(reports.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GoldenSetError(f"{reports}:{number}: not JSON ({exc.msg}); one report per line") from None
+            if not isinstance(raw, dict) or not str(raw.get("question") or "").strip():
+                raise GoldenSetError(f"{reports}:{number}: a report needs a non-empty 'question'")
+            items.append({"origin": "user_report", "question": raw["question"].strip(),
+                          "evidence": {k: raw[k] for k in ("note", "reported_by", "reported_at") if k in raw},
+                          "filters": {"tenant": raw.get("tenant"), "roles": list(raw.get("roles") or [])}})
+    return items
+
+
+def build_queue(store: Store, golden: GoldenSet, retriever: Retriever, embedder: Embedder,
+                reports: Path | None = None, nearest: int = 3, grader_gap: float = 0.5) -> list[dict]:
+    """Items to review, each with its nearest golden cases, what retrieval returns, and blank review fields."""
+    by_id = {c.id: c for c in golden.cases}
+    raw = _raw_items(store, reports, grader_gap)
+    for item in raw:
+        if item["question"] is None and item.get("case_id") in by_id and not withheld(by_id[item["case_id"]]):
+            item["question"] = by_id[item["case_id"]].question
+    items, seen = [], set()
+    for item in raw:
+        if not item["question"] or (item["origin"], item["question"]) in seen:
+            continue
+        seen.add((item["origin"], item["question"]))
+        items.append(item)
+    golden_questions = [c.question for c in golden.cases]
+    similarity = _cosines([i["question"] for i in items], golden_questions, embedder)
+    hashes = store.served.document_hashes()
+    for row, item in zip(similarity, items):
+        item["item_id"] = _item_id(item["origin"], item["question"])
+        order = np.argsort(-row, kind="stable")[:nearest] if len(row) else []
+        item["nearest_golden"] = [
+            {"case_id": golden.cases[j].id, "similarity": round(float(row[j]), 4),
+             "question": WITHHELD_QUESTION if withheld(golden.cases[j]) else golden.cases[j].question}
+            for j in order
+        ]
+        filters = item.get("filters") or {}
+        result = retriever.search(item["question"], SearchFilters(tenant=filters.get("tenant"),
+                                                                  roles=tuple(filters.get("roles") or ())))
+        item["retrieved"] = [{"doc_id": d, "score": round(s, 4), "content_hash": hashes.get(d)}
+                             for d, s in rollup_documents(result.hits)[:5]]
+        item.update({k: (list(v) if isinstance(v, list) else v) for k, v in REVIEW_FIELDS.items()})
+    return items
+
+
+def write_queue(items: Sequence[dict], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(i, ensure_ascii=False, default=str) + "\n" for i in items), encoding="utf-8")
+    return path
+
+
+@dataclass
+class AcceptResult:
+    old_revision: str
+    new_revision: str
+    accepted: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    duplicates: list[dict] = field(default_factory=list)
+    disagreements: list[dict] = field(default_factory=list)
+    incomplete: list[dict] = field(default_factory=list)
+    # slice -> (items labelled by two or more reviewers, of which they agreed on)
+    agreement_by_slice: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [f"accepted {len(self.accepted)} case(s): golden revision {self.old_revision} -> {self.new_revision}"
+                 if self.accepted else f"nothing accepted; golden revision stays {self.old_revision}"]
+        if self.agreement_by_slice:
+            lines.append("reviewer agreement by slice: " + ", ".join(
+                f"{s} {agreed}/{n}" for s, (n, agreed) in sorted(self.agreement_by_slice.items())))
+        for d in self.disagreements:
+            lines.append(f"to reconcile: item {d['item_id']} ({', '.join(d['fields'])} differ between {', '.join(d['reviewers'])})")
+        for d in self.duplicates:
+            lines.append(f"near duplicate: item {d['item_id']} ~ {d['of']} (cosine {d['similarity']:.3f}); "
+                         "set duplicate_ok: true to accept it anyway")
+        for d in self.incomplete:
+            lines.append(f"incomplete: item {d['item_id']}: {d['reason']}")
+        return "\n".join(lines)
+
+
+def _load_reviews(paths: Sequence[Path]) -> dict[str, list[dict]]:
+    reviews: dict[str, list[dict]] = defaultdict(list)
+    for path in paths:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GoldenSetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if not item.get("item_id"):
+                raise GoldenSetError(f"{path}:{number}: no item_id; review items written by `golden triage`")
+            if item.get("decision"):
+                reviews[item["item_id"]].append(item)
+    return reviews
+
+
+def _agreement_key(item: dict) -> tuple:
+    return (item.get("answerable"), tuple(sorted(item.get("gold_docs") or [])), item.get("slice"))
+
+
+def _case_from(item: dict, source_versions: dict[str, str], today: str) -> dict:
+    case = {
+        "id": item.get("id") or f"tri-{item['item_id']}", "question": item["question"], "reference": item["reference"],
+        "gold_docs": list(item.get("gold_docs") or []), "slice": item["slice"], "split": item["split"],
+        "answerable": bool(item.get("answerable", True)),
+        "tenant": (item.get("filters") or {}).get("tenant"), "roles": list((item.get("filters") or {}).get("roles") or []),
+        "provenance": f"triage {item['origin']} ({json.dumps(item.get('evidence', {}), default=str)}); reviewed by "
+                      f"{item['reviewer']} on {today}",
+        "reviewed": {"reviewer": item["reviewer"], "date": today, "origin": item["origin"],
+                     "source_versions": source_versions},
+    }
+    if item.get("gold_spans"):
+        case["gold_spans"] = item["gold_spans"]
+    if item.get("prohibited_claims"):
+        case["prohibited_claims"] = item["prohibited_claims"]
+    return case
+
+
+def _relabel(text: str, relabelled: dict[str, dict], versions: dict[str, str], today: str) -> str:
+    """The golden file's text with the reviewed labels of these case ids; every other line as it was."""
+    if not relabelled:
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        raw = json.loads(stripped) if stripped and not stripped.startswith("#") else None
+        if raw is not None and raw.get("id") in relabelled:
+            reviewed = _case_from(relabelled[raw["id"]], versions, today)
+            raw.update({k: reviewed[k] for k in ("reference", "gold_docs", "slice", "split", "answerable", "reviewed")})
+            # Spans of documents no longer gold cannot stay; the reviewer's own spans replace them.
+            spans = reviewed.get("gold_spans") or [sp for sp in raw.get("gold_spans", []) if sp.get("doc_id") in reviewed["gold_docs"]]
+            raw.pop("gold_spans", None)
+            if spans:
+                raw["gold_spans"] = spans
+            if reviewed.get("prohibited_claims"):
+                raw["prohibited_claims"] = reviewed["prohibited_claims"]
+            raw["provenance"] = f"{raw.get('provenance', '')}; relabelled after a failed evaluation ({reviewed['provenance']})"
+            line = json.dumps(raw, ensure_ascii=False) + ("\n" if line.endswith("\n") else "")
+        out.append(line)
+    return "".join(out)
+
+
+def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Store, embedder: Embedder,
+                    source_ids: Sequence[str], duplicate_threshold: float = DUPLICATE_THRESHOLD) -> AcceptResult:
+    """Append the accepted, agreed, non-duplicate reviewed items to the golden file (a new revision)."""
+    golden = load_golden_set(golden_path)
+    result = AcceptResult(golden.revision, golden.revision)
+    reviews = _load_reviews(review_files)
+    ready: list[dict] = []
+    for item_id, copies in sorted(reviews.items()):
+        reviewers = sorted({c.get("reviewer") or "?" for c in copies})
+        if len(copies) > 1:
+            agreed = len({_agreement_key(c) for c in copies}) == 1 and len({c["decision"] for c in copies}) == 1
+            name = copies[0].get("slice") or "(no slice)"
+            n, ok = result.agreement_by_slice.get(name, (0, 0))
+            result.agreement_by_slice[name] = (n + 1, ok + int(agreed))
+            if not agreed:
+                fields = [f for f in (*AGREEMENT_FIELDS, "decision") if len({json.dumps(c.get(f), sort_keys=True) for c in copies}) > 1]
+                result.disagreements.append({"item_id": item_id, "reviewers": reviewers, "fields": fields})
+                continue
+        item = copies[0]
+        if item["decision"] == "reject":
+            result.rejected.append(item_id)
+            continue
+        missing = [f for f in ("reviewer", "reference", "slice", "split") if not item.get(f)]
+        if item.get("answerable") is None:
+            missing.append("answerable")
+        elif item["answerable"] and not item.get("gold_docs"):
+            missing.append("gold_docs")
+        if missing:
+            result.incomplete.append({"item_id": item_id, "reason": "fill " + ", ".join(missing)})
+            continue
+        ready.append(item)
+    # Near duplicates: of a golden case, or of an item accepted before it in this batch.
+    existing = [(c.id, c.question) for c in golden.cases]
+    accepted: list[dict] = []
+    relabelled: dict[str, dict] = {}
+    known_ids = {c.id for c in golden.cases}
+    for item in ready:
+        if item["origin"] == "failed_case" and item.get("case_id") in known_ids:
+            relabelled[item["case_id"]] = item
+            continue
+        texts = [q for _, q in existing] + [a["question"] for a in accepted]
+        names = [i for i, _ in existing] + [f"tri-{a['item_id']}" for a in accepted]
+        row = _cosines([item["question"]], texts, embedder)[0] if texts else np.zeros(0)
+        best = int(np.argmax(row)) if len(row) else -1
+        if best >= 0 and row[best] >= duplicate_threshold and not item.get("duplicate_ok"):
+            result.duplicates.append({"item_id": item["item_id"], "of": names[best], "similarity": float(row[best])})
+            continue
+        accepted.append(item)
+    if not accepted and not relabelled:
+        return result
+    today = datetime.now(UTC).date().isoformat()
+    versions = {s: store.served.manifest_hash(s) for s in source_ids}
+    cases = [_case_from(item, versions, today) for item in accepted]
+    text = golden_path.read_text(encoding="utf-8")
+    new_text = _relabel(text, relabelled, versions, today)
+    new_text += ("" if new_text.endswith("\n") or not new_text else "\n") + "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
+    # Validated like any golden file (gold ids against every document ever seen) before it is written.
+    with tempfile.TemporaryDirectory() as folder:
+        candidate = Path(folder) / golden_path.name
+        candidate.write_text(new_text, encoding="utf-8")
+        load_golden_set(candidate, known_documents=store.ledger.document_history())
+    store.records.snapshot_golden(golden.revision, str(golden_path), text)
+    golden_path.write_text(new_text, encoding="utf-8")
+    result.new_revision = file_revision(golden_path)
+    result.accepted = sorted(relabelled) + [c["id"] for c in cases]
+    by = ", ".join(sorted({item["reviewer"] for item in accepted}))
+    store.records.record_golden_change("accept-reviewed", result.accepted, result.old_revision, result.new_revision, by,
+                                       f"triage: {len(cases)} reviewed case(s)")
+    store.records.log_experiment({
+        "experiment_id": f"golden-{result.new_revision}", "created_at": datetime.now(UTC).replace(tzinfo=None),
+        "component": "golden_set", "hypothesis": "new golden revision from triage (not a system change)",
+        "config_diff": {"golden_revision": [result.old_revision, result.new_revision], "added_cases": result.accepted},
+        "baseline_eval": None, "candidate_eval": None, "deltas": {}, "worst_slice": None, "worst_slice_delta": None,
+        "decision": "revision change: baselines of the old revision do not gate the new one", "bundle": False,
+    })
+    return result

@@ -1,0 +1,300 @@
+"""Minimal golden sets with reported defaults; imports from RAGAS, DeepEval and hand-written shapes
+against the sample corpus; the RAGAS export of a real evaluation."""
+
+import csv
+import hashlib
+import json
+from collections import Counter
+
+import pytest
+
+from rag_pipeline.config import AnswersConfig, ChunkingConfig, LifecycleConfig, RetrievalConfig, SourceConfig
+from rag_pipeline.core.evaluation.answers import make_generator
+from rag_pipeline.core.evaluation.evaluate import evaluate
+from rag_pipeline.core.evaluation.golden import SPLITS, GoldenSet, GoldenSetError, default_split, load_golden_set
+from rag_pipeline.core.evaluation.golden_formats import export_ragas, import_cases, import_from_store, known_documents
+from rag_pipeline.core.evaluation.retrieval import Retriever
+from rag_pipeline_tests.conftest import write_tree
+
+ON_CALL = "handbook:engineering/on-call.md"
+REFUNDS = "helpcenter:refunds.html"
+BENEFITS = "handbook:people/benefits.md"
+MOON = "The moon is made of green cheese and the tides are its crumbs falling into the sea."
+
+
+def _line_of(path, marker: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), start=1) if marker in line)
+
+
+def _load_against(store, path, **extra):
+    return load_golden_set(path, served_hashes=store.served.document_hashes() | extra.get("hashes", {}),
+                           known_documents=store.ledger.document_history() | extra.get("history", {}))
+
+
+# ---- minimal sets and their defaults -----------------------------------------------------------
+
+
+def test_a_minimal_set_loads_with_its_defaults_reported_and_a_stable_split(tmp_path):
+    lines = [json.dumps({"id": f"hx-{i:03d}", "question": f"question {i}?", "reference": f"answer {i}.",
+                         "gold_docs": ["hb:leave.md"]}) for i in range(1, 36)]
+    lines.append(json.dumps({"id": "hx-036", "question": "Who won in 1998?", "reference": "Not covered.", "answerable": False}))
+    path = tmp_path / "golden.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    golden = load_golden_set(path)
+    assert golden.defaults_applied == {"split": 36, "slice": 36}
+    assert golden.summary().endswith("defaults applied: split (36 cases, from the id's hash), slice (36 cases: general)")
+    assert {c.slice for c in golden.cases} == {"general"} and golden.cases[-1].gold_docs == ()
+    splits = {c.id: c.split for c in golden.cases}
+    assert set(splits.values()) <= set(SPLITS)
+    # Stable: the same on re-loading and whatever the order of the lines.
+    assert {c.id: c.split for c in load_golden_set(path).cases} == splits
+    (tmp_path / "reversed.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+    assert {c.id: c.split for c in load_golden_set(tmp_path / "reversed.jsonl").cases} == splits
+    # The documented rule, and its 60 / 20 / 20 shares.
+    n = int(hashlib.sha256(b"hx-001").hexdigest()[:8], 16) % 100
+    assert splits["hx-001"] == ("dev" if n < 60 else "validation" if n < 80 else "holdout")
+    shares = Counter(default_split(f"case-{i}") for i in range(3000))
+    assert 0.57 < shares["dev"] / 3000 < 0.63 and 0.17 < shares["validation"] / 3000 < 0.23
+
+
+def test_given_values_are_kept_and_invalid_ones_stay_errors(tmp_path):
+    base = {"question": "q?", "reference": "r.", "gold_docs": ["hb:leave.md"]}
+    path = tmp_path / "golden.jsonl"
+    path.write_text(json.dumps(base | {"id": "a", "slice": "policy", "split": "holdout"}) + "\n"
+                    + json.dumps(base | {"id": "b", "slice": "policy"}) + "\n")
+    golden = load_golden_set(path)
+    assert golden.defaults_applied == {"split": 1}
+    assert [c.split for c in golden.cases][0] == "holdout"
+    assert golden.summary().endswith("defaults applied: split (1 cases, from the id's hash)")
+    path.write_text(json.dumps(base | {"id": "a", "split": "train"}) + "\n" + json.dumps(base | {"id": "b", "slice": 3}) + "\n")
+    with pytest.raises(GoldenSetError) as excinfo:
+        load_golden_set(path)
+    assert "line 1 (a): field 'split': 'train' is not one of dev, validation, holdout" in str(excinfo.value)
+    assert "line 2 (b): field 'slice': must be a string" in str(excinfo.value)
+
+
+# ---- imports -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chunks(sample_index):
+    _, store, _ = sample_index
+    return store.served.chunk_texts()
+
+
+def _reworded(text: str) -> str:
+    """The same passage with every eighth word changed: not contained anywhere, mostly overlapping."""
+    words = text.split()
+    return " ".join("zzz" if i % 8 == 7 else w for i, w in enumerate(words))
+
+
+def _ragas_rows(chunks) -> list[dict]:
+    return [
+        {"user_input": "What does a primary on-call week pay?", "reference": "A standby allowance of €250.",
+         "reference_contexts": [chunks[ON_CALL][3]], "response": "€250", "synthesizer_name": "single_hop"},
+        {"question": "Can I get a refund after three weeks?", "ground_truth": "No, only within 14 days.",
+         "contexts": [_reworded(chunks[REFUNDS][1])]},
+        {"question": "What does the company pay towards health insurance?",
+         "ground_truths": ["€100 per month in the Netherlands.", "All of it in Ireland."],
+         "contexts": [chunks[BENEFITS][1], "Lorem ipsum dolor sit amet, consectetur adipiscing elit."]},
+        {"question": "What is the moon made of?", "ground_truth": "Green cheese.", "contexts": [MOON]},
+        {"question": "Who founded the company?", "ground_truth": "Nobody knows."},
+    ]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_ragas_rows_map_their_contexts_to_documents(tmp_path, sample_index, chunks, kind):
+    _, store, _ = sample_index
+    rows = _ragas_rows(chunks)
+    path = tmp_path / f"ragas_set.{kind}"
+    if kind == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        columns = ["question", "user_input", "reference", "ground_truth", "ground_truths", "reference_contexts",
+                   "contexts", "response", "synthesizer_name"]
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            for i, row in enumerate(rows):
+                # Lists as pandas writes them (Python literals) and as JSON.
+                encode = repr if i % 2 else json.dumps
+                writer.writerow({k: encode(v) if isinstance(v, list) else v for k, v in row.items()})
+    result = import_from_store(path, "auto", store)
+    assert result.shape == "ragas"
+    line = {i: _line_of(path, r.get("user_input") or r["question"]) for i, r in enumerate(rows)}
+    assert [c["gold_docs"] for c in result.cases] == [[ON_CALL], [REFUNDS], [BENEFITS]]
+    hows = {m.doc_id: m.how for m in result.mapped_by}
+    assert hows[ON_CALL] == hows[BENEFITS] == "context text found in its chunks"
+    assert hows[REFUNDS].startswith("word-trigram overlap")
+    assert [(u.line, u.reference[:11]) for u in result.unmapped] == [(line[2], "Lorem ipsum"), (line[3], "The moon is")]
+    assert all("no served chunk" in u.reason for u in result.unmapped)
+    assert [(x.line, x.reason) for x in result.left_out] == [
+        (line[3], "none of its 1 gold reference(s) could be mapped"),
+        (line[4], "answerable, but it names no gold document or context"),
+    ]
+    first = result.cases[0]
+    assert first["slice"] == "single_hop" and first["reference"] == "A standby allowance of €250."
+    assert first["provenance"] == (f"imported from {path.name} line {line[0]} (shape ragas, "
+                                   "reference from reference, gold from reference_contexts)")
+    assert result.cases[2]["reference"] == "€100 per month in the Netherlands.\nAll of it in Ireland."
+    assert "imported 3 of 5 records" in result.summary() and "2 unmapped" in result.summary()
+    golden = _load_against(store, result.write(tmp_path / "golden.jsonl"))
+    assert len(golden.cases) == 3 and not golden.stale
+    assert golden.defaults_applied == {"split": 3, "slice": 2}
+
+
+def test_deepeval_goldens_map_source_files_and_contexts(tmp_path, sample_index, chunks):
+    _, store, _ = sample_index
+    goldens = [
+        {"input": "How much is the on-call standby allowance?", "expected_output": "€250 a week.",
+         "context": [chunks[ON_CALL][3]], "source_file": "on-call.md"},
+        {"input": "How long is the refund window?", "expected_output": "14 days.",
+         "source_file": "/home/someone/data/corpus/helpcenter/refunds.html"},
+        {"input": "Is supplementary insurance paid?", "expected_output": "€100 a month.",
+         "retrieval_context": [chunks[BENEFITS][1]]},
+        {"input": "A question nobody answered", "context": [chunks[ON_CALL][1]]},
+        {"input": "What is in the roadmap?", "expected_output": "Secrets.", "source_file": "roadmap.pdf"},
+    ]
+    path = tmp_path / "deepeval.json"
+    path.write_text(json.dumps({"goldens": goldens}, indent=2))
+    result = import_from_store(path, "auto", store)
+    assert result.shape == "deepeval"
+    line = {i: _line_of(path, g["input"]) - 1 for i, g in enumerate(goldens)}  # the line of the record's "{"
+    assert [c["gold_docs"] for c in result.cases] == [[ON_CALL], [REFUNDS], [BENEFITS]]
+    assert [m.how for m in result.mapped_by] == ["unique file name", "context text found in its chunks",
+                                                  "path ending in its relative path", "context text found in its chunks"]
+    assert "gold from retrieval_context" in result.cases[2]["provenance"]
+    assert result.cases[0]["provenance"].startswith(f"imported from deepeval.json line {line[0]} (shape deepeval")
+    assert result.unmapped == [(line[4], "roadmap.pdf", "no document named roadmap.pdf")]
+    assert [(x.line, x.reason) for x in result.left_out] == [
+        (line[3], "no reference answer (expected_output)"), (line[4], "none of its 1 gold reference(s) could be mapped")]
+    assert len(_load_against(store, result.write(tmp_path / "golden.jsonl")).cases) == 3
+
+
+@pytest.fixture(scope="module")
+def faq_store(tmp_path_factory, sample_index):
+    """A second source with two files named faq.md (the sample corpus has no two files of one name)."""
+    from rag_pipeline.core.ingestion.stages import ingest_source
+    from rag_pipeline.core.storage import duckdb_store
+
+    _, _, embedder = sample_index
+    folder = tmp_path_factory.mktemp("faq")
+    page = "# FAQ\n\nQuestions the {} team hears every week, with the answers it gives to each of them.\n"
+    root = write_tree(folder / "kb", {"team-a/faq.md": page.format("A"), "team-b/faq.md": page.format("B")})
+    store = duckdb_store(folder / "index.duckdb")
+    ingest_source(SourceConfig(name="kb", path=root), store, embedder, ChunkingConfig(), LifecycleConfig(), "faq")
+    return store
+
+
+def test_handwritten_ids_and_file_names_map_and_name_what_they_cannot(tmp_path, sample_index, faq_store):
+    _, store, _ = sample_index
+    documents = known_documents(store) | known_documents(faq_store)
+    assert {"kb:team-a/faq.md", "kb:team-b/faq.md", ON_CALL} <= set(documents)
+    base = {"question": "q {}?", "reference": "r."}
+    records = [
+        {"id": "hw-1", "gold_pids": ["engineering/on-call.md"]},
+        {"id": "hw-2", "expected_document_ids": [REFUNDS, f"{REFUNDS}#2"]},
+        {"id": "hw-3", "source_doc": "benefits.md", "slice": "people", "split": "holdout", "weight": 2},
+        {"id": "hw-4", "source_docs": ["faq.md", "missing.md", "people/benefits.md"]},
+        {"id": "hw-5", "file": "faq.md"},
+        {"id": "hw-6", "answerable": False, "slice": "unanswerable"},
+        {"id": "hw-1", "gold_pids": ["engineering/on-call.md"]},
+    ]
+    path = tmp_path / "handwritten.jsonl"
+    path.write_text("".join(json.dumps({k: v.format(i) if isinstance(v, str) else v for k, v in base.items()} | r) + "\n"
+                            for i, r in enumerate(records)))
+    result = import_cases(path, "handwritten", documents, source_prefix="handbook")
+    assert {c["id"]: c["gold_docs"] for c in result.cases} == {
+        "hw-1": [ON_CALL], "hw-2": [REFUNDS], "hw-3": [BENEFITS], "hw-4": [BENEFITS], "hw-6": []}
+    assert [m.how for m in result.mapped_by] == [
+        "document id with source prefix 'handbook'", "document id", "chunk id to its document", "unique file name",
+        "relative path"]
+    assert result.unmapped == [
+        (4, "faq.md", "ambiguous: 2 documents named faq.md (kb:team-a/faq.md, kb:team-b/faq.md)"),
+        (4, "missing.md", "no document named missing.md"),
+        (5, "faq.md", "ambiguous: 2 documents named faq.md (kb:team-a/faq.md, kb:team-b/faq.md)"),
+    ]
+    assert result.left_out == [(5, "hw-5", "none of its 1 gold reference(s) could be mapped"),
+                               (7, "hw-1", "duplicate id (first on line 1)")]
+    assert any(line.startswith("line 4: 'missing.md': no document named") for line in result.problems())
+    out = result.write(tmp_path / "golden.jsonl")
+    golden = _load_against(store, out, hashes=faq_store.served.document_hashes(), history=faq_store.ledger.document_history())
+    by_id = {c.id: c for c in golden.cases}
+    assert by_id["hw-3"].split == "holdout" and by_id["hw-3"].weight == 2 and not by_id["hw-6"].answerable
+    assert by_id["hw-1"].provenance == "imported from handwritten.jsonl line 1 (shape handwritten, reference from reference)"
+    assert golden.defaults_applied == {"split": 4, "slice": 3}
+
+
+def test_an_unknown_shape_and_an_undecidable_one_are_refused(tmp_path, sample_index):
+    _, store, _ = sample_index
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps({"user_input": "q", "expected_output": "r"}) + "\n")
+    with pytest.raises(ValueError, match="cannot tell the shape: ragas keys"):
+        import_from_store(path, "auto", store)
+    with pytest.raises(ValueError, match="unknown shape 'promptfoo'"):
+        import_from_store(path, "promptfoo", store)
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evaluated(sample_index):
+    config, store, embedder = sample_index
+    golden = load_golden_set(config.golden_set, served_hashes=store.served.document_hashes())
+    result = evaluate(golden, Retriever(store, embedder, RetrievalConfig(mode="bm25")), "bm25", "fp", {})
+    return golden, result
+
+
+def _read(path):
+    if path.suffix == ".csv":
+        with path.open(newline="") as handle:
+            return [{k: json.loads(v) if k in ("contexts", "retrieved_contexts") else v for k, v in row.items()}
+                    for row in csv.DictReader(handle)]
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", ["ragas.jsonl", "ragas.csv"])
+def test_ragas_export_of_a_real_evaluation(tmp_path, sample_index, evaluated, name):
+    _, store, _ = sample_index
+    golden, result = evaluated
+    export = export_ragas(result, golden, tmp_path / name, store.served.chunk_text_by_id, context_k=5,
+                          include_holdout=True)
+    rows = _read(tmp_path / name)
+    assert len(rows) == export.rows == len(result.cases) == len(golden.cases)
+    assert "answers: none (answers were not evaluated: empty)" in export.summary()
+    for row, case_result in zip(rows, result.cases):
+        case = case_result.case
+        assert row["case_id"] == case.id and row["question"] == row["user_input"] == case.question
+        assert row["ground_truth"] == row["reference"] == case.reference
+        assert row["answer"] == row["response"] == ""
+        hits = case_result.trace["final"][:5]
+        assert row["contexts"] == row["retrieved_contexts"] and len(row["contexts"]) == len(hits)
+        if hits:
+            assert row["contexts"][0] == store.served.chunk_text_by_id([hits[0]["chunk_id"]])[hits[0]["chunk_id"]]
+    assert sum(1 for r in rows if r["contexts"]) == sum(1 for c in result.cases if c.trace["final"])
+    # A stored evaluation: traces as stored (JSON), no answers; the same rows.
+    record = {"revision": result.revision, "traces": {c.case.id: json.loads(json.dumps(c.trace)) for c in result.cases}}
+    export_ragas(record, golden, tmp_path / f"stored-{name}", store.served.chunk_text_by_id, include_holdout=True)
+    assert _read(tmp_path / f"stored-{name}") == rows
+    # By default holdout cases stay unseen: left out and counted.
+    holdout = {c.id for c in golden.cases if c.split == "holdout"}
+    assert holdout, "the sample golden set has holdout cases"
+    export = export_ragas(result, golden, tmp_path / f"shown-{name}", store.served.chunk_text_by_id)
+    assert [r["case_id"] for r in _read(tmp_path / f"shown-{name}")] == [r["case_id"] for r in rows if r["case_id"] not in holdout]
+    assert f"{len(holdout)} holdout case(s) left out" in export.summary()
+    with pytest.raises(ValueError, match="golden revision"):
+        export_ragas(record | {"revision": "000000000000"}, golden, tmp_path / "x.jsonl", store.served.chunk_text_by_id)
+
+
+def test_ragas_export_carries_the_generated_answers(tmp_path, sample_index, evaluated):
+    _, store, embedder = sample_index
+    golden, _ = evaluated
+    subset = GoldenSet(golden.path, golden.revision, golden.cases[:8], golden.stale)
+    answers = AnswersConfig(generator="extractive")
+    result = evaluate(subset, Retriever(store, embedder, RetrievalConfig(mode="bm25")), "bm25", "fp", {},
+                      generator_for=lambda t: make_generator(answers, t))
+    export = export_ragas(result, subset, tmp_path / "answered.jsonl", store.served.chunk_text_by_id)
+    rows = _read(tmp_path / "answered.jsonl")
+    assert [r["answer"] for r in rows] == [c.answer["text"] for c in result.cases if c.case.split != "holdout"]
+    assert export.answers == sum(1 for r in rows if r["answer"]) > 0
