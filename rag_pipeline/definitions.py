@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from rag_pipeline.config import PipelineConfig
+from rag_pipeline.config import PipelineConfig, load_config
 from rag_pipeline.defs.automation import automation_jobs, automation_schedules, automation_sensors
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets, search_index
@@ -70,3 +70,8 @@ def executor_for(config: PipelineConfig) -> dg.ExecutorDefinition:
     if chosen == "multiprocess" and not config.storage.parallel_writers:
         raise ValueError(f"{EXECUTOR_ENV_VAR}=multiprocess needs storage.backend: postgres (a DuckDB file has one writer)")
     return executors[chosen]
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions(load_config())

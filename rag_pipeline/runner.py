@@ -9,6 +9,7 @@ import dagster as dg
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.evaluation.golden import file_revision, load_golden_set
 from rag_pipeline.core.ingestion.coverage import coverage_report
+from rag_pipeline.core.ingestion.inputs import current_fingerprint, settings_fingerprint
 from rag_pipeline.core.storage import SourceBusyError, Store, open_store
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
@@ -35,6 +36,8 @@ COUNT_SOURCES: dict[str, tuple[str, str]] = {
 }
 
 
+OPEN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                 dg.DagsterRunStatus.STARTED]
 # Dagster's console logger at ERROR: the command line prints its own summary (failed documents included).
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 CLI_TAGS = {TRIGGER_TAG: "cli"}
@@ -52,10 +55,12 @@ class SourceRun:
     error: str | None = None
     # Checks that failed with severity WARN: shown, but they do not fail the run.
     warnings: list[str] = field(default_factory=list)
+    # Why no run was needed (inputs unchanged since the last committed switch), when none ran.
+    not_run: str | None = None
 
     def as_json(self) -> dict:
         return {**self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
-                "warnings": self.warnings, "success": self.success, "error": self.error}
+                "warnings": self.warnings, "success": self.success, "error": self.error, "not_run": self.not_run}
 
 
 def ingest(
@@ -64,20 +69,29 @@ def ingest(
     source_ids: list[str] | None = None,
     embedder: EmbedderResource | None = None,
     overrides: dict[str, str] | None = None,
+    force: bool = False,
 ) -> list[SourceRun]:
     """Materialize the ingestion assets for each source partition; one failing source does not stop the others.
 
-    `config` must already include the `overrides` (`name -> path`), which are passed on to the assets.
+    A source whose inputs have not changed since its last committed switch (`inputs.py`) is not
+    run, unless `force`. `config` must already include the `overrides` (`name -> path`), which
+    are passed on to the assets.
     """
     source_ids = source_ids or config.source_ids
     existing = set(instance.get_dynamic_partitions(source_partitions.name))
     new = [s for s in source_ids if s not in existing]
     if new:
         instance.add_dynamic_partitions(source_partitions.name, new)
-    job = _job(config, ingest_sources_job.name, embedder, overrides)
     store = open_store(config.storage)
-    runs = []
+    settings = settings_fingerprint(config.chunking, (embedder or EmbedderResource.from_config(config.embedding)).get().identity)
+    runs, job = [], None
     for source_id in source_ids:
+        if not force:
+            unchanged = _unchanged(config.source(source_id), store, settings, instance)
+            if unchanged is not None:
+                runs.append(unchanged)
+                continue
+        job = job or _job(config, ingest_sources_job.name, embedder, overrides)
         try:
             # Another process ingesting the same source would overwrite this run's staging.
             with store.source_lock(source_id):
@@ -90,6 +104,36 @@ def ingest(
             continue
         runs.append(_summarise(source_id, result, store))
     return runs
+
+
+def _unchanged(source, store: Store, settings: str, instance: dg.DagsterInstance) -> SourceRun | None:
+    """A run's outcome without running it, when the source's inputs are those of its last committed
+    switch, that switch was not refused since, and no run of the source is left open (a real run
+    closes the runs of dead processes)."""
+    committed = store.staging.committed_inputs(source.source_id)
+    if committed is None or store.ledger.last_failure(source.source_id) is not None:
+        return None
+    open_runs = instance.get_runs(filters=dg.RunsFilter(statuses=OPEN_STATUSES, tags={"dagster/partition": source.source_id}),
+                                  limit=1)
+    if open_runs:
+        return None
+    try:
+        current = current_fingerprint(source, settings)
+    except (OSError, RuntimeError):
+        return None  # an unreadable root: the run says why
+    if current != committed:
+        return None
+    coverage = coverage_report(store, source.source_id)
+    manifest = store.staging.manifest_rows(source.source_id)
+    supported = sum(1 for row in manifest if row["supported"])
+    counts = {"discovered": len(manifest), "skipped": len(manifest) - supported, "unchanged": supported,
+              "queryable": coverage.counts_by_stage.get("queryable", 0)}
+    # The checks that depend on the store, evaluated again; freshness and deletions hold by
+    # construction (the files are those the committed switch proved).
+    checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}
+    warnings = [] if checks["no_failed_documents"] else ["no_failed_documents"]
+    return SourceRun(source.source_id, checks["coverage"], counts, coverage.failed, checks, warnings=warnings,
+                     not_run=f"inputs unchanged since the last switch (fingerprint {current}): nothing to run")
 
 
 def _job(config: PipelineConfig, name: str, embedder: EmbedderResource | None = None,

@@ -4,6 +4,7 @@ import dagster as dg
 
 from rag_pipeline.core import render
 from rag_pipeline.core.ingestion import stages
+from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.defs import checks
@@ -33,7 +34,8 @@ def _materialized(context: dg.AssetExecutionContext, report: stages.StageReport,
 
 @dg.asset(kinds={"python", "duckdb"}, **_common)
 def source_documents(
-    context: dg.AssetExecutionContext, config: DiscoveryConfig, settings: PipelineSettings, store: StoreResource
+    context: dg.AssetExecutionContext, config: DiscoveryConfig, settings: PipelineSettings, store: StoreResource,
+    embedder: EmbedderResource,
 ) -> dg.MaterializeResult:
     """Every file of the source with its hash and metadata (links resolved inside the root only),
     diffed against the manifest the served index was built from."""
@@ -43,7 +45,8 @@ def source_documents(
     source = pipeline.source(context.partition_key)
     lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
         else pipeline.lifecycle
-    report = stages.discover_source(source, store.get(), lifecycle, context.run.run_id)
+    report = stages.discover_source(source, store.get(), lifecycle, context.run.run_id,
+                                    settings_fingerprint(pipeline.chunking, embedder.get().identity))
     return _materialized(context, report, root=dg.MetadataValue.path(str(source.path)))
 
 
@@ -54,7 +57,7 @@ def parsed_documents(
     """unstructured elements of the added and changed documents, parsed in a worker process under the
     source's limits; failures recorded per document with the parser's reason."""
     source = settings.load().source(context.partition_key)
-    report = stages.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get())
+    report = stages.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get(), progress=context.log.info)
     return _materialized(context, report, parser=parser_version())
 
 
@@ -63,7 +66,7 @@ def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSetting
     """Chunks of the configured strategy for documents whose content or chunking changed."""
     config = settings.load()
     source = config.source(context.partition_key)
-    report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id)
+    report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id, progress=context.log.info)
     chunking = source.effective_chunking(config.chunking)
     return _materialized(context, report, strategy=chunking.strategy, chunking_fingerprint=chunking.fingerprint())
 
@@ -72,7 +75,7 @@ def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSetting
 def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dg.MaterializeResult:
     """Vectors of new chunk texts, through the cache keyed by model identity and text hash."""
     model = embedder.get()
-    report = stages.embed_source(context.partition_key, store.get(), model, context.run.run_id)
+    report = stages.embed_source(context.partition_key, store.get(), model, context.run.run_id, progress=context.log.info)
     return _materialized(context, report, model=model.identity)
 
 

@@ -32,8 +32,8 @@ def httpx_run(tmp_path_factory):
     return {"config": config, "instance": instance, "root": root, "first": first, "store": open_store(config.storage)}
 
 
-def _run(httpx_run):
-    [run] = ingest(httpx_run["config"], httpx_run["instance"])
+def _run(httpx_run, force: bool = False):
+    [run] = ingest(httpx_run["config"], httpx_run["instance"], force=force)
     return run
 
 
@@ -52,8 +52,11 @@ def test_first_run_makes_every_page_queryable_and_reports_skips(httpx_run):
 
 
 def test_second_run_without_change_parses_and_embeds_nothing(httpx_run):
-    run = _run(httpx_run)
-    assert run.success
+    skipped = _run(httpx_run)
+    assert skipped.success and skipped.not_run and skipped.counts["unchanged"] == 13
+    # Run anyway, every stage finds nothing to do.
+    run = _run(httpx_run, force=True)
+    assert run.success and run.not_run is None
     assert run.counts["unchanged"] == 13
     assert (run.counts["parsed"], run.counts["chunked"], run.counts["embedded"], run.counts["cache_hits"]) == (0, 0, 0, 0)
 
@@ -94,5 +97,5 @@ def test_broken_files_fail_alone_with_reasons(httpx_run):
     served = {d["doc_id"] for d in httpx_run["store"].served.indexed_documents("httpx")}
     assert len(served) == 13 and not served & set(reasons)
     # A failed document is not retried while its bytes are unchanged.
-    again = _run(httpx_run)
+    again = _run(httpx_run, force=True)
     assert again.counts["parsed"] == 0 and len(again.failures) == 4

@@ -185,10 +185,10 @@ def _partitioner(file_type: str):
 # step every partitioner runs, common/metadata.py:236-246): langdetect over the whole text only
 # fills `metadata.languages`, which Element does not keep, and no classification reads it (md and
 # html classify with `derive_element_type_from_text`, html/parser.py:1097, txt with
-# `element_from_text`, text.py:113, both with fixed arguments). It was a tenth to a fifth of the
-# md/html parse time, and langdetect's profiles no longer load in warm_up. The heavier part, spaCy
-# in `is_possible_narrative_text` (text_type.py:27) choosing NarrativeText or Text for a <p>, has
-# no public switch in unstructured 0.27 and stays.
+# `element_from_text`, text.py:113, both with fixed arguments). It was about a tenth of the md/html
+# parse time, plus 0.3 s for langdetect's profiles on a worker's first document. The heavier part,
+# spaCy in `is_possible_narrative_text` (text_type.py:27) choosing NarrativeText or Text for a <p>
+# (three quarters of the time), has no public switch in unstructured 0.27 and stays.
 _PARTITION_OPTIONS: dict[str, dict] = {"md": {"languages": [""]}, "html": {"languages": [""]},
                                        "txt": {"languages": [""]}, "docx": {"languages": [""]}}
 

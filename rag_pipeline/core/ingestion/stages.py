@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core.faults import kill_point
-from rag_pipeline.core.ingestion import discovery
+from rag_pipeline.core.ingestion import discovery, inputs
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
 from rag_pipeline.core.ingestion.embedding import Embedder
@@ -39,6 +39,7 @@ from rag_pipeline.core.ingestion.parsing import (
     parser_version,
 )
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
+from rag_pipeline.core.progress import Progress
 from rag_pipeline.core.storage import Store
 
 # Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
@@ -92,13 +93,11 @@ class IndexReport(StageReport):
 
 
 def _tree(source: SourceConfig) -> discovery.SourceTree:
-    return discovery.SourceTree(
-        source.source_id, Path(source.path), source.follow_symlinks, source.limits.max_file_bytes, source.exclude
-    )
+    return inputs.source_tree(source)
 
 
 def discover_source(
-    source: SourceConfig, store: Store, lifecycle: LifecycleConfig, run_id: str
+    source: SourceConfig, store: Store, lifecycle: LifecycleConfig, run_id: str, settings: str = ""
 ) -> StageReport:
     """Walk the source, diff with the committed manifest, refuse unsafe deletions, stage the discovery.
 
@@ -109,12 +108,14 @@ def discover_source(
     source_id = source.source_id
     previous = store.staging.previous_manifest(source_id)
     if source.kind == "beir":
+        digest = inputs.file_digest(Path(source.path))
         files = discovery.discover_beir_corpus(
             source_id, Path(source.path), source.defaults.model_dump(), source.limits.max_text_chars
         )
     else:
         tree = _tree(source)
         entries, unreadable = tree.walk()
+        digest = inputs.tree_digest(entries, unreadable)
         files = discovery.describe_entries(tree, entries, source.defaults.model_dump())
         files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
     diff = discovery.diff_manifest(files, previous)
@@ -123,6 +124,7 @@ def discover_source(
     )
     meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
     store.staging.write_discovery(source_id, files, meta_json)
+    store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
 
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
@@ -174,7 +176,7 @@ def _behind_unreadable_folders(
 
 def parse_source(
     source: SourceConfig, store: Store, run_id: str, parser: ParserProcess | None = None,
-    embedder: Embedder | None = None,
+    embedder: Embedder | None = None, progress: Callable[[str], None] | None = None,
 ) -> StageReport:
     """Parse the documents whose content or metadata differ from their parsed version.
 
@@ -199,12 +201,15 @@ def parse_source(
 
     read = _reader(source, [r["doc_id"] for r in todo], parser)
     per_write = batch_size(len(todo), WRITE_BATCH)
+    done = Progress(f"{source_id}: parsing", len(todo), progress)
     for row in todo:
         try:
             doc = read(row)
         except ParseError as exc:
             fail(row, str(exc))
+            done.advance()
             continue
+        done.advance()
         batch.append((doc, row["meta_json"]))
         ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
         if len(batch) >= per_write:
@@ -270,7 +275,8 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
     return read_file
 
 
-def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str) -> StageReport:
+def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str,
+                 progress: Callable[[str], None] | None = None) -> StageReport:
     """(Re)chunk documents whose parsed content or the chunking settings changed; drop deleted ones."""
     source_id = source.source_id
     config = source.effective_chunking(config)
@@ -286,7 +292,9 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     chunk_total = 0
     batch: list = []
     per_write = batch_size(len(todo), WRITE_BATCH)
+    done = Progress(f"{source_id}: chunking", len(todo), progress)
     for doc in store.staging.load_parsed(todo):
+        done.advance()
         chunks = chunk_document(doc, source_id, config)
         if not chunks:
             reason = "chunking produced no chunks (document has no body text)"
@@ -312,7 +320,8 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     return report
 
 
-def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str) -> StageReport:
+def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
+                 progress: Callable[[str], None] | None = None) -> StageReport:
     """Embed staged chunks not yet embedded by this model, through the cache.
 
     The cache key is (embedder identity, hash of the embedded text): a chunk whose text was
@@ -330,9 +339,11 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str) 
     # cached batch by batch, so that an interrupted run keeps what it already embedded.
     hashes = sorted(misses, key=lambda h: len(misses[h]))
     per_call = batch_size(len(hashes), EMBED_BATCH, MIN_EMBED_BATCH)
+    done = Progress(f"{source_id}: embedding", len(hashes), progress)
     for start in range(0, len(hashes), per_call):
         batch = hashes[start : start + per_call]
         vectors = embedder.encode([misses[h] for h in batch])
+        done.advance(len(batch))
         if not np.all(np.isfinite(vectors)):
             raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
         store.staging.cache_vectors(identity, list(zip(batch, vectors)))
@@ -485,7 +496,8 @@ def ingest_source(
 ) -> dict[str, StageReport]:
     """All stages for one source in order, without Dagster (benchmarks and tests of the core)."""
     stages = {
-        "discovered": lambda: discover_source(source, store, lifecycle, run_id),
+        "discovered": lambda: discover_source(source, store, lifecycle, run_id,
+                                              inputs.settings_fingerprint(chunking, embedder.identity)),
         "parsed": lambda: parse_source(source, store, run_id),
         "chunked": lambda: chunk_source(source, store, chunking, run_id),
         "embedded": lambda: embed_source(source.source_id, store, embedder, run_id),

@@ -68,5 +68,9 @@ class Ledger:
             self.db.insert("source_runs", columns("source_runs"),
                            [(source_id, root, now, last_success, None, run_id, last_failure, last_failure_at)])
 
+    def last_failure(self, source_id: str) -> str | None:
+        """Why the source's last switch was refused, if it was (cleared by the next committed one)."""
+        return self.db.value("SELECT last_failure FROM source_runs WHERE source_id = ?", [source_id])
+
     def last_success(self, source_id: str) -> datetime | None:
         return self.db.value("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id])

@@ -56,6 +56,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "chunks": [*_CHUNK, *_ACCESS, ("lex_len", _INT)],
     "vectors": [("chunk_id", _TEXT), ("source_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
     "postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
+    # The fingerprint of a source's inputs (names, sizes, times, settings) seen by the latest
+    # discovery, and the one the last committed switch was built from: equal means nothing to do.
+    "source_inputs": [("source_id", _TEXT), ("staged", _TEXT), ("committed", _TEXT)],
     # One token per source, replaced by every switch: in-memory copies of the index compare it.
     "served_versions": [("source_id", _TEXT), ("version", _TEXT)],
     "tombstones": [
@@ -119,7 +122,7 @@ UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
 # Tables whose rows belong to one source; a purge of the source clears them all.
 SOURCE_TABLES = (
     "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
-    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions",
+    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs",
 )
 # Tables holding something of a document (checked by the deletion proof).
 DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")

@@ -240,9 +240,9 @@ class ServedIndex:
         """Remove everything of a source (it left the config); the ledger keeps its history."""
         with self.db.transaction():
             hashes = [r[0] for r in self.db.rows("SELECT text_hash FROM staged_chunks WHERE source_id = ?", [source_id])]
+            # Its served_versions row goes too: what is served has changed for every in-memory copy.
             for table in SOURCE_TABLES:
                 self.db.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
-            mark_changed(self.db, source_id)
             if hashes:
                 self.db.execute(f"DELETE FROM embedding_cache WHERE text_hash {_IN} "
                                 "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)", [hashes])

@@ -52,11 +52,24 @@ class Staging:
         return self.db.dicts("SELECT * FROM manifest WHERE source_id = ? ORDER BY doc_id", [source_id])
 
     def commit_manifest(self, source_id: str) -> None:
-        """The staged discovery becomes the committed manifest (part of the switch)."""
+        """The staged discovery becomes the committed manifest, and its inputs' fingerprint the
+        committed one (part of the switch)."""
         names = ", ".join(columns("manifest"))
         with self.db.transaction():
             self.db.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
             self.db.execute(f"INSERT INTO manifest ({names}) SELECT {names} FROM discovery WHERE source_id = ?", [source_id])
+            self.db.execute("UPDATE source_inputs SET committed = staged WHERE source_id = ?", [source_id])
+
+    def stage_inputs(self, source_id: str, fingerprint: str) -> None:
+        """The fingerprint of the inputs this discovery saw (committed by the switch)."""
+        with self.db.transaction():
+            committed = self.committed_inputs(source_id)
+            self.db.execute("DELETE FROM source_inputs WHERE source_id = ?", [source_id])
+            self.db.insert("source_inputs", columns("source_inputs"), [(source_id, fingerprint, committed)])
+
+    def committed_inputs(self, source_id: str) -> str | None:
+        """The inputs' fingerprint of the last committed switch of the source, if any."""
+        return self.db.value("SELECT committed FROM source_inputs WHERE source_id = ?", [source_id])
 
     # ---- parsed documents ------------------------------------------------------------------
 

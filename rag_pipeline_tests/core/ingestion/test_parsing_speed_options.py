@@ -6,7 +6,7 @@ import pytest
 
 from rag_pipeline.config import PROJECT_ROOT
 from rag_pipeline.core.ingestion.discovery import discover_files
-from rag_pipeline.core.ingestion.parsing import ParseJob, parse_job
+from rag_pipeline.core.ingestion.parsing import ParseJob, _partition, parse_job
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 
 CORPUS = PROJECT_ROOT / "data" / "corpus"
@@ -36,3 +36,15 @@ def test_fast_options_give_the_default_elements():
         assert fast.elements, job.rel_path
         assert _fields(fast) == _fields(default), job.rel_path
         assert (fast.title, fast.parser_version) == (default.title, default.parser_version), job.rel_path
+
+
+@pytest.mark.parametrize("file_type, text", [("md", "# Plans\n\nGrowth costs 49 dollars a month.\n"),
+                                             ("html", "<h1>Plans</h1><p>Growth costs 49 dollars a month.</p>"),
+                                             ("txt", "Growth costs 49 dollars a month.\n")])
+def test_the_two_calls_differ_in_language_detection_only(file_type, text):
+    """The comparison above is not of one call with itself: the defaults detect a language."""
+    fast = _partition(file_type, text.encode(), text)
+    default = _partition(file_type, text.encode(), text, parser_defaults=True)
+    assert {tuple(e.metadata.languages or ()) for e in fast} == {()}
+    assert {tuple(e.metadata.languages or ()) for e in default} == {("eng",)}
+    assert [(e.category, e.text) for e in fast] == [(e.category, e.text) for e in default]

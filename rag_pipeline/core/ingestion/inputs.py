@@ -1,0 +1,60 @@
+"""Decide before paying: a source's inputs as one fingerprint.
+
+The fingerprint covers every name under the source root with its size, modification time and
+what discovery would say of it without reading it (a link's target, a skip reason, an error),
+the folders that could not be listed, the source's settings, the chunking settings, the
+embedder's identity (model weights included) and the parser's version. Discovery stages it; the
+switch commits it with the manifest. A run whose fresh fingerprint equals the committed one, and
+whose source's last switch was not refused, has nothing to do: the command line then skips the
+source's run (a change of content that keeps a file's size and modification time to the
+nanosecond is not seen, as with make and rsync; `--force` runs anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rag_pipeline.config import ChunkingConfig, SourceConfig
+from rag_pipeline.core.ingestion.discovery import SourceTree, TreeEntry
+from rag_pipeline.core.ingestion.parsing import parser_version
+
+
+def settings_fingerprint(chunking: ChunkingConfig, embedder_identity: str) -> str:
+    """What shapes a source's chunks and vectors besides its files."""
+    payload = {"chunking": chunking.model_dump(mode="json"), "embedder": embedder_identity, "parser": parser_version()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def tree_digest(entries: Sequence[TreeEntry], unreadable: Sequence[str]) -> str:
+    """The names, sizes and times of a walk (nothing read)."""
+    rows = [[e.rel_path, e.size, e.mtime_ns, e.link_target, e.skip_reason, e.error] for e in entries]
+    return hashlib.sha256(json.dumps([rows, list(unreadable)]).encode()).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """A single-file source (a BEIR corpus): its size and time."""
+    stat = os.stat(path)
+    return hashlib.sha256(json.dumps([str(path), stat.st_size, stat.st_mtime_ns]).encode()).hexdigest()
+
+
+def inputs_fingerprint(source: SourceConfig, files_digest: str, settings: str) -> str:
+    payload = {"files": files_digest, "source": source.model_dump(mode="json"), "settings": settings}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def source_tree(source: SourceConfig) -> SourceTree:
+    """Safe access to a source's files, with its own link policy, size limit and exclusions."""
+    return SourceTree(source.source_id, Path(source.path), source.follow_symlinks, source.limits.max_file_bytes,
+                      source.exclude)
+
+
+def current_fingerprint(source: SourceConfig, settings: str) -> str:
+    """The source's fingerprint now, from a walk that opens no file."""
+    if source.kind == "beir":
+        return inputs_fingerprint(source, file_digest(Path(source.path)), settings)
+    entries, unreadable = source_tree(source).walk()
+    return inputs_fingerprint(source, tree_digest(entries, unreadable), settings)

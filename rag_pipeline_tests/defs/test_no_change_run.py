@@ -1,0 +1,63 @@
+"""Decide before paying: a source whose inputs did not change since its last switch is not run;
+any change of a file, a setting or a refused switch makes the next run a real one."""
+
+import os
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.runner import ingest
+from rag_pipeline_tests.conftest import write_tree
+
+PAGES = {f"p{i}.md": f"# Page {i}\n\nPage {i} explains topic number {i} in a few words.\n" for i in range(6)}
+
+
+@pytest.fixture
+def built(tmp_path, write_config):
+    root = write_tree(tmp_path / "kb", PAGES)
+    config = write_config({"kb": root})
+    instance = dg.DagsterInstance.ephemeral()
+    [first] = ingest(config, instance)
+    assert first.success and first.not_run is None
+    return config, instance, root
+
+
+def _runs(instance) -> int:
+    return len(instance.get_runs())
+
+
+def test_an_unchanged_source_is_not_run(built):
+    config, instance, _ = built
+    before = _runs(instance)
+    [again] = ingest(config, instance)
+    assert again.success and again.not_run and "inputs unchanged" in again.not_run
+    assert again.counts == {"discovered": 6, "skipped": 0, "unchanged": 6, "queryable": 6}
+    assert _runs(instance) == before, "no Dagster run was started"
+    [forced] = ingest(config, instance, force=True)
+    assert forced.not_run is None and _runs(instance) == before + 1 and forced.counts["unchanged"] == 6
+
+
+def test_a_touched_file_a_new_file_or_a_setting_makes_it_run(built, write_config):
+    config, instance, root = built
+    page = root / "p1.md"
+    stat = page.stat()
+    os.utime(page, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    [touched] = ingest(config, instance)
+    assert touched.not_run is None and touched.counts["unchanged"] == 6
+    [settled] = ingest(config, instance)
+    assert settled.not_run is not None
+    (root / "new.md").write_text("# New\n\nA new page.\n")
+    [added] = ingest(config, instance)
+    assert added.not_run is None and added.counts["added"] == 1
+    rechunked = write_config({"kb": root}, chunking={"strategy": "fixed"})
+    [changed] = ingest(rechunked, instance)
+    assert changed.not_run is None
+
+
+def test_a_refused_switch_is_never_skipped(built, monkeypatch):
+    config, instance, root = built
+    from rag_pipeline.core.storage import open_store
+
+    open_store(config.storage).ledger.record_source_run("kb", str(root), "r-refused", failure="coverage: 1 document(s)")
+    [run] = ingest(config, instance)
+    assert run.not_run is None and run.success
