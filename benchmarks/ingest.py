@@ -1,13 +1,18 @@
 """Ingestion speed on the sample corpus and the httpx docs: parse docs/s, embed chunks/s against a
 raw `model.encode` of the same texts in the same process, and a no-change re-run against the full run.
 
-    python benchmarks/ingest.py [--json] [--parse-only] [--rounds N]
+    python benchmarks/ingest.py [--json] [--parse-only] [--cli-only] [--rounds N] [--cli-rounds N]
 
 Runs the core stages directly (the Dagster assets call the same functions), each corpus into a
 fresh DuckDB file under benchmarks/out/ingest/. Before that, parse docs/s of the Markdown, HTML
 and text files with unstructured's default options (the call before) against the options the
 pipeline uses (`parsing._PARTITION_OPTIONS`): same pages, this process, the two calls alternating
 in order over N rounds (3 unless told), medians reported; `--parse-only` stops there.
+
+What a user pays is timed too, end to end in fresh processes: `rag-pipeline ingest` on a copy of
+the httpx 0.23 docs (a new store: the full build; again: no change; after appending a paragraph
+to one page: a one-page edit), each `--cli-rounds` times (3 unless told), medians and each case
+as a share of the full build; `--cli-only` runs just that.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,12 +118,60 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     }
 
 
+def _cli_ingest(config: Path, env: dict) -> float:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "ingest", "--config", str(config)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"rag-pipeline ingest failed: {done.stderr[-2000:]}")
+    return seconds
+
+
+def bench_cli(rounds: int) -> dict:
+    """Full build, no-change run and one-page edit of the httpx docs, each a fresh CLI process."""
+    import yaml
+
+    cases: dict[str, list[float]] = {"full build": [], "no change": [], "one page edited": []}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    env.pop("DAGSTER_HOME", None)
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as folder:
+            work = Path(folder)
+            docs = work / "docs"
+            shutil.copytree(HTTPX, docs)
+            config = work / "pipeline.yaml"
+            config.write_text(yaml.safe_dump({"sources": [{"name": "httpx", "path": str(docs)}],
+                                              "storage": {"path": str(work / "index.duckdb")}}))
+            cases["full build"].append(_cli_ingest(config, env))
+            cases["no change"].append(_cli_ingest(config, env))
+            page = docs / "quickstart.md"
+            page.write_text(page.read_text() + "\n\nA paragraph added to time a one-page edit.\n")
+            cases["one page edited"].append(_cli_ingest(config, env))
+    full = statistics.median(cases["full build"])
+    return {name: {"median_s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
+                   "share_of_full_pct": round(100 * statistics.median(v) / full, 1)} for name, v in cases.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--parse-only", action="store_true", help="only the parse options comparison")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the parse options comparison")
+    parser.add_argument("--cli-only", action="store_true", help="only the end-to-end command-line timings")
+    parser.add_argument("--cli-rounds", type=int, default=3, help="fresh-process rounds of each command-line case")
     args = parser.parse_args()
+    cli = bench_cli(args.cli_rounds)
+    if not args.json:
+        print("| `rag-pipeline ingest`, httpx 0.23 docs, fresh process | median s | share of the full build | runs |")
+        print("|---|---|---|---|")
+        for name, row in cli.items():
+            print(f"| {name} | {row['median_s']:.2f} | {row['share_of_full_pct']:.1f}% | {', '.join(map(str, row['runs_s']))} |")
+        print()
+    if args.cli_only:
+        if args.json:
+            print(json.dumps({"cli": cli}, indent=2))
+        return 0
     parse_rows = parse_option_rows(args.rounds)
     if not args.json:
         print(f"| corpus | docs | parse docs/s, unstructured defaults | parse docs/s, pipeline options | speed-up |"
@@ -128,7 +183,7 @@ def main() -> int:
         print()
     if args.parse_only:
         if args.json:
-            print(json.dumps({"parse_options": parse_rows}, indent=2))
+            print(json.dumps({"cli": cli, "parse_options": parse_rows}, indent=2))
         return 0
     embedder = make_embedder(EmbeddingConfig())
     embedder.encode(["warm-up: load the model before timing"])
@@ -137,7 +192,7 @@ def main() -> int:
     out = PROJECT_ROOT / "benchmarks" / "out" / "ingest"
     rows = [bench_corpus("sample corpus", sample, out / "sample", embedder), bench_corpus("httpx 0.23 docs", httpx, out / "httpx", embedder)]
     if args.json:
-        print(json.dumps({"parse_options": parse_rows, "ingest": rows}, indent=2))
+        print(json.dumps({"cli": cli, "parse_options": parse_rows, "ingest": rows}, indent=2))
         return 0
     print("| corpus | docs | chunks | parse docs/s | embed stage chunks/s | raw encode chunks/s | embed overhead | full run s | no-change re-run s |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -78,6 +78,20 @@ def storage_section(request, backend: str, folder: Path, monkeypatch=None) -> di
     return section
 
 
+def sample_pipeline(tmp: Path, **sections) -> PipelineConfig:
+    """The sample config in `tmp` with its own store, a copy of its golden set (to change freely)
+    and the hashing embedder; `sections` replace top-level sections."""
+    from tools.local_deployment import pipeline_config
+
+    raw = pipeline_config(SAMPLE_CONFIG)
+    golden = tmp / "golden.jsonl"
+    golden.write_text(Path(raw["golden_set"]).read_text(encoding="utf-8"), encoding="utf-8")
+    raw.update(golden_set=str(golden), embedding={"kind": "hashing"}, storage={"path": str(tmp / "store" / "index.duckdb")},
+               **sections)
+    (tmp / "pipeline.yaml").write_text(yaml.safe_dump(raw))
+    return load_config(tmp / "pipeline.yaml")
+
+
 def require(path: Path) -> Path:
     if not path.exists():
         pytest.fail(f"shared dataset {path} is missing: CI expects ../shared beside the checkout")

@@ -8,28 +8,21 @@ import json
 
 import dagster as dg
 import pytest
-import yaml
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.config import load_config
 from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision, run_golden_evaluation
 from rag_pipeline.core.evaluation.golden import load_golden_set
 from rag_pipeline.core.ingestion.embedding import make_embedder
 from rag_pipeline.core.storage import open_store
 from rag_pipeline.runner import evaluate_golden, ingest, monitor
-from rag_pipeline_tests.conftest import SAMPLE_CONFIG
-from tools.local_deployment import pipeline_config
+from rag_pipeline_tests.conftest import sample_pipeline
 
 
 @pytest.fixture(scope="module")
 def triaged(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("triage")
-    raw = pipeline_config(SAMPLE_CONFIG)
-    golden = tmp / "golden.jsonl"
-    golden.write_text(open(raw["golden_set"], encoding="utf-8").read(), encoding="utf-8")
-    raw.update(golden_set=str(golden), embedding={"kind": "hashing"}, storage={"path": str(tmp / "store" / "index.duckdb")})
-    (tmp / "pipeline.yaml").write_text(yaml.safe_dump(raw))
-    config = load_config(tmp / "pipeline.yaml")
+    config = sample_pipeline(tmp)
+    golden = config.golden_set
     instance = dg.DagsterInstance.ephemeral()
     assert all(r.success for r in ingest(config, instance))
     first = evaluate_golden(config, instance, mode="hybrid")

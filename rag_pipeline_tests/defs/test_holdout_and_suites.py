@@ -11,11 +11,9 @@ import json
 
 import dagster as dg
 import pytest
-import yaml
 from dagster._serdes import serialize_value
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.config import load_config
 from rag_pipeline.core.evaluation.baselines import compare_with_baseline, promote_if_better
 from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
 from rag_pipeline.core.evaluation.gates import GatePolicy
@@ -23,20 +21,14 @@ from rag_pipeline.core.evaluation.golden import load_golden_set
 from rag_pipeline.core.evaluation.suites import select_suite
 from rag_pipeline.core.storage import open_store
 from rag_pipeline.runner import evaluate_golden, ingest, monitor
-from rag_pipeline_tests.conftest import SAMPLE_CONFIG
-from tools.local_deployment import pipeline_config
+from rag_pipeline_tests.conftest import sample_pipeline
 
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("holdout")
-    raw = pipeline_config(SAMPLE_CONFIG)
-    golden = tmp / "golden.jsonl"
-    golden.write_text(open(raw["golden_set"], encoding="utf-8").read(), encoding="utf-8")
-    raw.update(golden_set=str(golden), embedding={"kind": "hashing"}, storage={"path": str(tmp / "store" / "index.duckdb")})
-    raw.setdefault("evaluation", {})["pr_subset_size"] = 24
-    (tmp / "pipeline.yaml").write_text(yaml.safe_dump(raw))
-    config = load_config(tmp / "pipeline.yaml")
+    config = sample_pipeline(tmp, evaluation={"pr_subset_size": 24})
+    golden = config.golden_set
     instance = dg.DagsterInstance.ephemeral()
     assert all(r.success for r in ingest(config, instance))
     full = evaluate_golden(config, instance, mode="hybrid")

@@ -9,12 +9,12 @@ with the same shape). Reported per rubric and slice: agreement, false-pass rate
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag_pipeline.core import jsonl
 from rag_pipeline.core.evaluation.answer_checks import check_answer
 from rag_pipeline.core.evaluation.answers import ABSTENTION, Answer, parse_citations
 from rag_pipeline.core.render import inline, table
@@ -88,13 +88,7 @@ class CalibrationReport:
 
 def load_verdicts(path: Path) -> list[dict]:
     rows = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} line {number}: invalid JSON ({exc.msg})") from exc
+    for number, row in jsonl.records(path):
         for key in ("case_id", "answer", "verdicts", "reviewer"):
             if key not in row:
                 raise ValueError(f"{path} line {number}: field '{key}' is missing")

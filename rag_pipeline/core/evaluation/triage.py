@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_pipeline.core import jsonl
 from rag_pipeline.core.evaluation.golden import GoldenSet, GoldenSetError, file_revision, load_golden_set
 from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
 from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
@@ -82,15 +83,9 @@ def _raw_items(store: Store, reports: Path | None, grader_gap: float) -> list[di
                 items.append({"origin": "grader_disagreement", "case_id": case_id, "question": None,
                               "evidence": {"eval_id": eval_id, "proxy": proxy, "llm_judge": judge}})
     if reports is not None:
-        for number, line in enumerate(reports.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise GoldenSetError(f"{reports}:{number}: not JSON ({exc.msg}); one report per line") from None
-            if not isinstance(raw, dict) or not str(raw.get("question") or "").strip():
-                raise GoldenSetError(f"{reports}:{number}: a report needs a non-empty 'question'")
+        for number, raw in jsonl.records(reports, GoldenSetError):
+            if not str(raw.get("question") or "").strip():
+                raise GoldenSetError(f"{reports} line {number}: a report needs a non-empty 'question'")
             items.append({"origin": "user_report", "question": raw["question"].strip(),
                           "evidence": {k: raw[k] for k in ("note", "reported_by", "reported_at") if k in raw},
                           "filters": {"tenant": raw.get("tenant"), "roles": list(raw.get("roles") or [])}})
@@ -168,15 +163,9 @@ class AcceptResult:
 def _load_reviews(paths: Sequence[Path]) -> dict[str, list[dict]]:
     reviews: dict[str, list[dict]] = defaultdict(list)
     for path in paths:
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise GoldenSetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        for number, item in jsonl.records(path, GoldenSetError):
             if not item.get("item_id"):
-                raise GoldenSetError(f"{path}:{number}: no item_id; review items written by `golden triage`")
+                raise GoldenSetError(f"{path} line {number}: no item_id; review items written by `golden triage`")
             if item.get("decision"):
                 reviews[item["item_id"]].append(item)
     return reviews

@@ -461,7 +461,9 @@ def _reconcile_ledger(
 
 
 def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:
-    """Search, with no filter, for each document's opening chunk; queryable if it comes back in the top k."""
+    """Search, with no filter, for each document's opening chunk; queryable if it comes back in the
+    top k, or if the k-th hit scores as high as the chunk itself (it is tied with identical chunks
+    of other documents, and only the tie-break by chunk id left it out)."""
     vectors = store.served.first_chunk_vectors(doc_ids)
     missing = {d: "indexed without any chunk vector" for d in doc_ids if d not in vectors}
     ids = [d for d in doc_ids if d in vectors]
@@ -470,8 +472,10 @@ def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dic
     matrix = np.stack([vectors[d] for d in ids])
     results = store.search.dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
     queryable = set()
-    for doc_id, hits in zip(ids, results):
-        if any(hit.doc_id == doc_id for hit in hits):
+    for doc_id, query, hits in zip(ids, matrix, results):
+        own = 1.0 if np.any(query) else 0.0  # the cosine of the chunk with itself
+        tied = len(hits) == QUERYABLE_TOP_K and hits[-1].score >= own - 1e-6
+        if tied or any(hit.doc_id == doc_id for hit in hits):
             queryable.add(doc_id)
         else:
             top = hits[0].doc_id if hits else "nothing"

@@ -145,6 +145,20 @@ class Database(ABC):
         engine admits one writer at a time)."""
         return ""
 
+    def arrow(self, sql: str):
+        """A query's result as a pyarrow Table (DuckDB: without a Python object per row)."""
+        import pyarrow as pa
+
+        rows = self.dicts(sql)
+        if not rows:
+            return None
+        return pa.table({name: [r[name] for r in rows] for name in rows[0]})
+
+    def change_stamp(self):
+        """Something that changes whenever the database may have changed, read without a query
+        (DuckDB: its files' sizes and times), or None when only a query can tell."""
+        return None
+
     # ---- vectors ---------------------------------------------------------------------------
 
     @abstractmethod
@@ -170,6 +184,10 @@ class Database(ABC):
 
     def ensure_vector_index(self) -> None:
         """Build the engine's vector index if one is configured and missing (after a switch)."""
+
+    def _schema_present(self, connection) -> bool:
+        """Whether the namespace of the tables exists (a DuckDB file always has its own)."""
+        return True
 
     def _lock_schema(self, connection) -> None:
         """Keep two processes from preparing the schema at once (their CREATEs would collide)."""

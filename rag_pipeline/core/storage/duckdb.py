@@ -89,6 +89,28 @@ class DuckDBDatabase(Database):
     def vector_expression(self, column: str) -> str:
         return column
 
+    def arrow(self, sql: str):
+        with self.connection() as connection:
+            table = connection.sql(sql).to_arrow_table()
+        return table if table.num_rows else None
+
+    def change_stamp(self):
+        # Every write touches the file or its write-ahead log: same sizes and times, same data.
+        # A file written in the last second is not trusted: file times tick coarsely, and a
+        # second write within one tick could keep both.
+        stamps = []
+        recent = time.time_ns() - 1_000_000_000
+        for path in (self.path, self.path.with_name(self.path.name + ".wal")):
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                stamps.append(None)
+                continue
+            if stat.st_mtime_ns > recent:
+                return None
+            stamps.append((stat.st_size, stat.st_mtime_ns))
+        return tuple(stamps)
+
     def read_vectors(self, sql: str, params: Sequence = ()) -> tuple[list, np.ndarray]:
         # Through Arrow: one float32 buffer, not a Python list of floats per vector (25x faster).
         with self.connection() as connection:

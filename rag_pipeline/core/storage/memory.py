@@ -16,7 +16,7 @@ It ranks exactly as the SQL path does, so a metric never depends on where a quer
   in float64; scores equal to 1e-9 are ties, broken by chunk id.
 
 Memory: 4 bytes per dimension per chunk for the vectors (154 MB per 100k chunks of 384 floats),
-plus about 12 bytes per posting and 60 bytes per chunk for ids and codes.
+about 12 bytes per posting, and each chunk's id, text and titles (what a hit shows).
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ class ServedCopy:
     lex_len: np.ndarray
     terms: dict[str, int]
     tf: sparse.csr_matrix  # terms x chunks
+    # What a hit shows, per chunk (so a search reads nothing from the database once the copy is current).
+    shown: list[tuple]
+    position: dict[str, int]
+    # The database's change stamp when the copy's version was last confirmed.
+    stamp: object = None
 
     @property
     def size(self) -> int:
@@ -91,18 +96,20 @@ class ServedCopy:
         """Per query row (unit length), the k best (chunk id, cosine) under the filters."""
         if self.vectors is None:
             return [[] for _ in queries]
-        visible = np.flatnonzero(self.mask(filters) & self.has_vector)
-        if len(visible) == 0:
+        visible = self.mask(filters) & self.has_vector
+        count = int(visible.sum())
+        if count == 0:
             return [[] for _ in queries]
-        rows = self.vectors if len(visible) == self.size else self.vectors[visible]
-        norms = self.norms if len(visible) == self.size else self.norms[visible]
-        fast = (queries @ rows.T) / np.where(norms == 0, 1, norms)
-        depth = min(k, len(visible))
+        # Every row is scored and the hidden ones masked: cheaper than copying the visible rows.
+        fast = (queries @ self.vectors.T) / np.where(self.norms == 0, 1, self.norms)
+        if count < self.size:
+            fast[:, ~visible] = -np.inf
+        depth = min(k, count)
         out = []
         for query, row in zip(queries, fast):
             edge = np.partition(row, len(row) - depth)[len(row) - depth]
             chosen = np.flatnonzero(row >= edge - FLOAT32_SCORE_TOLERANCE)
-            out.append(rank(query, [self.chunk_ids[visible[j]] for j in chosen], rows[chosen], k))
+            out.append(rank(query, [self.chunk_ids[j] for j in chosen], self.vectors[chosen], k))
         return out
 
     # ---- BM25 ------------------------------------------------------------------------------
@@ -150,7 +157,8 @@ def _top_by_key(indexes: np.ndarray, scores: np.ndarray, k: int, chunk_ids: Sequ
 
 def load_served_copy(db, version: tuple) -> ServedCopy:
     """Read the served index into memory (the caller checks the version before and after)."""
-    rows = db.rows("SELECT chunk_id, tenant, visibility, roles, status, effective_date, lex_len FROM chunks ORDER BY chunk_id")
+    rows = db.rows("SELECT chunk_id, tenant, visibility, roles, status, effective_date, lex_len, doc_id, source_id, "
+                   "title, heading_path, text, line_start, line_end FROM chunks ORDER BY chunk_id")
     chunk_ids = [r[0] for r in rows]
     position = {c: i for i, c in enumerate(chunk_ids)}
     tenant, tenants = _codes([r[1] for r in rows])
@@ -169,11 +177,23 @@ def load_served_copy(db, version: tuple) -> ServedCopy:
         vectors[places[known]] = matrix[known]
         has_vector[places[known]] = True
         norms = np.linalg.norm(vectors, axis=1).astype(np.float32)
-    postings = db.rows("SELECT term, chunk_id, tf FROM postings")
-    terms: dict[str, int] = {}
-    term_rows = np.fromiter((terms.setdefault(t, len(terms)) for t, _, _ in postings), dtype=np.int64, count=len(postings))
-    columns = np.fromiter((position.get(c, -1) for _, c, _ in postings), dtype=np.int64, count=len(postings))
-    counts = np.fromiter((f for _, _, f in postings), dtype=np.float64, count=len(postings))
+    # Postings as dictionary-encoded columns: tens of millions of rows never become Python tuples.
+    term_list, term_rows, posting_chunks, chunk_codes, counts = [], np.zeros(0, np.int64), [], np.zeros(0, np.int64), np.zeros(0)
+    postings = db.arrow("SELECT term, chunk_id, tf FROM postings")
+    if postings is not None:
+        import pyarrow.compute as pc
+
+        def coded(name: str) -> tuple[list, np.ndarray]:
+            encoded = pc.dictionary_encode(postings.column(name)).combine_chunks()
+            return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+        term_list, term_rows = coded("term")
+        posting_chunks, chunk_codes = coded("chunk_id")
+        counts = postings.column("tf").to_numpy().astype(np.float64)
+        del postings
+    places = np.fromiter((position.get(c, -1) for c in posting_chunks), dtype=np.int64, count=len(posting_chunks))
+    columns = places[chunk_codes] if len(chunk_codes) else np.zeros(0, dtype=np.int64)
+    terms = {t: i for i, t in enumerate(term_list)}
     kept = columns >= 0
     tf = sparse.csr_matrix((counts[kept], (term_rows[kept], columns[kept])), shape=(len(terms), len(rows)))
     tf.sum_duplicates()
@@ -184,4 +204,5 @@ def load_served_copy(db, version: tuple) -> ServedCopy:
         role_sets=list(role_table), role_set=role_set, status=status, statuses=statuses, effective_day=effective,
         vectors=vectors, norms=norms, has_vector=has_vector,
         lex_len=np.array([r[6] or 0 for r in rows], dtype=np.float64), terms=terms, tf=tf,
+        shown=[(r[0], r[7], r[8], r[9], tuple(r[10] or ()), r[11], r[4], r[12], r[13]) for r in rows], position=position,
     )

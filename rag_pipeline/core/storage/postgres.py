@@ -155,6 +155,10 @@ class PostgresDatabase(Database):
                     self._run(connection, f"RESET {name}", ())
         return [r[0] for r in rows]
 
+    def _schema_present(self, connection) -> bool:
+        return bool(self._fetch(self._run(connection, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = ?",
+                                          [self.schema]))[0][0])
+
     def _lock_schema(self, connection) -> None:
         # Held until the preparing transaction ends; the extension and the schema are made under it.
         self._run(connection, "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [f"rag_pipeline:schema:{self.schema}"])

@@ -201,11 +201,20 @@ class SchemaError(RuntimeError):
 
 
 def prepare(db: Database, connection) -> None:
-    """Create missing tables and bring an older DuckDB file forward, in one transaction."""
+    """Create missing tables and bring an older database forward, in one transaction.
+
+    A database already at this version is left alone: no DDL at all, since even `CREATE ... IF NOT
+    EXISTS` takes table locks that would deadlock with other processes' switches."""
     db._begin(connection)
     try:
+        if db._schema_present(connection) and _version(db, connection) == SCHEMA_VERSION:
+            db._commit(connection)
+            return
         db._lock_schema(connection)
         version = _version(db, connection)
+        if version == SCHEMA_VERSION:  # another process prepared it while we waited for the lock
+            db._commit(connection)
+            return
         if version is not None and version > SCHEMA_VERSION:
             raise SchemaError(
                 f"{db.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "

@@ -65,15 +65,20 @@ class Search:
         """The in-memory copy of what is served now, or None (disabled, or too large)."""
         if not self.memory:
             return None
+        stamp = self.db.change_stamp()
+        if self._copy is not None and stamp is not None and stamp == self._copy.stamp:
+            return self._copy  # nothing was written since the version was last confirmed
         for _ in range(3):
             version = served_version(self.db)
             if self._copy is not None and self._copy.version == version:
+                self._copy.stamp = stamp
                 return self._copy
             if self.db.value("SELECT count(*) FROM chunks") > self.memory_max_chunks:
                 self._copy = None
                 return None
             copy = load_served_copy(self.db, version)
             if served_version(self.db) == version:
+                copy.stamp = stamp
                 self._copy = copy
                 return copy
         return None  # switches keep landing while we read: search in the database this time
@@ -85,7 +90,7 @@ class Search:
         queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
         copy = None if self.db.approximate else self.served_copy()
         if copy is not None:
-            return self._hits(copy.dense(queries, k, filters, rank))
+            return self._hits(copy.dense(queries, k, filters, rank), copy)
         where, params = filter_sql(filters)
         first = self.db.dense_candidates(queries[0], k, where, params, filters)
         if first is None:
@@ -136,7 +141,7 @@ class Search:
             return []
         copy = self.served_copy()
         if copy is not None:
-            return self._hits(copy.bm25(query_terms, k, filters, k1, b))
+            return self._hits(copy.bm25(query_terms, k, filters, k1, b), copy)
         where, params = filter_sql(filters)
         ranked: list[list[tuple[str, float]]] = []
         for start in range(0, len(query_terms), QUERY_BATCH):
@@ -177,11 +182,13 @@ class Search:
             ranked.extend(grouped)
         return self._hits(ranked)
 
-    def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]]) -> list[list[Hit]]:
-        """Hits with their chunks' fields, in each list's order (ranks from 1)."""
+    def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]], copy: ServedCopy | None = None) -> list[list[Hit]]:
+        """Hits with their chunks' fields (from the copy, else the database), in each list's order (ranks from 1)."""
         wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
         chunks = {}
-        if wanted:
+        if copy is not None:
+            chunks = {chunk_id: copy.shown[copy.position[chunk_id]] for chunk_id in wanted}
+        elif wanted:
             for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
                                     [wanted]):
                 chunks[row[0]] = row

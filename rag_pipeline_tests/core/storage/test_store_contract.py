@@ -242,3 +242,16 @@ def test_the_in_memory_copy_follows_every_switch(store, tmp_path):
     assert [h.doc_id for h in hits] == ["kb:a.md"]
     copy = store.search.served_copy()
     assert copy is not first and not [c for c in copy.chunk_ids if c.startswith("kb:c.md")]
+
+
+def test_a_page_copied_into_more_sources_than_the_probe_sees_stays_queryable(store, tmp_path):
+    """Twelve sources hold the same page: a search returns ten of the twelve identical chunks, and
+    the tie at the cut-off, not the page, keeps the other two out; they are queryable."""
+    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
+    for i in range(12):
+        root = write_tree(tmp_path / f"copy{i:02d}", {"page.md": "# Shared\n\nThe very same page in every source.\n"})
+        reports = ingest_source(SourceConfig(name=f"copy{i:02d}", path=root), store, embedder, ChunkingConfig(),
+                                LifecycleConfig(), f"r{i}")
+        assert reports["indexed"].switched and not reports["indexed"].failures
+    queryable = [r for r in store.ledger.rows() if r["stage"] == "queryable"]
+    assert len(queryable) == 12 and {r["status"] for r in queryable} == {"ok"}
