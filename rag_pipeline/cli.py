@@ -54,12 +54,35 @@ def _instance():
     return dg.DagsterInstance.ephemeral()
 
 
-def cmd_ingest(args: argparse.Namespace) -> int:
-    from rag_pipeline.runner import ingest
+def _all_unchanged(config: PipelineConfig, force: bool):
+    """Every source's outcome when none of them needs a run, decided before Dagster is imported
+    (which alone costs seconds); None otherwise. With $DAGSTER_HOME set, the runner decides (it
+    also checks the instance for runs left open)."""
+    if force or os.environ.get("DAGSTER_HOME"):
+        return None
+    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.ingestion.inputs import settings_fingerprint
+    from rag_pipeline.outcomes import unchanged_run
 
+    store = _store(config)
+    settings = settings_fingerprint(config.chunking, make_embedder(config.embedding).identity)
+    runs = []
+    for source in config.sources:
+        run = unchanged_run(source, store, settings)
+        if run is None:
+            return None
+        runs.append(run)
+    return runs
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
     config, overrides = _load(args)
-    with _instance() as instance:
-        runs = ingest(config, instance, overrides=overrides, force=args.force)
+    runs = _all_unchanged(config, args.force)
+    if runs is None:
+        from rag_pipeline.runner import ingest
+
+        with _instance() as instance:
+            runs = ingest(config, instance, overrides=overrides, force=args.force)
     if args.json:
         print(json.dumps({"sources": {run.source_id: run.as_json() for run in runs}}, indent=2, default=str))
     else:

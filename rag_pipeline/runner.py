@@ -9,7 +9,7 @@ import dagster as dg
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.evaluation.golden import file_revision, load_golden_set
 from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.inputs import current_fingerprint, settings_fingerprint
+from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.storage import SourceBusyError, Store, open_store
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
@@ -17,6 +17,7 @@ from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TA
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource
 from rag_pipeline.defs.runs import process_tags
+from rag_pipeline.outcomes import SourceRun, unchanged_run
 
 # The counts the command line reports per source, and the asset each comes from.
 COUNT_SOURCES: dict[str, tuple[str, str]] = {
@@ -41,26 +42,6 @@ OPEN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg
 # Dagster's console logger at ERROR: the command line prints its own summary (failed documents included).
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 CLI_TAGS = {TRIGGER_TAG: "cli"}
-
-
-@dataclass
-class SourceRun:
-    """The outcome of one source partition's run."""
-
-    source_id: str
-    success: bool
-    counts: dict[str, int] = field(default_factory=dict)
-    failures: list[dict] = field(default_factory=list)
-    checks: dict[str, bool] = field(default_factory=dict)
-    error: str | None = None
-    # Checks that failed with severity WARN: shown, but they do not fail the run.
-    warnings: list[str] = field(default_factory=list)
-    # Why no run was needed (inputs unchanged since the last committed switch), when none ran.
-    not_run: str | None = None
-
-    def as_json(self) -> dict:
-        return {**self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
-                "warnings": self.warnings, "success": self.success, "error": self.error, "not_run": self.not_run}
 
 
 def ingest(
@@ -107,33 +88,10 @@ def ingest(
 
 
 def _unchanged(source, store: Store, settings: str, instance: dg.DagsterInstance) -> SourceRun | None:
-    """A run's outcome without running it, when the source's inputs are those of its last committed
-    switch, that switch was not refused since, and no run of the source is left open (a real run
-    closes the runs of dead processes)."""
-    committed = store.staging.committed_inputs(source.source_id)
-    if committed is None or store.ledger.last_failure(source.source_id) is not None:
-        return None
+    """`unchanged_run`, unless a run of the source is left open (a real run closes the runs of dead processes)."""
     open_runs = instance.get_runs(filters=dg.RunsFilter(statuses=OPEN_STATUSES, tags={"dagster/partition": source.source_id}),
                                   limit=1)
-    if open_runs:
-        return None
-    try:
-        current = current_fingerprint(source, settings)
-    except (OSError, RuntimeError):
-        return None  # an unreadable root: the run says why
-    if current != committed:
-        return None
-    coverage = coverage_report(store, source.source_id)
-    manifest = store.staging.manifest_rows(source.source_id)
-    supported = sum(1 for row in manifest if row["supported"])
-    counts = {"discovered": len(manifest), "skipped": len(manifest) - supported, "unchanged": supported,
-              "queryable": coverage.counts_by_stage.get("queryable", 0)}
-    # The checks that depend on the store, evaluated again; freshness and deletions hold by
-    # construction (the files are those the committed switch proved).
-    checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}
-    warnings = [] if checks["no_failed_documents"] else ["no_failed_documents"]
-    return SourceRun(source.source_id, checks["coverage"], counts, coverage.failed, checks, warnings=warnings,
-                     not_run=f"inputs unchanged since the last switch (fingerprint {current}): nothing to run")
+    return None if open_runs else unchanged_run(source, store, settings)
 
 
 def _job(config: PipelineConfig, name: str, embedder: EmbedderResource | None = None,

@@ -115,3 +115,22 @@ def test_calibrate_reports_the_grader_and_refuses_it_over_budget():
     assert out.returncode == 1, out.stderr
     assert "| faithful | all |" in out.stdout and "false-pass" in out.stdout
     assert "may gate: NO — grader deterministic-checks: false-pass rate on faithful" in out.stdout
+
+
+def test_a_second_ingest_of_unchanged_sources_runs_nothing_and_imports_no_dagster(tmp_path):
+    config = _config(tmp_path, {"a": _docs(tmp_path / "a", 3, "a"), "b": _docs(tmp_path / "b", 2, "b")})
+    assert _cli("ingest", "--config", str(config)).returncode == 0
+    out = _cli("ingest", "--config", str(config), "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)["sources"]
+    assert all("inputs unchanged" in report[s]["not_run"] for s in ("a", "b"))
+    assert (report["a"]["unchanged"], report["a"]["queryable"], report["b"]["queryable"]) == (3, 3, 2)
+    # Decided before Dagster is imported: the interpreter's own import log has no dagster module.
+    traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "rag_pipeline.cli", "ingest", "--config", str(config)],
+                            capture_output=True, text=True, timeout=300)
+    assert traced.returncode == 0 and "inputs unchanged" in traced.stdout
+    assert " dagster" not in traced.stderr.replace("|", " ")
+    (tmp_path / "a" / "a0.md").write_text("# Changed\n\nA changed page.\n")
+    out = _cli("ingest", "--config", str(config), "--json")
+    report = json.loads(out.stdout)["sources"]
+    assert report["a"]["not_run"] is None and report["a"]["changed"] == 1

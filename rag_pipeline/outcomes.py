@@ -1,0 +1,55 @@
+"""What a command-line run of a source reports, and the run that need not happen (Dagster-free)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rag_pipeline.config import SourceConfig
+from rag_pipeline.core.ingestion.coverage import coverage_report
+from rag_pipeline.core.ingestion.inputs import current_fingerprint
+from rag_pipeline.core.storage import Store
+
+
+@dataclass
+class SourceRun:
+    """The outcome of one source partition's run."""
+
+    source_id: str
+    success: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[dict] = field(default_factory=list)
+    checks: dict[str, bool] = field(default_factory=dict)
+    error: str | None = None
+    # Checks that failed with severity WARN: shown, but they do not fail the run.
+    warnings: list[str] = field(default_factory=list)
+    # Why no run was needed (inputs unchanged since the last committed switch), when none ran.
+    not_run: str | None = None
+
+    def as_json(self) -> dict:
+        return {**self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
+                "warnings": self.warnings, "success": self.success, "error": self.error, "not_run": self.not_run}
+
+
+def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRun | None:
+    """A run's outcome without running it, when the source's inputs are those of its last committed
+    switch and that switch was not refused since; None when it must run."""
+    committed = store.staging.committed_inputs(source.source_id)
+    if committed is None or store.ledger.last_failure(source.source_id) is not None:
+        return None
+    try:
+        current = current_fingerprint(source, settings)
+    except (OSError, RuntimeError):
+        return None  # an unreadable root: the run says why
+    if current != committed:
+        return None
+    coverage = coverage_report(store, source.source_id)
+    manifest = store.staging.manifest_rows(source.source_id)
+    supported = sum(1 for row in manifest if row["supported"])
+    counts = {"discovered": len(manifest), "skipped": len(manifest) - supported, "unchanged": supported,
+              "queryable": coverage.counts_by_stage.get("queryable", 0)}
+    # The checks that depend on the store, evaluated again; freshness and deletions hold by
+    # construction (the files are those the committed switch proved).
+    checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}
+    warnings = [] if checks["no_failed_documents"] else ["no_failed_documents"]
+    return SourceRun(source.source_id, checks["coverage"], counts, coverage.failed, checks, warnings=warnings,
+                     not_run=f"inputs unchanged since the last switch (fingerprint {current}): nothing to run")
