@@ -36,6 +36,14 @@ def _store(config: PipelineConfig):
     return open_store(config.storage)
 
 
+def _evaluation_id(store, requested: str | None) -> str:
+    """An evaluation id as given, or the latest stored one for `latest` (or nothing given)."""
+    eval_id = store.records.latest_evaluation() if requested in (None, "", "latest") else requested
+    if eval_id is None:
+        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    return eval_id
+
+
 def _experiment_store(config: PipelineConfig, path: str | None):
     """The experiment log's store: `--store` (a DuckDB file), or the configured one's namespace."""
     from rag_pipeline.core.storage import open_store
@@ -195,9 +203,7 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     store = _store(config)
-    eval_id = store.records.latest_evaluation() if args.eval == "latest" else args.eval
-    if eval_id is None:
-        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    eval_id = _evaluation_id(store, args.eval)
     record = store.records.evaluation_summary(eval_id)
     moved = sorted(s for s, h in record["index_state"].items() if store.served.manifest_hash(s) != h)
     if moved:
@@ -301,9 +307,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     store = _store(config)
-    candidate_id = store.records.latest_evaluation() if args.candidate == "latest" else args.candidate
-    if candidate_id is None:
-        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    candidate_id = _evaluation_id(store, args.candidate)
     baseline_id = None if args.baseline == "baseline" else args.baseline
     comparison = compare_with_baseline(store, candidate_id, _policy(config, args.policy), baseline_id)
     if comparison.gate is None:
@@ -320,9 +324,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     store = _store(config)
-    eval_id = args.eval or store.records.latest_evaluation()
-    if eval_id is None:
-        raise ConfigError("no evaluation in the store yet: run `rag-pipeline eval` first")
+    eval_id = _evaluation_id(store, args.eval)
     promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
     if promoted:
         _record_promotion(store, eval_id)
