@@ -229,7 +229,8 @@ def cmd_golden_triage(args: argparse.Namespace) -> int:
         raise ConfigError("no golden set: set golden_set in the config or pass --golden")
     store, embedder = _store(config), make_embedder(config.embedding)
     items = build_queue(store, load_golden_set(config.golden_set), Retriever(store, embedder, config.retrieval), embedder,
-                        Path(args.reports) if args.reports else None)
+                        Path(args.reports) if args.reports else None,
+                        verdicts=Path(args.verdicts) if args.verdicts else None)
     write_queue(items, Path(args.out))
     origins: dict[str, int] = {}
     for item in items:
@@ -617,6 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     triage.add_argument("--config")
     triage.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
     triage.add_argument("--reports", help="JSONL of user-reported failures (question, tenant, roles, note, reported_by)")
+    triage.add_argument("--verdicts", help="people's verdicts on answers (as for `calibrate`): where the grader "
+                                           "disagrees with them, an item")
     triage.add_argument("--out", required=True, help="review queue JSONL to write")
     triage.set_defaults(func=cmd_golden_triage, source=None)
     accept = golden_sub.add_parser("accept", help="append reviewed queue items to the golden set (a new revision)")

@@ -143,3 +143,29 @@ def test_a_ragas_export_reads_back_and_imports_as_a_golden_set(triaged, capsys):
     again = load_golden_set(imported)
     assert len(again.cases) >= len([r for r in rows if r["contexts"]]) * 0.9
     assert all(c.gold_docs for c in again.cases if c.answerable)
+
+
+def test_a_grader_disagreeing_with_a_person_becomes_an_item(triaged, tmp_path):
+    from rag_pipeline.core.evaluation.retrieval import Retriever
+    from rag_pipeline.core.evaluation.triage import build_queue
+
+    config = triaged["config"]
+    context = {"kb:leave.md#1": "Every new parent gets 20 weeks of parental leave at full pay."}
+    rows = [
+        # The grader passes this answer (it is faithful to its context); the person fails it.
+        {"case_id": "hv-x", "question": "how long is parental leave for a second child", "answer":
+         "Every new parent gets 20 weeks of parental leave at full pay [kb:leave.md#1].", "context": context,
+         "reference": "20 weeks.", "answerable": True, "verdicts": {"faithful": "fail"}, "reviewer": "ana"},
+        {"case_id": "hv-y", "question": "is parental leave paid", "answer":
+         "Every new parent gets 20 weeks of parental leave at full pay [kb:leave.md#1].", "context": context,
+         "reference": "Yes, at full pay.", "answerable": True, "verdicts": {"faithful": "pass"}, "reviewer": "ana"},
+    ]
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = open_store(config.storage)
+    embedder = make_embedder(config.embedding)
+    items = build_queue(store, load_golden_set(config.golden_set), Retriever(store, embedder, config.retrieval), embedder,
+                        verdicts=verdicts)
+    human = [i for i in items if i["origin"] == "grader_vs_human"]
+    assert [(i["case_id"], i["evidence"]["rubrics"]) for i in human] == [("hv-x", ["faithful"])]
+    assert human[0]["nearest_golden"] and human[0]["retrieved"]

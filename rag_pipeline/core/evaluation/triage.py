@@ -3,7 +3,8 @@
     queue    `build_queue` gathers items to review from four places: the latest drift report's
              candidates (queries least like the golden set), the latest evaluation's failed cases
              (holdout never: its text is withheld), disagreements between graders (the lexical
-             proxy against the LLM judge on a case's claims), and a file of user-reported
+             proxy against the LLM judge on a case's claims; the deterministic grader against
+             people's verdicts in a verdicts file), and a file of user-reported
              failures (JSONL: `question`, optional `tenant`, `roles`, `note`, `reported_by`).
              Each item comes with its nearest golden cases (cosine of question embeddings) and
              what retrieval returns for it now (documents and their content hashes), and the
@@ -59,8 +60,23 @@ def _cosines(queries: Sequence[str], others: Sequence[str], embedder: Embedder) 
     return normalise_rows(embedder.encode(list(queries))) @ normalise_rows(embedder.encode(list(others))).T
 
 
-def _raw_items(store: Store, reports: Path | None, grader_gap: float) -> list[dict]:
-    items: list[dict] = []
+def _human_disagreements(verdicts: Path) -> list[dict]:
+    """Items where the deterministic grader and a person's verdict differ on some rubric (a
+    verdicts file as in calibration.py; the question from its `question` field or the golden case)."""
+    from rag_pipeline.core.evaluation.calibration import deterministic_grader, load_verdicts
+
+    items = []
+    for row in load_verdicts(verdicts):
+        grades = deterministic_grader(row)
+        differ = sorted(r for r, v in row["verdicts"].items() if r in grades and grades[r] != (v == "pass"))
+        if differ:
+            items.append({"origin": "grader_vs_human", "case_id": row["case_id"], "question": row.get("question"),
+                          "evidence": {"reviewer": row["reviewer"], "rubrics": differ, "answer": row["answer"]}})
+    return items
+
+
+def _raw_items(store: Store, reports: Path | None, grader_gap: float, verdicts: Path | None = None) -> list[dict]:
+    items: list[dict] = _human_disagreements(verdicts) if verdicts is not None else []
     drift = store.records.monitoring_history("drift", datetime.now(UTC).date())
     if drift:
         latest = drift[-1]
@@ -93,10 +109,11 @@ def _raw_items(store: Store, reports: Path | None, grader_gap: float) -> list[di
 
 
 def build_queue(store: Store, golden: GoldenSet, retriever: Retriever, embedder: Embedder,
-                reports: Path | None = None, nearest: int = 3, grader_gap: float = 0.5) -> list[dict]:
+                reports: Path | None = None, nearest: int = 3, grader_gap: float = 0.5,
+                verdicts: Path | None = None) -> list[dict]:
     """Items to review, each with its nearest golden cases, what retrieval returns, and blank review fields."""
     by_id = {c.id: c for c in golden.cases}
-    raw = _raw_items(store, reports, grader_gap)
+    raw = _raw_items(store, reports, grader_gap, verdicts)
     for item in raw:
         if item["question"] is None and item.get("case_id") in by_id and not withheld(by_id[item["case_id"]]):
             item["question"] = by_id[item["case_id"]].question
