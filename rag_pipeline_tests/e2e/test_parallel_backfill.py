@@ -13,7 +13,7 @@ from rag_pipeline.config import load_config
 from rag_pipeline.core.storage import open_store
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, SAMPLE_CONFIG, require
-from tools.local_deployment import deployment, pipeline_config
+from tools.local_deployment import deployment, pipeline_config, postgres_server
 
 SOURCES = ("httpx_a", "httpx_b", "httpx_c")
 SERVED = {
@@ -27,8 +27,16 @@ LOCK_WORDS = ("lock", "deadlock", "busy", "could not serialize")
 
 
 @pytest.fixture(scope="module")
-def parallel(request, tmp_path_factory):
-    dsn = request.getfixturevalue("pg_dsn")
+def postgres(tmp_path_factory):
+    """A server of this module's own: the session's has many tests' connections open by now, and a
+    deployment (webserver, daemon, a process per step) opens dozens more."""
+    with postgres_server(tmp_path_factory.mktemp("deployment-postgres")) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def parallel(postgres, tmp_path_factory):
+    dsn = postgres
     # Three copies of one docs tree: every text is shared, so the runs race on the embedding cache.
     raw = pipeline_config(SAMPLE_CONFIG, {name: require(HTTPX_V023) for name in SOURCES})
     raw["embedding"] = {"kind": "hashing"}
@@ -71,8 +79,8 @@ def test_no_lock_error_anywhere(parallel):
     assert not [line for line in errors if any(word in line.lower() for word in LOCK_WORDS)], errors
 
 
-def test_the_parallel_build_equals_a_serial_build(parallel, tmp_path, pg_dsn, monkeypatch):
-    monkeypatch.setenv("RAG_PIPELINE_PG_DSN", pg_dsn)
+def test_the_parallel_build_equals_a_serial_build(parallel, tmp_path, postgres, monkeypatch):
+    monkeypatch.setenv("RAG_PIPELINE_PG_DSN", postgres)
     serial_file = tmp_path / "pipeline.yaml"
     serial_file.write_text(yaml.safe_dump({**parallel["raw"], "storage": {"path": str(tmp_path / "serial.duckdb")}}))
     serial_config = load_config(serial_file)

@@ -27,7 +27,9 @@ def built(request, tmp_path_factory):
         for mode in MODES:
             _, results[backend, mode] = run_golden_evaluation(
                 config.golden_set, store, embedder, config.retrieval, "fp", config.source_ids, mode)
-    return stores, results
+    yield stores, results
+    for store in stores.values():
+        store.close()
 
 
 def test_the_served_rows_are_the_same(built):

@@ -227,6 +227,8 @@ def test_postgres_hnsw_is_built_by_the_first_switch_and_used(request, tmp_path):
     filters = SearchFilters(unrestricted=True)
     assert [h.chunk_id for h in hnsw.search.dense_search(query, 3, filters)[0]] == \
         [h.chunk_id for h in exact.search.dense_search(query, 3, filters)[0]]
+    hnsw.close()
+    exact.close()
 
 
 def test_the_in_memory_copy_follows_every_switch(store, tmp_path):

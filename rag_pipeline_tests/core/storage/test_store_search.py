@@ -36,7 +36,8 @@ def store(request, tmp_path_factory):
     embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
     ingest_source(SourceConfig(name="kb", path=root), db, embedder, ChunkingConfig(), LifecycleConfig(), "t")
     db.embedder = embedder
-    return db
+    yield db
+    db.close()
 
 
 def _docs(hits) -> set[str]:
