@@ -93,7 +93,7 @@ def _postgres(work: Path) -> Iterator[str]:
     from tools.local_deployment import postgres_server
 
     work.mkdir(parents=True, exist_ok=True)
-    with postgres_server(Path(tempfile.mkdtemp(prefix="pg-", dir=work))) as dsn:
+    with tempfile.TemporaryDirectory(prefix="pg-", dir=work) as folder, postgres_server(Path(folder)) as dsn:
         yield dsn
 
 

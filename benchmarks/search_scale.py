@@ -44,7 +44,7 @@ same fusion of the dense and sparse references at the candidate depth): recall@k
 queries whose ranked top-k ids are identical, the largest score difference over the chunks both
 return, and, for the SQL and HNSW paths, the fraction identical to the memory store's lists. The
 dense reference ranks the way the store does: float32 scores pick every candidate within
-FLOAT32_SCORE_TOLERANCE of the k-th best, `search.rank` orders them by float64 cosine and chunk id.
+FLOAT32_SCORE_TOLERANCE of the k-th best, `vectors.rank` orders them by float64 cosine and chunk id.
 The PostgreSQL plans of the dense candidate statements are checked with EXPLAIN ANALYZE (statement
 and settings captured from the store's own call).
 
@@ -116,9 +116,9 @@ from rag_pipeline.core.models import Hit, SearchFilters  # noqa: E402
 from rag_pipeline.core.storage import Store  # noqa: E402
 from rag_pipeline.core.storage.duckdb import DuckDBDatabase  # noqa: E402
 from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402
-from rag_pipeline.core.storage.search import filter_sql, rank  # noqa: E402
+from rag_pipeline.core.storage.search import filter_sql  # noqa: E402
 from rag_pipeline.core.storage.served import mark_changed  # noqa: E402
-from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE, normalise_rows  # noqa: E402
+from rag_pipeline.core.vectors import near_top, normalise_rows, rank  # noqa: E402
 from tools.local_deployment import postgres_server  # noqa: E402
 
 DIMENSION = 384
@@ -311,9 +311,7 @@ def reference(matrix: np.ndarray, query_matrix: np.ndarray, k: int) -> list[list
     """The exact top-k (chunk id, cosine) as the store ranks them (float32 candidates, float64 cosine, id)."""
     out = []
     for query in normalise_rows(query_matrix):
-        fast = matrix @ query
-        edge = np.partition(fast, len(fast) - k)[len(fast) - k]
-        chosen = np.flatnonzero(fast >= edge - FLOAT32_SCORE_TOLERANCE)
+        chosen = near_top(matrix @ query, k)
         out.append(rank(query, [chunk_id(int(j)) for j in chosen], matrix[chosen], k))
     return out
 

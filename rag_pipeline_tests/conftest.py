@@ -65,19 +65,6 @@ def make_store(request, backend: str, folder: Path):
     return Store(PostgresDatabase(request.getfixturevalue("pg_dsn"), schema=new_pg_schema()))
 
 
-def storage_section(request, backend: str, folder: Path, monkeypatch=None) -> dict:
-    """The `storage:` section of a test config on `backend` (its DSN exported for PostgreSQL)."""
-    section = {"path": str(folder / "index.duckdb")}
-    if backend == "postgres":
-        dsn = request.getfixturevalue("pg_dsn")
-        if monkeypatch is not None:
-            monkeypatch.setenv("RAG_PIPELINE_PG_DSN", dsn)
-        else:
-            os.environ["RAG_PIPELINE_PG_DSN"] = dsn
-        section.update(backend="postgres", pg_schema=new_pg_schema())
-    return section
-
-
 def sample_pipeline(tmp: Path, **sections) -> PipelineConfig:
     """The sample config in `tmp` with its own store, a copy of its golden set (to change freely)
     and the hashing embedder; `sections` replace top-level sections."""

@@ -145,8 +145,8 @@ class Deployment:
         wait for it, and return its status, the wall time from launch, and each run's timeline."""
         with self.instance() as instance:
             instance.add_dynamic_partitions("sources", partitions)
-            # The pool's limit set once, before runs start: left to the default, the first steps of
-            # parallel runs each create it, and on PostgreSQL those inserts can collide.
+            # The pool's limit recorded before runs start, as deploy/README.md asks of a deployment,
+            # rather than initialized by whichever step claims the pool first.
             limit = yaml.safe_load((self.home / "dagster.yaml").read_text()).get("concurrency", {}).get("pools", {})
             if "default_limit" in limit:
                 instance.event_log_storage.set_concurrency_slots("store", int(limit["default_limit"]))
@@ -220,7 +220,8 @@ def run_errors(instance, run_id: str) -> list[str]:
     return out
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -260,7 +261,7 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
     for kind, name in _AUTOMATION:
         subprocess.run([str(bin_dir / "dagster"), kind, "stop", name, "-w", str(workspace)], env=env, cwd=project,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    port = _free_port()
+    port = free_port()
     running = Deployment(work, home, config, env, port, project)
     running.processes = [
         _start([str(bin_dir / "dagster-webserver"), "-w", str(workspace), "-p", str(port), "-h", "127.0.0.1"],

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,10 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tools.local_deployment import free_port  # noqa: E402
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
 BROKEN_PAGE = "policies/remote-work.md"
@@ -70,14 +73,8 @@ def build_deployment(work: Path) -> tuple[Path, Path]:
     return home, config
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_webserver(home: Path, config: Path, log: Path) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster-webserver"), "-w", str(REPO / "workspace.yaml"), "-p", str(port),
          "-h", "127.0.0.1"], cwd=REPO, env=_env(home, config), stdout=log.open("w"), stderr=subprocess.STDOUT,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 # A float32 score (a BLAS product, or pgvector's distance) is within this of the float64 cosine:
@@ -24,3 +26,15 @@ def cosines(query: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     q_norm = np.sqrt((q * q).sum())
     norms = np.sqrt((rows * rows).sum(axis=1)) * q_norm
     return np.divide((rows * q).sum(axis=1), norms, out=np.zeros(len(rows)), where=norms > 0)
+
+
+def near_top(scores: np.ndarray, depth: int) -> np.ndarray:
+    """Indexes of every score within FLOAT32_SCORE_TOLERANCE of the `depth`-th best (ties included)."""
+    edge = np.partition(scores, len(scores) - depth)[len(scores) - depth]
+    return np.flatnonzero(scores >= edge - FLOAT32_SCORE_TOLERANCE)
+
+
+def rank(query: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The k best (id, cosine) of these candidates, by score and then by id."""
+    scores = cosines(query, matrix)
+    return sorted(zip(ids, scores.tolist()), key=lambda pair: (-pair[1], pair[0]))[:k]

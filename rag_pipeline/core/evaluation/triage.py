@@ -54,10 +54,15 @@ def _item_id(origin: str, question: str) -> str:
     return hashlib.sha256(f"{origin}\n{question}".encode()).hexdigest()[:12]
 
 
+def _unit_vectors(texts: Sequence[str], embedder: Embedder) -> np.ndarray:
+    """The texts' embeddings scaled to unit length (rows), so that dot products are cosines."""
+    return normalise_rows(embedder.encode(list(texts))) if texts else np.zeros((0, 0), dtype=np.float32)
+
+
 def _cosines(queries: Sequence[str], others: Sequence[str], embedder: Embedder) -> np.ndarray:
     if not queries or not others:
         return np.zeros((len(queries), len(others)))
-    return normalise_rows(embedder.encode(list(queries))) @ normalise_rows(embedder.encode(list(others))).T
+    return _unit_vectors(queries, embedder) @ _unit_vectors(others, embedder).T
 
 
 def _human_disagreements(verdicts: Path) -> list[dict]:
@@ -265,23 +270,25 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
             result.incomplete.append({"item_id": item_id, "reason": "fill " + ", ".join(missing)})
             continue
         ready.append(item)
-    # Near duplicates: of a golden case, or of an item accepted before it in this batch.
-    existing = [(c.id, c.question) for c in golden.cases]
-    accepted: list[dict] = []
-    relabelled: dict[str, dict] = {}
     known_ids = {c.id for c in golden.cases}
-    for item in ready:
-        if item["origin"] == "failed_case" and item.get("case_id") in known_ids:
-            relabelled[item["case_id"]] = item
-            continue
-        texts = [q for _, q in existing] + [a["question"] for a in accepted]
-        names = [i for i, _ in existing] + [f"tri-{a['item_id']}" for a in accepted]
-        row = _cosines([item["question"]], texts, embedder)[0] if texts else np.zeros(0)
+    corrections = [item for item in ready if item["origin"] == "failed_case" and item.get("case_id") in known_ids]
+    relabelled = {item["case_id"]: item for item in corrections}
+    new_items = [item for item in ready if item not in corrections]
+    # Near duplicates: of a golden case, or of an item accepted before it in this batch. Every
+    # question is encoded once; an accepted item's vector joins the ones later items are held to.
+    names = [c.id for c in golden.cases]
+    known = _unit_vectors([c.question for c in golden.cases], embedder)
+    candidates = _unit_vectors([item["question"] for item in new_items], embedder)
+    accepted: list[dict] = []
+    for item, vector in zip(new_items, candidates):
+        row = known @ vector if len(known) else np.zeros(0)
         best = int(np.argmax(row)) if len(row) else -1
         if best >= 0 and row[best] >= duplicate_threshold and not item.get("duplicate_ok"):
             result.duplicates.append({"item_id": item["item_id"], "of": names[best], "similarity": float(row[best])})
             continue
         accepted.append(item)
+        names.append(f"tri-{item['item_id']}")
+        known = np.vstack([known, vector[None, :]]) if len(known) else vector[None, :]
     if not accepted and not relabelled:
         return result
     today = datetime.now(UTC).date().isoformat()

@@ -10,7 +10,7 @@ It ranks exactly as the SQL path does, so a metric never depends on where a quer
 
 - filters are the same predicates as `search.filter_sql`, as boolean masks;
 - dense: float32 scores `raw @ q / |raw|` pick every candidate within FLOAT32_SCORE_TOLERANCE of
-  the k-th best, and `search.rank` orders them by the float64 cosine of the stored vectors, ties
+  the k-th best, and `vectors.rank` orders them by the float64 cosine of the stored vectors, ties
   to the smaller chunk id;
 - BM25: the same formula and collection statistics (N, df, avgdl over all served chunks), summed
   in float64; scores equal to 1e-9 are ties, broken by chunk id.
@@ -30,7 +30,7 @@ import numpy as np
 from scipy import sparse
 
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE
+from rag_pipeline.core.vectors import near_top, rank
 
 _NO_DATE = np.iinfo(np.int64).min
 _EPOCH = date(1970, 1, 1)
@@ -57,7 +57,7 @@ class ServedCopy:
     statuses: dict
     effective_day: np.ndarray
     vectors: np.ndarray | None  # float32 as stored, rows in chunk id order; None without vectors
-    norms: np.ndarray | None
+    norms: np.ndarray | None  # a zero vector's norm is stored as 1: it scores 0, never NaN
     has_vector: np.ndarray
     lex_len: np.ndarray
     terms: dict[str, int]
@@ -92,7 +92,7 @@ class ServedCopy:
 
     # ---- dense -----------------------------------------------------------------------------
 
-    def dense(self, queries: np.ndarray, k: int, filters: SearchFilters, rank) -> list[list[tuple[str, float]]]:
+    def dense(self, queries: np.ndarray, k: int, filters: SearchFilters) -> list[list[tuple[str, float]]]:
         """Per query row (unit length), the k best (chunk id, cosine) under the filters."""
         if self.vectors is None:
             return [[] for _ in queries]
@@ -101,14 +101,13 @@ class ServedCopy:
         if count == 0:
             return [[] for _ in queries]
         # Every row is scored and the hidden ones masked: cheaper than copying the visible rows.
-        fast = (queries @ self.vectors.T) / np.where(self.norms == 0, 1, self.norms)
+        fast = (queries @ self.vectors.T) / self.norms
         if count < self.size:
             fast[:, ~visible] = -np.inf
         depth = min(k, count)
         out = []
         for query, row in zip(queries, fast):
-            edge = np.partition(row, len(row) - depth)[len(row) - depth]
-            chosen = np.flatnonzero(row >= edge - FLOAT32_SCORE_TOLERANCE)
+            chosen = near_top(row, depth)
             out.append(rank(query, [self.chunk_ids[j] for j in chosen], self.vectors[chosen], k))
         return out
 
@@ -177,6 +176,7 @@ def load_served_copy(db, version: tuple) -> ServedCopy:
         vectors[places[known]] = matrix[known]
         has_vector[places[known]] = True
         norms = np.linalg.norm(vectors, axis=1).astype(np.float32)
+        norms[norms == 0] = 1
     # Postings as dictionary-encoded columns: tens of millions of rows never become Python tuples.
     term_list, term_rows, posting_chunks, chunk_codes, counts = [], np.zeros(0, np.int64), [], np.zeros(0, np.int64), np.zeros(0)
     postings = db.arrow("SELECT term, chunk_id, tf FROM postings")

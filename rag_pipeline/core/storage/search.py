@@ -17,7 +17,7 @@ from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.memory import ServedCopy, load_served_copy
 from rag_pipeline.core.storage.served import served_version
-from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE, cosines, normalise_rows
+from rag_pipeline.core.vectors import near_top, normalise_rows, rank
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
 QUERY_BATCH = 256
@@ -42,12 +42,6 @@ def filter_sql(filters: SearchFilters, alias: str = "c") -> tuple[str, list]:
     clauses.append(f"({alias}.effective_date IS NULL OR {alias}.effective_date <= ?)")
     params.append(filters.as_of or date.today())
     return " AND ".join(clauses), params
-
-
-def rank(query: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[tuple[str, float]]:
-    """The k best (id, cosine) of these candidates, by score and then by id."""
-    scores = cosines(query, matrix)
-    return sorted(zip(ids, scores.tolist()), key=lambda pair: (-pair[1], pair[0]))[:k]
 
 
 class Search:
@@ -90,7 +84,7 @@ class Search:
         queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
         copy = None if self.db.approximate else self.served_copy()
         if copy is not None:
-            return self._hits(copy.dense(queries, k, filters, rank), copy)
+            return self._hits(copy.dense(queries, k, filters), copy)
         where, params = filter_sql(filters)
         first = self.db.dense_candidates(queries[0], k, where, params, filters)
         if first is None:
@@ -113,8 +107,7 @@ class Search:
         depth = min(k, len(ids))
         out = []
         for query, row in zip(queries, fast):
-            edge = np.partition(row, len(row) - depth)[len(row) - depth]
-            chosen = np.flatnonzero(row >= edge - FLOAT32_SCORE_TOLERANCE)
+            chosen = near_top(row, depth)
             out.append(rank(query, [ids[j] for j in chosen], matrix[chosen], k))
         return out
 
