@@ -8,7 +8,13 @@
   left out on one side still matches ("55" and "€55"), a different one does not ("$55");
 - abstention: scored against answerability as a 2x2 table, never as one rate;
 - claim support (a lexical proxy, and named so): each cited sentence of the answer is supported
-  when at least 60% of its content terms occur in the chunks it cites.
+  when at least 60% of its content terms occur in the chunks it cites;
+- prohibited claims (the case's `prohibited_claims`): the proxy says an answer makes a claim when
+  one of its sentences holds every content term of the claim (BM25's analyzer: stemmed, stop
+  words dropped; numbers compared as written) with the same polarity (a negation word in both or
+  in neither: "refunds are not issued after 30 days" does not make "refunds are issued after 30
+  days"). With an LLM judge, the judge decides whether the answer states the claim. An abstention
+  makes no claim.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from rag_pipeline.core.evaluation.answers import Answer, parse_citations, split_
 from rag_pipeline.core.ingestion.lexical import analyze
 
 CLAIM_SUPPORT_SHARE = 0.6
+# Words that turn a statement around; `analyze` drops "no" and "not" as stop words, so polarity is
+# read from the raw words.
+_NEGATIONS = frozenset("not no never none nor cannot without neither".split())
+_WORDS = re.compile(r"[\w']+")
 
 # Currency signs, ISO codes and words (keys lower-case), each to its ISO code: "€55", "EUR 55" and
 # "55 euros" are one amount. Codes are listed (not any three capitals) so that "API 120" stays a
@@ -101,6 +111,8 @@ class AnswerCheck:
     claims: int = 0
     supported_claims: int = 0
     judge: str = "proxy"
+    # None: the case names no prohibited claim; else the ones the answer made (empty: none).
+    prohibited_made: list[str] | None = None
 
     @property
     def faithful(self) -> bool:
@@ -114,24 +126,56 @@ class AnswerCheck:
         if self.claims:
             # The key says which judge it was: never mistake the lexical proxy for entailment.
             metrics[f"answer_claim_support_{self.judge}"] = self.supported_claims / self.claims
+        if self.prohibited_made is not None:
+            metrics[f"answer_no_prohibited_claims_{self.judge}"] = float(not self.prohibited_made)
         return metrics
+
+
+def _negated(text: str) -> bool:
+    return any(w in _NEGATIONS or w.endswith("n't") for w in _WORDS.findall(text.lower()))
+
+
+def prohibited_claims_made(
+    answer: Answer, claims: Sequence[str], claim_judge: Callable[[str, str], bool | None] | None = None,
+) -> list[str]:
+    """The prohibited claims this answer makes (see the module's rule; `claim_judge(claim, answer
+    text)` replaces the proxy when given; a judge that cannot tell counts the claim as not made)."""
+    if answer.abstained or not claims:
+        return []
+    body = _strip_citations(answer.text)
+    if claim_judge is not None:
+        return [claim for claim in claims if claim_judge(claim, body)]
+    sentences = [(set(analyze(s)), _negated(s)) for s in split_sentences(body)]
+    made = []
+    for claim in claims:
+        terms, negated = set(analyze(claim)), _negated(claim)
+        if terms and any(terms <= words and negated == polarity for words, polarity in sentences):
+            made.append(claim)
+    return made
+
+
+def _strip_citations(text: str) -> str:
+    return re.sub(r"\[[^\[\]\s]+#\d+\]", " ", text)
 
 
 def check_answer(
     answer: Answer, context: Mapping[str, str], reference: str, answerable: bool,
-    claim_judge: Callable[[str, str], bool | None] | None = None,
+    claim_judge: Callable[[str, str], bool | None] | None = None, prohibited_claims: Sequence[str] = (),
 ) -> AnswerCheck:
     """Check one answer; `context` maps each chunk id given to the generator to its text.
 
     Claim support uses `claim_judge(claim, cited text)` when given (an LLM grader), else the
-    lexical proxy.
+    lexical proxy; so does the check for the case's prohibited claims.
     """
     cited = answer.citations or parse_citations(answer.text)
     valid = all(c in context for c in cited) and (answer.abstained or bool(cited))
     cited_quantities = parse_quantities(" ".join(context.get(c, "") for c in cited))
-    body = re.sub(r"\[[^\[\]\s]+#\d+\]", " ", answer.text)
-    answer_quantities = parse_quantities(body)
+    answer_quantities = parse_quantities(_strip_citations(answer.text))
     check = AnswerCheck(valid, _missing(answer_quantities, cited_quantities))
+    if prohibited_claims:
+        check.prohibited_made = prohibited_claims_made(answer, prohibited_claims, claim_judge)
+        if claim_judge is not None:
+            check.judge = "llm"
     if answerable:
         required = parse_quantities(reference)
         if required and not answer.abstained:
@@ -144,7 +188,7 @@ def check_answer(
         ids = parse_citations(sentence)
         if not ids:
             continue
-        claim = re.sub(r"\[[^\[\]\s]+#\d+\]", " ", sentence).strip()
+        claim = _strip_citations(sentence).strip()
         cited_passage = " ".join(context.get(i, "") for i in ids)
         if claim_judge is not None:
             verdict = claim_judge(claim, cited_passage)

@@ -253,7 +253,9 @@ def answer_cases(
         if answer.errored:
             continue
         check = check_answer(answer, {h.chunk_id: h.text for h in context}, row.case.reference, row.case.answerable,
-                             claim_judge)
+                             claim_judge, row.case.prohibited_claims)
+        if check.prohibited_made:
+            record["prohibited_claims_made"] = check.prohibited_made
         values = check.as_metrics()
         if check.abstention_correct is not None:
             values["answer_abstained_correctly"] = float(check.abstention_correct)

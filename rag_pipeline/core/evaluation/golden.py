@@ -3,7 +3,8 @@
 One JSON object per line: `id`, `question`, `reference`, `gold_docs`, optional `gold_spans`,
 `slice`, `weight` (default 1), `split` (dev / validation / holdout), `tenant`, `roles`,
 `answerable`, optional `forbidden_docs` (documents this caller must never retrieve),
-`provenance`. The revision is the content hash of the file.
+`prohibited_claims` (statements an answer to this question must never make: a wrong policy that
+users were once told, a promise the corpus does not give), `provenance`. The revision is the content hash of the file.
 
 A minimal case is `id`, `question`, `reference` and `gold_docs` (`gold_docs` may be left out
 when `answerable` is false). Defaults, reported by `GoldenSet.summary()`:
@@ -75,6 +76,7 @@ class GoldenCase:
     answerable: bool = True
     gold_spans: tuple[GoldSpan, ...] = ()
     forbidden_docs: tuple[str, ...] = ()
+    prohibited_claims: tuple[str, ...] = ()
     provenance: str = ""
     line: int = 0
 
@@ -258,6 +260,10 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], lis
     if not isinstance(roles, list):
         problems.append("field 'roles': must be a list of role names")
         roles = []
+    prohibited = raw.get("prohibited_claims") or []
+    if not isinstance(prohibited, list) or not all(isinstance(c, str) and c.strip() for c in prohibited):
+        problems.append("field 'prohibited_claims': must be a list of non-empty statements")
+        prohibited = []
     spans, span_problems = _parse_spans(raw.get("gold_spans") or [], set(gold_docs))
     problems.extend(span_problems)
     if problems:
@@ -277,6 +283,7 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], lis
             answerable=answerable,
             gold_spans=spans,
             forbidden_docs=tuple(raw.get("forbidden_docs") or ()),
+            prohibited_claims=tuple(c.strip() for c in prohibited),
             provenance=str(raw.get("provenance") or ""),
             line=line,
         ),

@@ -65,7 +65,7 @@ def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
 
 
 ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
-                  "answer_claim_support_llm",
+                  "answer_claim_support_llm", "answer_no_prohibited_claims_proxy", "answer_no_prohibited_claims_llm",
                   "answer_abstained_correctly", "answer_cites_current_version")
 
 
@@ -88,7 +88,22 @@ def answer_section(result: EvalResult) -> list[str]:
         table([["answered", table_2x2["answered_answerable"], table_2x2["answered_unanswerable"]],
                ["abstained", table_2x2["abstained_answerable"], table_2x2["abstained_unanswerable"]]],
               ["", "answerable", "unanswerable"], limit=None), "",
+        *_prohibited_claims_lines(result),
     ]
+
+
+def _prohibited_claims_lines(result: EvalResult) -> list[str]:
+    """Each answer that made one of its case's prohibited claims (holdout cases only counted)."""
+    made = [c for c in result.cases if c.answer and c.answer.get("prohibited_claims_made")]
+    if not made:
+        return []
+    shown = [c for c in made if c.case.split != "holdout"]
+    lines = [f"Answers that made a prohibited claim: {len(made)}.", ""]
+    lines += [f"- {inline(c.case.id)} ({inline(c.case.slice)}): "
+              + "; ".join(inline(claim) for claim in c.answer["prohibited_claims_made"]) for c in shown]
+    if len(made) > len(shown):
+        lines.append(f"- and {len(made) - len(shown)} holdout case(s), counted and not listed")
+    return [*lines, ""]
 
 
 @dataclass

@@ -116,3 +116,31 @@ def test_on_the_sample_corpus_an_invented_number_and_an_outside_citation_fail(an
     cited_outside = f"{row.answer['text']} [{outside}]"
     assert not check_answer(Answer(cited_outside, parse_citations(cited_outside), False, "t"), context,
                             row.case.reference, True).citations_valid
+
+
+def test_prohibited_claims_are_checked_in_the_evaluation_and_listed_in_the_report(sample_index, answered):
+    import dataclasses
+
+    from rag_pipeline.core.evaluation.answers import split_sentences
+    from rag_pipeline.core.evaluation.report import render_markdown
+
+    config, store, embedder = sample_index
+    # A claim the generator does make (its own first sentence, citations removed), and one it does not.
+    spoken = next(r for r in answered.cases if r.case.answerable and r.case.split != "holdout" and not r.answer["abstained"])
+    claim = split_sentences(spoken.answer["text"])[0].split(" [")[0]
+    quiet = next(r for r in answered.cases if r.case.answerable and r.case.id != spoken.case.id and not r.answer["abstained"])
+    golden = load_golden_set(config.golden_set, served_hashes=store.served.document_hashes())
+    claims = {spoken.case.id: (claim,), quiet.case.id: ("The moon is made of green cheese.",)}
+    golden.cases = [dataclasses.replace(c, prohibited_claims=claims.get(c.id, ())) for c in golden.cases]
+    retriever = Retriever(store, embedder, RetrievalConfig(mode="hybrid"))
+    answers = AnswersConfig(generator="extractive")
+    result = evaluate(golden, retriever, "hybrid", "fp", {}, supersedes=store.served.supersession(),
+                      generator_for=lambda t: make_generator(answers, t), context_k=5)
+    rows = {r.case.id: r for r in result.cases}
+    assert rows[spoken.case.id].metrics["answer_no_prohibited_claims_proxy"] == 0.0
+    assert rows[spoken.case.id].answer["prohibited_claims_made"] == [claim]
+    assert rows[quiet.case.id].metrics["answer_no_prohibited_claims_proxy"] == 1.0
+    # Only the two cases with prohibited claims carry the metric.
+    assert sum("answer_no_prohibited_claims_proxy" in r.metrics for r in result.cases) == 2
+    report = render_markdown(result)
+    assert "Answers that made a prohibited claim: 1." in report and spoken.case.id in report.split("prohibited claim: 1.")[1]

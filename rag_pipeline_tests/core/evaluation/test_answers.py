@@ -7,7 +7,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from rag_pipeline.config import PROJECT_ROOT
-from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer, quantities
+from rag_pipeline.core.evaluation.answer_checks import (
+    abstention_table,
+    check_answer,
+    prohibited_claims_made,
+    quantities,
+)
 from rag_pipeline.core.evaluation.answers import (
     ABSTENTION,
     Answer,
@@ -50,6 +55,43 @@ def test_citing_the_superseded_version_is_caught_by_the_number_it_gives():
     result = check_answer(answer, CONTEXT_TEXT, "20 weeks from day one", True)
     assert result.faithful and result.missing_facts == ["20"]
     assert "hb:leave-2023.md#0" in answer.citations
+
+
+PROHIBITED = ("Parental leave is 24 weeks.", "Refunds are issued after 30 days.")
+
+
+def test_a_prohibited_claim_is_caught_with_its_words_and_polarity():
+    made = check_answer(_answer("Good news: parental leave is 24 weeks [hb:leave.md#1]."), CONTEXT_TEXT, "20 weeks", True,
+                        prohibited_claims=PROHIBITED)
+    assert made.prohibited_made == ["Parental leave is 24 weeks."]
+    assert made.as_metrics()["answer_no_prohibited_claims_proxy"] == 0.0
+    # Another number, the opposite polarity, the words spread over two sentences: not the claim.
+    for text in ("Parental leave is 20 weeks [hb:leave.md#1].",
+                 "Refunds are never issued after 30 days [hc:refunds.html#0].",
+                 "Leave is for parents [hb:leave.md#1]. It lasts 24 weeks [hb:leave.md#1]."):
+        check = check_answer(_answer(text), CONTEXT_TEXT, "20 weeks", True, prohibited_claims=PROHIBITED)
+        assert check.prohibited_made == [] and check.as_metrics()["answer_no_prohibited_claims_proxy"] == 1.0, text
+    negated = ("Refunds are not issued after 30 days.",)
+    assert prohibited_claims_made(_answer("Refunds aren't issued after 30 days."), negated) == list(negated)
+    assert prohibited_claims_made(Answer(ABSTENTION, [], True, "t"), PROHIBITED) == []
+    # A case without prohibited claims gets no such metric (never a free 1.0 in the averages).
+    plain = check_answer(_answer("Parental leave is 24 weeks [hb:leave.md#1]."), CONTEXT_TEXT, "20 weeks", True)
+    assert plain.prohibited_made is None and not any("prohibited" in k for k in plain.as_metrics())
+
+
+def test_a_judge_decides_prohibited_claims_when_given():
+    asked = []
+
+    def judge(claim: str, text: str) -> bool | None:
+        asked.append((claim, text))
+        return None if "Refunds" in claim else True
+
+    check = check_answer(_answer("Leave lasts long [hb:leave.md#1]."), CONTEXT_TEXT, "20 weeks", True,
+                         claim_judge=judge, prohibited_claims=PROHIBITED)
+    assert check.prohibited_made == ["Parental leave is 24 weeks."]
+    assert check.as_metrics()["answer_no_prohibited_claims_llm"] == 0.0
+    assert [claim for claim, _ in asked] == list(PROHIBITED)
+    assert all("Leave lasts long" in text and "[hb:" not in text for _, text in asked)
 
 
 def test_abstention_is_scored_as_a_2x2_table():

@@ -106,3 +106,16 @@ def test_a_document_deleted_since_stays_stale(tmp_path):
     path = _write(tmp_path, [_case(), _case(id="c2", gold_docs=["hb:deleted.md"])])
     golden = load_golden_set(path, served_hashes={"hb:leave.md": "h"}, known_documents=KNOWN)
     assert golden.stale == {"c2": ["hb:deleted.md: not in the index"]}
+
+
+def test_prohibited_claims_load_and_a_bad_value_names_its_line(tmp_path):
+    path = tmp_path / "golden.jsonl"
+    good = {"id": "a", "question": "How long is parental leave?", "reference": "20 weeks", "gold_docs": ["hb:leave.md"],
+            "prohibited_claims": ["Parental leave is 24 weeks."]}
+    bad = {"id": "b", "question": "Refunds?", "reference": "14 days", "gold_docs": ["hc:refunds.html"],
+           "prohibited_claims": "Refunds take 30 days."}
+    path.write_text(json.dumps(good) + "\n")
+    assert load_golden_set(path).cases[0].prohibited_claims == ("Parental leave is 24 weeks.",)
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(GoldenSetError, match=r"line 2 \(b\): field 'prohibited_claims': must be a list"):
+        load_golden_set(path)
