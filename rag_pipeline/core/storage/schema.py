@@ -203,16 +203,18 @@ class SchemaError(RuntimeError):
 def prepare(db: Database, connection) -> None:
     """Create missing tables and bring an older database forward, in one transaction.
 
-    A database already at this version is left alone: no DDL at all, since even `CREATE ... IF NOT
-    EXISTS` takes table locks that would deadlock with other processes' switches."""
+    A database already at this version with every table is left alone: no DDL at all, since even
+    `CREATE ... IF NOT EXISTS` takes table locks that would deadlock with other processes'
+    switches. One at this version but missing a table (made by a build from between two layout
+    changes) gets the missing tables."""
     db._begin(connection)
     try:
-        if db._schema_present(connection) and _version(db, connection) == SCHEMA_VERSION:
+        if db._schema_present(connection) and _complete(*_state(db, connection)):
             db._commit(connection)
             return
         db._lock_schema(connection)
-        version = _version(db, connection)
-        if version == SCHEMA_VERSION:  # another process prepared it while we waited for the lock
+        version, tables = _state(db, connection)
+        if _complete(version, tables):  # another process prepared it while we waited for the lock
             db._commit(connection)
             return
         if version is not None and version > SCHEMA_VERSION:
@@ -235,12 +237,17 @@ def prepare(db: Database, connection) -> None:
         raise
 
 
-def _version(db: Database, connection) -> int | None:
-    """The database's schema version; 1 for a DuckDB file from before the version table; None when empty."""
+def _state(db: Database, connection) -> tuple[int | None, set[str]]:
+    """(schema version, table names): version 1 for a DuckDB file from before the version table,
+    None when empty."""
     tables = {r[0] for r in db._fetch(db._run(
         connection, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()", ()))}
     if "schema_version" in tables:
         rows = db._fetch(db._run(connection, "SELECT version FROM schema_version", ()))
         if rows:
-            return int(rows[0][0])
-    return 1 if "manifest" in tables else None
+            return int(rows[0][0]), tables
+    return (1 if "manifest" in tables else None), tables
+
+
+def _complete(version: int | None, tables: set[str]) -> bool:
+    return version == SCHEMA_VERSION and set(TABLES) <= tables
