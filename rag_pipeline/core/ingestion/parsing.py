@@ -12,6 +12,7 @@ from functools import lru_cache
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 
+from rag_pipeline.core.ingestion.batched_classification import partition_batched
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
@@ -188,7 +189,8 @@ def _partitioner(file_type: str):
 # `element_from_text`, text.py:113, both with fixed arguments). It was about a tenth of the md/html
 # parse time, plus 0.3 s for langdetect's profiles on a worker's first document. The heavier part,
 # spaCy in `is_possible_narrative_text` (text_type.py:27) choosing NarrativeText or Text for a <p>
-# (three quarters of the time), has no public switch in unstructured 0.27 and stays.
+# (three quarters of the time), has no public switch in unstructured 0.27: it stays, run in one
+# batch per document (`batched_classification`) instead of once per paragraph.
 _PARTITION_OPTIONS: dict[str, dict] = {"md": {"languages": [""]}, "html": {"languages": [""]},
                                        "txt": {"languages": [""]}, "docx": {"languages": [""]}}
 
@@ -197,7 +199,9 @@ def _partition(file_type: str, data: bytes, text: str | None, parser_defaults: b
     partition = _partitioner(file_type)
     options = {} if parser_defaults else _PARTITION_OPTIONS.get(file_type, {})
     if file_type in ("md", "html", "txt"):
-        return partition(text=text, **options)
+        if parser_defaults:
+            return partition(text=text)
+        return partition_batched(file_type, lambda: partition(text=text, **options))
     if file_type == "pdf":
         # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
         return partition(file=io.BytesIO(data), strategy="fast", languages=["eng"])

@@ -48,3 +48,64 @@ def test_the_two_calls_differ_in_language_detection_only(file_type, text):
     assert {tuple(e.metadata.languages or ()) for e in fast} == {()}
     assert {tuple(e.metadata.languages or ()) for e in default} == {("eng",)}
     assert [(e.category, e.text) for e in fast] == [(e.category, e.text) for e in default]
+
+
+def _raw(elements) -> list[tuple]:
+    return [(e.category, e.text, e.id, {k: v for k, v in e.metadata.to_dict().items() if k != "languages"})
+            for e in elements]
+
+
+def _plain_and_batched(file_type: str, text: str):
+    from unstructured.nlp import tokenize
+
+    from rag_pipeline.core.ingestion import parsing
+
+    partition = parsing._partitioner(file_type)
+    options = parsing._PARTITION_OPTIONS[file_type]
+    single_calls = []
+    run_one = tokenize._run_pipeline
+
+    def counted(text):
+        single_calls.append(text)
+        return run_one(text)
+
+    for cache in (tokenize._process_cached, tokenize.pos_tag, tokenize.word_tokenize, tokenize._tokenize_for_cache):
+        cache.cache_clear()
+    tokenize._run_pipeline = counted
+    try:
+        batched = parsing._partition(file_type, text.encode(), text)
+        batched_singles = len(single_calls)
+        for cache in (tokenize._process_cached, tokenize.pos_tag, tokenize.word_tokenize, tokenize._tokenize_for_cache):
+            cache.cache_clear()
+        plain = partition(text=text, **options)
+    finally:
+        tokenize._run_pipeline = run_one
+    return plain, batched, batched_singles, len(single_calls) - batched_singles
+
+
+@pytest.mark.slow
+def test_spacy_in_one_batch_per_document_gives_unstructureds_own_elements():
+    """Every raw element (kind, text, id, metadata down to parent ids and depths) equals a plain
+    partition's, on two releases of a real docs tree and the sample corpus; and the batch is
+    really used: the plain partition runs spaCy text by text, the batched one for none of them."""
+    jobs = (_jobs("httpx", require(HTTPX_V023)) + _jobs("httpx", require(HTTPX_V023).parent / "v0.28.1")
+            + _jobs("corpus", CORPUS))
+    classified = 0
+    for job in (j for j in jobs if j.file_type in ("md", "html", "txt")):
+        text = job.data.decode("utf-8")
+        plain, batched, batched_singles, plain_singles = _plain_and_batched(job.file_type, text)
+        assert _raw(batched) == _raw(plain), job.rel_path
+        assert batched_singles == 0, job.rel_path
+        classified += plain_singles
+    assert classified > 500  # the pages do need classifying: the comparison above is not empty
+
+
+def test_without_unstructureds_internals_the_plain_partition_runs(monkeypatch):
+    """Another unstructured without the classifier this relies on: the plain path, same elements."""
+    from rag_pipeline.core.ingestion import batched_classification
+
+    monkeypatch.setitem(batched_classification._CLASSIFIERS, "md", ("unstructured.partition.html.parser", "renamed"))
+    text = "# Plans\n\nGrowth costs 49 dollars a month, billed yearly.\n"
+    plain, batched, batched_singles, plain_singles = _plain_and_batched("md", text)
+    assert _raw(batched) == _raw(plain) and [e.category for e in batched] == ["Title", "NarrativeText"]
+    assert batched_singles == plain_singles > 0
