@@ -7,10 +7,13 @@ embedding cache's key, so a vector is reused only where the same model would pro
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import re
+import sys
 import threading
+import types
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -94,6 +97,54 @@ def _read_json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+# sentence-transformers 6 imports these names at import time for similarity functions the
+# pipeline never calls; importing them costs 1.4 s of CPU (scikit-learn, scipy.stats) on the path
+# of every model load, such as a one-page edit's.
+_DEFERRED_IMPORTS = {"sklearn.metrics": ("pairwise_distances",)}
+
+
+def _deferred_function(module_name: str, name: str):
+    def deferred(*args, **kwargs):
+        return getattr(importlib.import_module(module_name), name)(*args, **kwargs)
+
+    deferred.__name__ = deferred.__qualname__ = name
+    return deferred
+
+
+def import_sentence_transformers():
+    """`sentence_transformers`, imported with `_DEFERRED_IMPORTS` standing in until first called.
+
+    While it imports, each listed module is a stand-in that hands out functions which import the
+    real module on their first call, and the stand-in is removed as soon as the import ends:
+    anyone importing the module later gets the real one. When the library asks a stand-in for
+    anything else (another version), the plain import runs instead."""
+    if "sentence_transformers" in sys.modules:
+        return sys.modules["sentence_transformers"]
+    stand_ins = {}
+    for module_name, names in _DEFERRED_IMPORTS.items():
+        if module_name in sys.modules:
+            continue
+        stand_in = types.ModuleType(module_name)
+        for name in names:
+            setattr(stand_in, name, _deferred_function(module_name, name))
+        stand_ins[module_name] = sys.modules[module_name] = stand_in
+    try:
+        return importlib.import_module("sentence_transformers")
+    except ImportError:
+        if not stand_ins:
+            raise
+        for loaded in [m for m in sys.modules if m == "sentence_transformers" or m.startswith("sentence_transformers.")]:
+            del sys.modules[loaded]
+        for module_name in stand_ins:
+            del sys.modules[module_name]
+        stand_ins.clear()
+        return importlib.import_module("sentence_transformers")
+    finally:
+        for module_name, stand_in in stand_ins.items():
+            if sys.modules.get(module_name) is stand_in:
+                del sys.modules[module_name]
+
+
 class SentenceTransformerEmbedder:
     """The real model, loaded offline on first use (importing torch costs seconds)."""
 
@@ -116,7 +167,7 @@ class SentenceTransformerEmbedder:
         with self._lock:
             # The libraries' own "Loading weights" bars are noise in a run log; stages report progress.
             os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            from sentence_transformers import SentenceTransformer
+            SentenceTransformer = import_sentence_transformers().SentenceTransformer
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()
