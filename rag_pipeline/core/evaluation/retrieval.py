@@ -35,7 +35,11 @@ class RetrievalResult:
     @property
     def context_tokens(self) -> int:
         """Words of the assembled context (the final hits' texts), the cost proxy per query."""
-        return sum(count_tokens(h.text) for h in self.hits)
+        return self.context_words(len(self.hits))
+
+    def context_words(self, k: int) -> int:
+        """Words of the first k final hits: the context a generator given k chunks reads."""
+        return sum(count_tokens(h.text) for h in self.hits[:k])
 
     def ranked_documents(self) -> list[tuple[str, float]]:
         return rollup_documents(self.hits)
@@ -51,7 +55,8 @@ class RetrievalResult:
             },
             "final": [_hit_json(h) for h in self.hits],
             "latency_ms": {k: round(v, 2) for k, v in self.latency_ms.items()},
-            "context_tokens": self.context_tokens,
+            # The context at the trace's depth (k): an evaluation ranks 100 hits, a generator reads k.
+            "context_tokens": self.context_words(depth),
         }
 
 

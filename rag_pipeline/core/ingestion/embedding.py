@@ -6,6 +6,7 @@ embedding cache's key, so a vector is reused only where the same model would pro
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib
 import json
@@ -176,6 +177,11 @@ class SentenceTransformerEmbedder:
             model = SentenceTransformer(str(self.model_path), device="cpu")
             if self.config.max_seq_length:
                 model.max_seq_length = self.config.max_seq_length
+            # torch and transformers leave millions of long-lived objects; the cyclic collector
+            # would traverse them again and again while a run allocates (building 30,000 small
+            # trace records took 0.26 s instead of 0.02 s). Frozen, they are left out of its scans
+            # (what exists now is only freed by reference counting from here on).
+            gc.freeze()
             return model
 
     @cached_property

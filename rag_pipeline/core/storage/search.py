@@ -177,20 +177,23 @@ class Search:
 
     def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]], copy: ServedCopy | None = None) -> list[list[Hit]]:
         """Hits with their chunks' fields (from the copy, else the database), in each list's order (ranks from 1)."""
-        wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
-        chunks = {}
         if copy is not None:
-            chunks = {chunk_id: copy.shown[copy.position[chunk_id]] for chunk_id in wanted}
-        elif wanted:
-            for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
-                                    [wanted]):
-                chunks[row[0]] = row
+            shown, position = copy.shown, copy.position
+            chunks = {chunk_id: shown[position[chunk_id]] for hits in ranked for chunk_id, _ in hits}
+        else:
+            chunks = {}
+            wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
+            if wanted:
+                for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
+                                        [wanted]):
+                    chunks[row[0]] = row
         results = []
         for hits in ranked:
             out = []
             for chunk_id, score in hits:
                 _, doc_id, source_id, title, path, text, status, start, end = chunks[chunk_id]
-                out.append(Hit(chunk_id, doc_id, score, len(out) + 1, source_id, title, tuple(path or ()), text,
+                # A Python float: numpy scalars cost microseconds in every later round() and sort.
+                out.append(Hit(chunk_id, doc_id, float(score), len(out) + 1, source_id, title, tuple(path or ()), text,
                                status, start, end))
             results.append(out)
         return results

@@ -90,8 +90,10 @@ def test_a_judge_decides_prohibited_claims_when_given():
                          claim_judge=judge, prohibited_claims=PROHIBITED)
     assert check.prohibited_made == ["Parental leave is 24 weeks."]
     assert check.as_metrics()["answer_no_prohibited_claims_llm"] == 0.0
-    assert [claim for claim, _ in asked] == list(PROHIBITED)
-    assert all("Leave lasts long" in text and "[hb:" not in text for _, text in asked)
+    # Each prohibited claim is put to the judge against the answer's text, citations removed.
+    put = {claim: text for claim, text in asked if claim in PROHIBITED}
+    assert set(put) == set(PROHIBITED)
+    assert all("Leave lasts long" in text and "[hb:" not in text for text in put.values())
 
 
 def test_abstention_is_scored_as_a_2x2_table():
