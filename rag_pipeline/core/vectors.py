@@ -37,4 +37,10 @@ def near_top(scores: np.ndarray, depth: int) -> np.ndarray:
 def rank(query: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[tuple[str, float]]:
     """The k best (id, cosine) of these candidates, by score and then by id."""
     scores = cosines(query, matrix)
-    return sorted(zip(ids, scores.tolist()), key=lambda pair: (-pair[1], pair[0]))[:k]
+    order = np.argsort(-scores, kind="stable")
+    ordered = scores[order]
+    if len(ordered) > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
+        # Equal scores: ordered by id, whatever order the candidates came in.
+        return sorted(zip(ids, scores.tolist()), key=lambda pair: (-pair[1], pair[0]))[:k]
+    top = order[:k].tolist()
+    return [(ids[i], s) for i, s in zip(top, scores[top].tolist())]

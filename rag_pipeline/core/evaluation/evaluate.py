@@ -177,7 +177,9 @@ def evaluate(
             if case.gold_spans:
                 values |= {f"span_recall_at_{k}": span_recall(case.gold_spans, result.hits, k) for k in SPAN_CUTOFFS}
         top_k = set(ranking[: retriever.config.k])
-        trace = result.trace(depth=retriever.config.k)  # its context_tokens: the words of the top k
+        # What a reader needs: the top k of each retriever and the final top k, or the generator's
+        # context when it is longer (metrics rank 100 documents: `ranked_docs` keeps them).
+        trace = result.trace(depth=retriever.config.k, final_depth=max(retriever.config.k, context_k))
         case_results.append(
             CaseResult(
                 case=case,

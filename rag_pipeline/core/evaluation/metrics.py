@@ -20,8 +20,16 @@ PRECISION_CUTOFFS = (1, 3, 5, 10)
 SUCCESS_CUTOFFS = (1, 3, 5, 10)
 
 
-def _dedupe(ranking: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(ranking))
+def _dedupe(ranking: Sequence[str], k: int | None = None) -> list[str]:
+    """The ranking without repeats (each document at its first position), cut at k."""
+    if k is None:
+        return list(dict.fromkeys(ranking))
+    seen: dict[str, None] = {}
+    for doc_id in ranking:
+        if len(seen) == k:
+            break
+        seen.setdefault(doc_id)
+    return list(seen)
 
 
 def _relevant(relevant: Mapping[str, float]) -> dict[str, float]:
@@ -31,19 +39,19 @@ def _relevant(relevant: Mapping[str, float]) -> dict[str, float]:
 def recall_at(ranking: Sequence[str], relevant: Mapping[str, float], k: int) -> float:
     """Recall@k = |relevant ∩ top k| / |relevant|  (trec_eval `recall_k`)."""
     rel = _relevant(relevant)
-    return sum(1 for d in _dedupe(ranking)[:k] if d in rel) / len(rel)
+    return sum(1 for d in _dedupe(ranking, k) if d in rel) / len(rel)
 
 
 def precision_at(ranking: Sequence[str], relevant: Mapping[str, float], k: int) -> float:
     """Precision@k = |relevant ∩ top k| / k; the divisor is k even when fewer are retrieved (`P_k`)."""
     rel = _relevant(relevant)
-    return sum(1 for d in _dedupe(ranking)[:k] if d in rel) / k
+    return sum(1 for d in _dedupe(ranking, k) if d in rel) / k
 
 
 def reciprocal_rank_at(ranking: Sequence[str], relevant: Mapping[str, float], k: int) -> float:
     """RR@k = 1 / rank of the first relevant document in the top k, else 0 (`recip_rank` on the run cut at k)."""
     rel = _relevant(relevant)
-    for rank, doc_id in enumerate(_dedupe(ranking)[:k], start=1):
+    for rank, doc_id in enumerate(_dedupe(ranking, k), start=1):
         if doc_id in rel:
             return 1.0 / rank
     return 0.0
@@ -56,7 +64,7 @@ def ndcg_at(ranking: Sequence[str], relevant: Mapping[str, float], k: int) -> fl
     relevant documents sorted by grade.
     """
     rel = _relevant(relevant)
-    dcg = sum(rel.get(d, 0.0) / math.log2(i + 1) for i, d in enumerate(_dedupe(ranking)[:k], start=1))
+    dcg = sum(rel.get(d, 0.0) / math.log2(i + 1) for i, d in enumerate(_dedupe(ranking, k), start=1))
     ideal = sorted(rel.values(), reverse=True)[:k]
     idcg = sum(g / math.log2(i + 1) for i, g in enumerate(ideal, start=1))
     return dcg / idcg if idcg else 0.0
@@ -65,7 +73,7 @@ def ndcg_at(ranking: Sequence[str], relevant: Mapping[str, float], k: int) -> fl
 def success_at(ranking: Sequence[str], relevant: Mapping[str, float], k: int) -> float:
     """Success@k = 1 if any relevant document is in the top k, else 0 (`success_k`)."""
     rel = _relevant(relevant)
-    return 1.0 if any(d in rel for d in _dedupe(ranking)[:k]) else 0.0
+    return 1.0 if any(d in rel for d in _dedupe(ranking, k)) else 0.0
 
 
 def first_relevant_rank(ranking: Sequence[str], relevant: Mapping[str, float]) -> int | None:

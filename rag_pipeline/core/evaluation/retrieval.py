@@ -44,7 +44,9 @@ class RetrievalResult:
     def ranked_documents(self) -> list[tuple[str, float]]:
         return rollup_documents(self.hits)
 
-    def trace(self, depth: int = 10) -> dict:
+    def trace(self, depth: int = 10, final_depth: int | None = None) -> dict:
+        """How the result was made: each retriever's top `depth`, the final list (its top
+        `final_depth`, all of it by default), latencies and the words of the top `depth`."""
         return {
             "query": self.query,
             "mode": self.mode,
@@ -53,7 +55,7 @@ class RetrievalResult:
             "candidates": {
                 stage: [_hit_json(h) for h in hits[:depth]] for stage, hits in self.candidates.items()
             },
-            "final": [_hit_json(h) for h in self.hits],
+            "final": [_hit_json(h) for h in self.hits[:final_depth]],
             "latency_ms": {k: round(v, 2) for k, v in self.latency_ms.items()},
             # The context at the trace's depth (k): an evaluation ranks 100 hits, a generator reads k.
             "context_tokens": self.context_words(depth),

@@ -186,14 +186,9 @@ class Search:
             if wanted:
                 for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
                                         [wanted]):
-                    chunks[row[0]] = row
-        results = []
-        for hits in ranked:
-            out = []
-            for chunk_id, score in hits:
-                _, doc_id, source_id, title, path, text, status, start, end = chunks[chunk_id]
-                # A Python float: numpy scalars cost microseconds in every later round() and sort.
-                out.append(Hit(chunk_id, doc_id, float(score), len(out) + 1, source_id, title, tuple(path or ()), text,
-                               status, start, end))
-            results.append(out)
-        return results
+                    chunks[row[0]] = (*row[:4], tuple(row[4] or ()), *row[5:])
+        # Built for every ranked chunk of every query (an evaluation: 100 per question), so kept
+        # lean; the score is made a Python float (numpy scalars slow every later round and sort).
+        return [[Hit(chunk_id, row[1], float(score), rank, row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+                 for rank, (chunk_id, score) in enumerate(hits, 1) for row in (chunks[chunk_id],)]
+                for hits in ranked]
