@@ -36,6 +36,14 @@ def parser_version() -> str:
     return f"unstructured {importlib.metadata.version('unstructured')}"
 
 
+BEIR_PARSER = "beir-jsonl"
+
+
+def parser_for(source_kind: str) -> str:
+    """The parser version a source's documents are parsed with (BEIR records are read as JSON)."""
+    return BEIR_PARSER if source_kind == "beir" else parser_version()
+
+
 @dataclass(frozen=True)
 class ParseJob:
     """One document to parse: its bytes as discovered (hashed), and what the parser needs to know."""
@@ -264,7 +272,7 @@ def _parse_beir_record(item: DiscoveredFile) -> ParsedDocument:
         elements.append(Element(item.doc_id, len(elements), "NarrativeText", item.inline_text, (title,) if title else ()))
     if not elements:
         raise ParseError("BEIR record has neither title nor text")
-    return ParsedDocument(item.doc_id, item.content_hash, "beir-jsonl", title or item.rel_path, tuple(elements))
+    return ParsedDocument(item.doc_id, item.content_hash, BEIR_PARSER, title or item.rel_path, tuple(elements))
 
 
 def locate_lines(elements: Sequence[Element], lines: Sequence[str], line_offset: int = 0) -> list[Element]:

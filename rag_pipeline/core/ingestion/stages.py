@@ -36,7 +36,7 @@ from rag_pipeline.core.ingestion.parsing import (
     ParseError,
     ParseJob,
     parse_document,
-    parser_version,
+    parser_for,
 )
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
 from rag_pipeline.core.progress import Progress
@@ -186,8 +186,8 @@ def parse_source(
     again, and its failure stays on record in the ledger.
     """
     source_id = source.source_id
-    version = parser_version()
-    todo = documents_to_parse(source_id, store)
+    version = parser_for(source.kind)
+    todo = documents_to_parse(source, store)
     if todo and embedder is not None:
         # New text will need vectors: the model loads while the parser works (in its own process).
         embedder.prefetch()
@@ -224,17 +224,19 @@ def parse_source(
     return report
 
 
-def documents_to_parse(source_id: str, store: Store) -> list[dict]:
-    """Discovery rows whose content or metadata differ from their parsed version, except those that
-    already failed with this content and parser (they would fail again)."""
+def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
+    """Discovery rows whose content, metadata or parser differ from their parsed version (an
+    upgraded parser may give other elements), except those that already failed with this content
+    and parser (they would fail again)."""
+    source_id = source.source_id
     parsed = store.staging.parsed_versions(source_id)
     failed = store.ledger.failures(source_id)
-    version = parser_version()
+    version = parser_for(source.kind)
     todo = []
     for row in store.staging.discovery_rows(source_id):
         if not row["supported"] or row["error"]:
             continue
-        if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"]):
+        if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"], version):
             continue
         failure = failed.get(row["doc_id"])
         if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
@@ -282,7 +284,7 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     config = source.effective_chunking(config)
     fingerprint = config.fingerprint()
     current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
-    parsed = store.staging.parsed_versions(source_id)
+    parsed = {doc_id: (content_hash, meta) for doc_id, (content_hash, meta, _) in store.staging.parsed_versions(source_id).items()}
     staged = store.staging.chunk_versions(source_id)
     gone = sorted((set(parsed) | set(staged)) - current)
     store.staging.drop_staged_documents(gone)
@@ -431,8 +433,11 @@ def _reconcile_ledger(
     rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id) if r["stage"] in ("indexed", "queryable")}
 
     def proven(doc_id: str, stage: str) -> bool:
-        row = rows.get((doc_id, stage))
-        return row is not None and row["status"] == "ok" and row["content_hash"] == served[doc_id]["content_hash"]
+        row, doc = rows.get((doc_id, stage)), served[doc_id]
+        if row is None or row["status"] != "ok" or row["content_hash"] != doc["content_hash"]:
+            return False
+        # Indexed again by another parser (same bytes, maybe other elements): a new ledger row says so.
+        return stage != "indexed" or row["parser_version"] == doc["parser_version"]
 
     ledger = [
         _ledger_entry(d, source_id, row["content_hash"], "indexed", "ok", parser_version=row["parser_version"])

@@ -73,12 +73,17 @@ class Staging:
 
     # ---- parsed documents ------------------------------------------------------------------
 
-    def parsed_versions(self, source_id: str) -> dict[str, tuple[str, str]]:
-        rows = self.db.rows("SELECT doc_id, content_hash, meta_json FROM parsed_docs WHERE source_id = ?", [source_id])
-        return {d: (h, m) for d, h, m in rows}
+    def parsed_versions(self, source_id: str) -> dict[str, tuple[str, str, str]]:
+        """`doc_id -> (content hash, metadata json, parser version)` of the parsed documents."""
+        rows = self.db.rows("SELECT doc_id, content_hash, meta_json, parser_version FROM parsed_docs WHERE source_id = ?",
+                            [source_id])
+        return {d: (h, m, v) for d, h, m, v in rows}
 
     def save_parsed(self, source_id: str, docs: Sequence[tuple[ParsedDocument, str]]) -> None:
-        """Replace the parsed elements of these (document, meta json) pairs, in one transaction."""
+        """Replace the parsed elements of these (document, meta json) pairs, in one transaction.
+
+        Their staged chunks go with the old elements: a document parsed again (new content, new
+        metadata, or a new parser giving other elements for the same bytes) is chunked again."""
         if not docs:
             return
         now = utcnow()
@@ -91,8 +96,7 @@ class Staging:
                     for d, meta in docs]
         replaced = [d.doc_id for d, _ in docs]
         with self.db.transaction():
-            self.db.execute("DELETE FROM elements WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [replaced])
-            self.db.execute("DELETE FROM parsed_docs WHERE doc_id IN (SELECT unnest(?::VARCHAR[]))", [replaced])
+            self._drop(replaced, ("staged_chunks", "elements", "parsed_docs"), postings=True)
             self.db.insert("elements", columns("elements"), element_rows)
             self.db.insert("parsed_docs", columns("parsed_docs"), doc_rows)
 
