@@ -15,12 +15,16 @@ partition on real pages.
 
 This leans on three names inside unstructured 0.27: the classifier of each format (below),
 `nlp.tokenize._process_cached` and `nlp.tokenize._get_nlp`. When one is missing (another version
-of unstructured), the plain partition runs: slower, never different.
+of unstructured), the plain partition runs: slower, never different. The stand-ins are set on
+unstructured's modules, so for the process: every partition of a text format takes `PARTITION_LOCK`
+(the parser worker parses one document at a time anyway; a thread parsing beside it must not
+meet the recorder).
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable
 from types import ModuleType
 
@@ -32,6 +36,7 @@ _CLASSIFIERS: dict[str, tuple[str, str]] = {
     "txt": ("unstructured.partition.text", "element_from_text"),
 }
 SPACY_BATCH = 64
+PARTITION_LOCK = threading.RLock()
 
 
 def _hooks(file_type: str) -> tuple[ModuleType, str, ModuleType] | None:
@@ -67,6 +72,11 @@ def _recorder(file_type: str, seen: list[str]) -> Callable:
 
 def partition_batched(file_type: str, partition: Callable[[], list]) -> list:
     """`partition()`'s elements, with the spaCy work of its classification done in one batch."""
+    with PARTITION_LOCK:
+        return _two_passes(file_type, partition)
+
+
+def _two_passes(file_type: str, partition: Callable[[], list]) -> list:
     hooks = _hooks(file_type)
     if hooks is None:
         return partition()

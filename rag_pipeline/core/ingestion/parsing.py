@@ -12,7 +12,7 @@ from functools import lru_cache
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 
-from rag_pipeline.core.ingestion.batched_classification import partition_batched
+from rag_pipeline.core.ingestion.batched_classification import PARTITION_LOCK, partition_batched
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
@@ -208,7 +208,8 @@ def _partition(file_type: str, data: bytes, text: str | None, parser_defaults: b
     options = {} if parser_defaults else _PARTITION_OPTIONS.get(file_type, {})
     if file_type in ("md", "html", "txt"):
         if parser_defaults:
-            return partition(text=text)
+            with PARTITION_LOCK:
+                return partition(text=text)
         return partition_batched(file_type, lambda: partition(text=text, **options))
     if file_type == "pdf":
         # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.

@@ -109,3 +109,22 @@ def test_without_unstructureds_internals_the_plain_partition_runs(monkeypatch):
     plain, batched, batched_singles, plain_singles = _plain_and_batched("md", text)
     assert _raw(batched) == _raw(plain) and [e.category for e in batched] == ["Title", "NarrativeText"]
     assert batched_singles == plain_singles > 0
+
+
+def test_threads_parsing_at_once_each_get_their_own_elements():
+    """The recorder is set for the whole process: a partition in another thread must wait for it."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    pages = ["\n\n".join([f"# Page {i}"] + [f"The refund window is {j} days for plan {i}." for j in range(30)]
+                         + [f"- item {j}" for j in range(5)] + ["SHORT CAPS LINE", "Contact"]) for i in range(8)]
+    alone = [[(e.category, e.text) for e in _partition("md", p.encode(), p)] for p in pages]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads switch often, so that an unguarded recorder would be met
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda p: [(e.category, e.text) for e in _partition("md", p.encode(), p)], pages))
+    finally:
+        sys.setswitchinterval(interval)
+    assert together == alone
+    assert {"Title", "NarrativeText", "ListItem"} <= {category for page in alone for category, _ in page}
