@@ -25,12 +25,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
 
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.vectors import near_top, rank
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 _NO_DATE = np.iinfo(np.int64).min
 _EPOCH = date(1970, 1, 1)
@@ -61,7 +64,7 @@ class ServedCopy:
     has_vector: np.ndarray
     lex_len: np.ndarray
     terms: dict[str, int]
-    tf: sparse.csr_matrix  # terms x chunks
+    tf: scipy.sparse.csr_matrix  # terms x chunks
     # What a hit shows, per chunk (so a search reads nothing from the database once the copy is current).
     shown: list[tuple]
     position: dict[str, int]
@@ -195,6 +198,8 @@ def load_served_copy(db, version: tuple) -> ServedCopy:
     columns = places[chunk_codes] if len(chunk_codes) else np.zeros(0, dtype=np.int64)
     terms = {t: i for i, t in enumerate(term_list)}
     kept = columns >= 0
+    from scipy import sparse  # only where a copy is built: a no-change run imports this module too
+
     tf = sparse.csr_matrix((counts[kept], (term_rows[kept], columns[kept])), shape=(len(terms), len(rows)))
     tf.sum_duplicates()
     tf.sort_indices()
