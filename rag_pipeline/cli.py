@@ -670,6 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # skips cyclic garbage collection over the millions of objects torch, transformers and Dagster
     # leave (1.5 s of a command's exit once the model was loaded). Objects are still released by
     # reference counting, so files and databases close as before.
+    atexit.unregister(gc.freeze)  # once, however often main runs in one process (tests)
     atexit.register(gc.freeze)
     if not getattr(args, "json", False):
         _show_progress()
