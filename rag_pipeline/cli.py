@@ -666,11 +666,11 @@ def _show_progress() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Registered first, so it runs after every other exit handler: the interpreter's teardown then
-    # skips cyclic garbage collection over the millions of objects torch, transformers and Dagster
-    # leave (1.5 s of a command's exit once the model was loaded). Objects are still released by
-    # reference counting, so files and databases close as before.
-    atexit.unregister(gc.freeze)  # once, however often main runs in one process (tests)
+    # At exit, before the interpreter's teardown: the teardown then skips cyclic garbage collection
+    # over the millions of objects torch, transformers and Dagster leave (1.5 s of a command's
+    # exit once the model was loaded). Objects are still released by reference counting, so files
+    # and databases close as before. Registered once, however often main runs in one process.
+    atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
     if not getattr(args, "json", False):
         _show_progress()
