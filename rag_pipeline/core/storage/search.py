@@ -189,6 +189,11 @@ class Search:
                     chunks[row[0]] = (*row[:4], tuple(row[4] or ()), *row[5:])
         # Built for every ranked chunk of every query (an evaluation: 100 per question), so kept
         # lean; the score is made a Python float (numpy scalars slow every later round and sort).
-        return [[Hit(chunk_id, row[1], float(score), rank, row[2], row[3], row[4], row[5], row[6], row[7], row[8])
-                 for rank, (chunk_id, score) in enumerate(hits, 1) for row in (chunks[chunk_id],)]
-                for hits in ranked]
+        results = []
+        for hits in ranked:
+            out = []
+            for hit_rank, (chunk_id, score) in enumerate(hits, 1):
+                _, doc_id, source_id, title, path, text, status, start, end = chunks[chunk_id]
+                out.append(Hit(chunk_id, doc_id, float(score), hit_rank, source_id, title, path, text, status, start, end))
+            results.append(out)
+        return results
