@@ -33,8 +33,10 @@ class SourceRun:
 def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRun | None:
     """A run's outcome without running it, when the source's inputs are those of its last committed
     switch and that switch was not refused since; None when it must run."""
-    committed = store.staging.committed_inputs(source.source_id)
-    if committed is None or store.ledger.last_failure(source.source_id) is not None:
+    with store.db.session():
+        committed = store.staging.committed_inputs(source.source_id)
+        refused = store.ledger.last_failure(source.source_id)
+    if committed is None or refused is not None:
         return None
     try:
         current = current_fingerprint(source, settings)
@@ -42,8 +44,9 @@ def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRu
         return None  # an unreadable root: the run says why
     if current != committed:
         return None
-    coverage = coverage_report(store, source.source_id)
-    manifest = store.staging.manifest_rows(source.source_id)
+    with store.db.session():
+        coverage = coverage_report(store, source.source_id)
+        manifest = store.staging.manifest_rows(source.source_id)
     supported = sum(1 for row in manifest if row["supported"])
     counts = {"discovered": len(manifest), "skipped": len(manifest) - supported, "unchanged": supported,
               "queryable": coverage.counts_by_stage.get("queryable", 0)}

@@ -62,8 +62,9 @@ def coverage_report(store: Store, source_id: str) -> CoverageReport:
     current content is queryable, or when a failure of its current content is recorded at some
     stage. Anything else fell through the pipeline silently.
     """
-    manifest = store.staging.discovery_rows(source_id)
-    ledger = store.ledger.rows(source_id)
+    with store.db.session():
+        manifest = store.staging.discovery_rows(source_id)
+        ledger = store.ledger.rows(source_id)
     current = {r["doc_id"]: r["content_hash"] for r in manifest if r["supported"]}
     by_doc: dict[str, dict[str, dict]] = {}
     for row in ledger:

@@ -128,9 +128,10 @@ def freshness_report(
     `max_staleness_hours`.
     """
     now = now or utcnow()
-    served = {d["doc_id"]: d for d in store.served.indexed_documents(source.source_id)}
-    failed = {d: r["content_hash"] for d, r in store.ledger.failures(source.source_id).items()}
-    last_success = store.ledger.last_success(source.source_id)
+    with store.db.session():
+        served = {d["doc_id"]: d for d in store.served.indexed_documents(source.source_id)}
+        failed = {d: r["content_hash"] for d, r in store.ledger.failures(source.source_id).items()}
+        last_success = store.ledger.last_success(source.source_id)
     report = FreshnessReport(source.source_id, max_staleness_hours, indexed_documents=len(served))
     if last_success is not None:
         report.index_age_hours = (now - last_success).total_seconds() / 3600

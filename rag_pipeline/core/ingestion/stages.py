@@ -123,9 +123,6 @@ def discover_source(
         source_id, diff, len(previous), lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
     )
     meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
-    store.staging.write_discovery(source_id, files, meta_json)
-    store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
-
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
     for f in files:
@@ -136,7 +133,10 @@ def discover_source(
             report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
         else:
             ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
-    store.ledger.record(ledger, run_id)
+    with store.db.session():
+        store.staging.write_discovery(source_id, files, meta_json)
+        store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
+        store.ledger.record(ledger, run_id)
     kill_point("discovered")
     supported = [f for f in files if f.supported]
     report.counts = {
@@ -213,12 +213,14 @@ def parse_source(
         batch.append((doc, row["meta_json"]))
         ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
         if len(batch) >= per_write:
-            store.staging.save_parsed(source_id, batch)
-            store.ledger.record(ledger, run_id)
+            with store.db.session():
+                store.staging.save_parsed(source_id, batch)
+                store.ledger.record(ledger, run_id)
             batch, ledger = [], []
             kill_point("parse:batch")
-    store.staging.save_parsed(source_id, batch)
-    store.ledger.record(ledger, run_id)
+    with store.db.session():
+        store.staging.save_parsed(source_id, batch)
+        store.ledger.record(ledger, run_id)
     kill_point("parsed")
     report.counts = {"parsed": len(todo) - len(report.failures), "parse_failed": len(report.failures)}
     return report
@@ -229,11 +231,13 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
     upgraded parser may give other elements), except those that already failed with this content
     and parser (they would fail again)."""
     source_id = source.source_id
-    parsed = store.staging.parsed_versions(source_id)
-    failed = store.ledger.failures(source_id)
+    with store.db.session():
+        parsed = store.staging.parsed_versions(source_id)
+        failed = store.ledger.failures(source_id)
+        rows = store.staging.discovery_rows(source_id)
     version = parser_for(source.kind)
     todo = []
-    for row in store.staging.discovery_rows(source_id):
+    for row in rows:
         if not row["supported"] or row["error"]:
             continue
         if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"], version):
@@ -283,11 +287,13 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     source_id = source.source_id
     config = source.effective_chunking(config)
     fingerprint = config.fingerprint()
-    current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
-    parsed = {doc_id: (content_hash, meta) for doc_id, (content_hash, meta, _) in store.staging.parsed_versions(source_id).items()}
-    staged = store.staging.chunk_versions(source_id)
-    gone = sorted((set(parsed) | set(staged)) - current)
-    store.staging.drop_staged_documents(gone)
+    with store.db.session():
+        current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
+        parsed = {doc_id: (content_hash, meta)
+                  for doc_id, (content_hash, meta, _) in store.staging.parsed_versions(source_id).items()}
+        staged = store.staging.chunk_versions(source_id)
+        gone = sorted((set(parsed) | set(staged)) - current)
+        store.staging.drop_staged_documents(gone)
     todo = [d for d, (content_hash, _) in parsed.items() if d in current and staged.get(d) != (content_hash, fingerprint)]
     report = StageReport(source_id, "chunked")
     ledger: list[dict] = []
@@ -310,12 +316,14 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
         chunk_total += len(chunks)
         ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
         if len(batch) >= per_write:
-            store.staging.save_chunks(source_id, fingerprint, batch)
-            store.ledger.record(ledger, run_id)
+            with store.db.session():
+                store.staging.save_chunks(source_id, fingerprint, batch)
+                store.ledger.record(ledger, run_id)
             batch, ledger = [], []
             kill_point("chunk:batch")
-    store.staging.save_chunks(source_id, fingerprint, batch)
-    store.ledger.record(ledger, run_id)
+    with store.db.session():
+        store.staging.save_chunks(source_id, fingerprint, batch)
+        store.ledger.record(ledger, run_id)
     kill_point("chunked")
     report.counts = {"chunked_documents": len(todo) - len(report.failures), "chunks": chunk_total, "dropped_deleted": len(gone)}
     report.details = {"dropped": gone}
@@ -330,8 +338,9 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     embedded before, by any document or chunking strategy, is never embedded again.
     """
     identity = embedder.identity
-    pending = store.staging.chunks_to_embed(source_id, identity)
-    cached = store.staging.cached_hashes(identity, [h for _, h, _ in pending])
+    with store.db.session():
+        pending = store.staging.chunks_to_embed(source_id, identity)
+        cached = store.staging.cached_hashes(identity, [h for _, h, _ in pending])
     misses: dict[str, str] = {}
     for _, text_hash, text in pending:
         if text_hash not in cached:
@@ -350,11 +359,12 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
             raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
         store.staging.cache_vectors(identity, list(zip(batch, vectors)))
         kill_point("embed:batch")
-    store.staging.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
     embedded_docs = sorted({chunk_id.rsplit("#", 1)[0] for chunk_id, _, _ in pending})
-    store.ledger.record(
-        [{"doc_id": d, "source_id": source_id, "stage": "embedded", "status": "ok"} for d in embedded_docs], run_id
-    )
+    with store.db.session():
+        store.staging.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
+        store.ledger.record(
+            [{"doc_id": d, "source_id": source_id, "stage": "embedded", "status": "ok"} for d in embedded_docs], run_id
+        )
     kill_point("embedded")
     hits = sum(1 for _, h, _ in pending if h in cached)
     report.counts = {"embedded": len(misses), "cache_hits": hits, "chunks_pending": len(pending)}

@@ -104,12 +104,13 @@ class Staging:
         if not doc_ids:
             return []
         wanted = [list(doc_ids)]
-        docs = self.db.rows(
-            "SELECT doc_id, content_hash, parser_version, title FROM parsed_docs "
-            "WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id", wanted)
-        element_rows = self.db.rows(
-            "SELECT doc_id, ordinal, category, text, heading_path, page_number, table_html, line_start, line_end "
-            "FROM elements WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id, ordinal", wanted)
+        with self.db.session():
+            docs = self.db.rows(
+                "SELECT doc_id, content_hash, parser_version, title FROM parsed_docs "
+                "WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id", wanted)
+            element_rows = self.db.rows(
+                "SELECT doc_id, ordinal, category, text, heading_path, page_number, table_html, line_start, line_end "
+                "FROM elements WHERE doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id, ordinal", wanted)
         by_doc: dict[str, list[Element]] = {}
         for doc_id, ordinal, category, text, path, page, html, start, end in element_rows:
             by_doc.setdefault(doc_id, []).append(Element(doc_id, ordinal, category, text, tuple(path or ()), page, html, start, end))

@@ -275,3 +275,28 @@ def test_a_page_copied_into_more_sources_than_the_probe_sees_stays_queryable(sto
         assert reports["indexed"].switched and not reports["indexed"].failures
     queryable = [r for r in store.ledger.rows() if r["stage"] == "queryable"]
     assert len(queryable) == 12 and {r["status"] for r in queryable} == {"ok"}
+
+
+def test_a_session_shares_one_connection_and_leaves_transactions_whole(store, monkeypatch):
+    opened = []
+    connect = store.db._connect
+
+    def counted():
+        opened.append(1)
+        return connect()
+
+    monkeypatch.setattr(store.db, "_connect", counted)
+    store.db.execute("CREATE TABLE IF NOT EXISTS session_probe (n INTEGER)")
+    opened.clear()
+    with store.db.session():
+        store.db.execute("INSERT INTO session_probe VALUES (1)")
+        with pytest.raises(RuntimeError):
+            with store.db.transaction():
+                store.db.execute("INSERT INTO session_probe VALUES (2)")
+                raise RuntimeError("rolled back")
+        with store.db.transaction():
+            store.db.execute("INSERT INTO session_probe VALUES (3)")
+        assert store.db.value("SELECT count(*) FROM session_probe") == 2
+    assert len(opened) <= 1  # PostgreSQL keeps its one connection; DuckDB opens one for the block
+    # After the block, each call has its own connection again (DuckDB's file lock is released).
+    assert sorted(r[0] for r in store.db.rows("SELECT n FROM session_probe")) == [1, 3]
