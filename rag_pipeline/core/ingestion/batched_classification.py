@@ -8,9 +8,9 @@ over many texts at once (`nlp.pipe`) is 2 to 2.5 times faster for the same tags 
 
 So a document is partitioned twice. First with unstructured's classifier replaced by a recorder,
 which only collects the texts that would be classified (the rest of a partition is about a tenth
-of its time); then spaCy runs once over the recorded texts; then the real partition runs with
-those results served from a table for this document only (a text not in it takes unstructured's
-own path). The elements are unstructured's own: `test_parsing` compares them with a plain
+of its time); then the real partition runs, and spaCy tags the recorded texts in batches of 64,
+in the order the recorder saw them, as the partition reaches them (a text not recorded takes
+unstructured's own path). The elements are unstructured's own: `test_parsing` compares them with a plain
 partition on real pages.
 
 This leans on three names inside unstructured 0.27: the classifier of each format (below),
@@ -94,15 +94,31 @@ def _two_passes(file_type: str, partition: Callable[[], list]) -> list:
     texts = [t for t in dict.fromkeys(str(t) for t in seen) if t.strip() and len(t) <= limit]
     if not texts:
         return partition()
-    docs = dict(zip(texts, tokenize._get_nlp().pipe(texts, batch_size=SPACY_BATCH), strict=True))
-    unbatched = tokenize._process_cached
-
-    def process(text: str):
-        doc = docs.get(text)
-        return doc if doc is not None else unbatched(text)
-
-    tokenize._process_cached = process
+    batches = _BatchWindow(texts, tokenize._get_nlp(), tokenize._process_cached)
+    tokenize._process_cached = batches.process
     try:
         return partition()
     finally:
-        tokenize._process_cached = unbatched
+        tokenize._process_cached = batches.unbatched
+
+
+class _BatchWindow:
+    """spaCy's results for the recorded texts, SPACY_BATCH at a time in the recorded order.
+
+    The real partition asks for the texts in the order the recorder saw them (the same walk), so
+    only one batch of Docs is held at a time: a page of 20,000 paragraphs does not keep 20,000
+    Docs in memory. A text outside the window (or never recorded) takes unstructured's own path."""
+
+    def __init__(self, texts: list[str], nlp, unbatched: Callable) -> None:
+        self.texts, self.nlp, self.unbatched = texts, nlp, unbatched
+        self.position = {text: i for i, text in enumerate(texts)}
+        self.docs: dict[str, object] = {}
+
+    def process(self, text: str):
+        doc = self.docs.get(text)
+        if doc is None and text in self.position:
+            start = self.position[text]
+            window = self.texts[start : start + SPACY_BATCH]
+            self.docs = dict(zip(window, self.nlp.pipe(window, batch_size=SPACY_BATCH), strict=True))
+            doc = self.docs[text]
+        return doc if doc is not None else self.unbatched(text)

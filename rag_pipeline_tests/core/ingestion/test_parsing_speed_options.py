@@ -128,3 +128,22 @@ def test_threads_parsing_at_once_each_get_their_own_elements():
         sys.setswitchinterval(interval)
     assert together == alone
     assert {"Title", "NarrativeText", "ListItem"} <= {category for page in alone for category, _ in page}
+
+
+def test_a_long_page_is_tagged_a_window_at_a_time(monkeypatch):
+    """spaCy's results are held one batch at a time, not for the whole page; the elements stay."""
+    from rag_pipeline.core.ingestion import batched_classification
+
+    held = []
+    process = batched_classification._BatchWindow.process
+
+    def watched(self, text):
+        doc = process(self, text)
+        held.append(len(self.docs))
+        return doc
+
+    monkeypatch.setattr(batched_classification._BatchWindow, "process", watched)
+    page = "\n\n".join(f"Paragraph {i} says the refund takes {i} days for this plan." for i in range(300))
+    plain, batched, batched_singles, _ = _plain_and_batched("md", page)
+    assert _raw(batched) == _raw(plain) and len(batched) == 300
+    assert batched_singles == 0 and max(held) == batched_classification.SPACY_BATCH
