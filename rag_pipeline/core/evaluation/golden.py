@@ -4,7 +4,8 @@ One JSON object per line: `id`, `question`, `reference`, `gold_docs`, optional `
 `slice`, `weight` (default 1), `split` (dev / validation / holdout), `tenant`, `roles`,
 `answerable`, optional `forbidden_docs` (documents this caller must never retrieve),
 `prohibited_claims` (statements an answer to this question must never make: a wrong policy that
-users were once told, a promise the corpus does not give), `provenance`. The revision is the content hash of the file.
+users were once told, a promise the corpus does not give), `provenance`. The revision is the
+content hash of the file.
 
 A minimal case is `id`, `question`, `reference` and `gold_docs` (`gold_docs` may be left out
 when `answerable` is false). Defaults, reported by `GoldenSet.summary()`:

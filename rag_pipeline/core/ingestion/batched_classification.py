@@ -1,4 +1,4 @@
-"""unstructured's text classification, with spaCy run once per document instead of once per text.
+"""unstructured's text classification, with spaCy run over batches of texts, not one at a time.
 
 unstructured decides, block by block, whether a text is narrative text, a title or plain text
 (`is_possible_narrative_text` and `is_possible_title`: sentence count, capitalisation, a verb),
@@ -10,8 +10,8 @@ So a document is partitioned twice. First with unstructured's classifier replace
 which only collects the texts that would be classified (the rest of a partition is about a tenth
 of its time); then the real partition runs, and spaCy tags the recorded texts in batches of 64,
 in the order the recorder saw them, as the partition reaches them (a text not recorded takes
-unstructured's own path). The elements are unstructured's own: `test_parsing` compares them with a plain
-partition on real pages.
+unstructured's own path). The elements are unstructured's own: `test_parsing_speed_options`
+compares them with a plain partition on real pages.
 
 This leans on three names inside unstructured 0.27: the classifier of each format (below),
 `nlp.tokenize._process_cached` and `nlp.tokenize._get_nlp`. When one is missing (another version
@@ -28,8 +28,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-# Where each format's partitioner looks up its classifier at call time, and what the recorder
-# hands back instead of a real decision (any element kind: the first pass's output is dropped).
+# Where each format's partitioner looks up its classifier at call time (the recorder stands in there).
 _CLASSIFIERS: dict[str, tuple[str, str]] = {
     "md": ("unstructured.partition.html.parser", "derive_element_type_from_text"),
     "html": ("unstructured.partition.html.parser", "derive_element_type_from_text"),
@@ -54,6 +53,8 @@ def _hooks(file_type: str) -> tuple[ModuleType, str, ModuleType] | None:
 
 
 def _recorder(file_type: str, seen: list[str]) -> Callable:
+    """A classifier that records its text and answers NarrativeText (any kind would do: the first
+    pass's elements are dropped)."""
     from unstructured.documents.elements import NarrativeText
 
     if file_type == "txt":
@@ -71,7 +72,7 @@ def _recorder(file_type: str, seen: list[str]) -> Callable:
 
 
 def partition_batched(file_type: str, partition: Callable[[], list]) -> list:
-    """`partition()`'s elements, with the spaCy work of its classification done in one batch."""
+    """`partition()`'s elements, with the spaCy work of its classification done in batches."""
     with PARTITION_LOCK:
         return _two_passes(file_type, partition)
 

@@ -66,14 +66,12 @@ class Database(ABC):
         if self._active is not None or self._held is not None:
             yield
             return
-        connection = self._connect()
-        try:
-            self._ensure_schema(connection)
+        with self.connection() as connection:
             self._held = connection
-            yield
-        finally:
-            self._held = None
-            self._release(connection)
+            try:
+                yield
+            finally:
+                self._held = None
 
     @contextmanager
     def transaction(self) -> Iterator:

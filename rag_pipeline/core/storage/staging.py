@@ -96,7 +96,7 @@ class Staging:
                     for d, meta in docs]
         replaced = [d.doc_id for d, _ in docs]
         with self.db.transaction():
-            self._drop(replaced, ("staged_chunks", "elements", "parsed_docs"), postings=True)
+            self.drop_staged_documents(replaced)
             self.db.insert("elements", columns("elements"), element_rows)
             self.db.insert("parsed_docs", columns("parsed_docs"), doc_rows)
 
@@ -145,7 +145,7 @@ class Staging:
             self.db.insert("staged_postings", columns("staged_postings"), posting_rows)
 
     def drop_staged_documents(self, doc_ids: Sequence[str]) -> None:
-        """Remove deleted documents from every staging table."""
+        """Remove documents from every staging table (deleted ones, or ones about to be parsed again)."""
         if doc_ids:
             self._drop(doc_ids, ("staged_chunks", "elements", "parsed_docs"), postings=True)
 

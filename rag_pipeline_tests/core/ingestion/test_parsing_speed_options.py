@@ -84,7 +84,7 @@ def _plain_and_batched(file_type: str, text: str):
 
 
 @pytest.mark.slow
-def test_spacy_in_one_batch_per_document_gives_unstructureds_own_elements():
+def test_spacy_in_batches_gives_unstructureds_own_elements():
     """Every raw element (kind, text, id, metadata down to parent ids and depths) equals a plain
     partition's, on two releases of a real docs tree and the sample corpus; and the batch is
     really used: the plain partition runs spaCy text by text, the batched one for none of them."""
