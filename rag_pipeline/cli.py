@@ -504,6 +504,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_warm(args: argparse.Namespace) -> int:
+    """Start, stop or describe the warm process (see `rag_pipeline.warm`)."""
+    from rag_pipeline import warm
+    from rag_pipeline.config import config_path_from_env
+
+    path = warm.socket_path(warm.installation_fingerprint())
+    if args.warm_command == "start":
+        config = args.config
+        if config is None and config_path_from_env().is_file():
+            config = str(config_path_from_env())
+        if config is not None:
+            load_config(config)  # a bad file is named here, not in the warm process's log
+        idle = warm.DEFAULT_IDLE_MINUTES if args.idle_minutes is None else args.idle_minutes
+        try:
+            state = warm.start(config, idle)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        verb = "already runs" if state["already_running"] else "is ready"
+        print(f"warm process {state['pid']} {verb} ({path}); leaves after {state['idle_seconds'] / 60:g} min "
+              f"without a command. Loaded: {'; '.join(state['loaded'])}")
+        return 0
+    if args.warm_command == "stop":
+        targets = [found for found, _ in warm.all_statuses()] if args.all else [path]
+        stopped = [target for target in targets if warm.stop(target)]
+        if not stopped:
+            print("no warm process serves this installation" if not args.all else "no warm process")
+        for target in stopped:
+            print(f"warm process stopping ({target}): commands already running finish first")
+        return 0
+    found = warm.all_statuses()
+    if not found:
+        print("no warm process")
+    for socket_file, state in found:
+        current = "this installation" if socket_file == path else "another installation (serves no command of this one)"
+        print(f"pid {state['pid']}: {current}; {state['served']} command(s) served, {state['running']} running"
+              f"{', stopping' if state['stopping'] else ''}; loaded: {'; '.join(state['loaded'])}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -631,6 +671,19 @@ def build_parser() -> argparse.ArgumentParser:
     accept.add_argument("--duplicate-threshold", type=float, default=0.9, help="cosine at or above which an item is a near duplicate")
     accept.set_defaults(func=cmd_golden_accept, source=None)
 
+    warm = sub.add_parser("warm", help="a warm process that keeps Dagster, the parsers and the model loaded "
+                                       "between commands (each command runs in a fork of it)")
+    warm_sub = warm.add_subparsers(dest="warm_command", required=True)
+    warm_start = warm_sub.add_parser("start", help="start this installation's warm process (kept when one runs)")
+    warm_start.add_argument("--config", help="the config whose embedding model to load (default: $RAG_PIPELINE_CONFIG "
+                                             "or data/pipeline.yaml when it exists, else the default model)")
+    warm_start.add_argument("--idle-minutes", type=float, default=None,
+                            help="leave after this long without a command (default: 60)")
+    warm_stop = warm_sub.add_parser("stop", help="stop this installation's warm process (running commands finish first)")
+    warm_stop.add_argument("--all", action="store_true", help="also those of other installations (older code)")
+    warm_sub.add_parser("status", help="the warm processes of this cache folder, and whether they serve this installation")
+    warm.set_defaults(func=cmd_warm, source=None)
+
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)
     demo.set_defaults(func=cmd_demo)
@@ -683,5 +736,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # always in this process; `python -m rag_pipeline` also tries the warm one
     sys.exit(main())

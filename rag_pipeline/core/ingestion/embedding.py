@@ -146,6 +146,11 @@ def import_sentence_transformers():
                 del sys.modules[module_name]
 
 
+# Models loaded in this process, by (folder or name, max_seq_length): every embedder of one model
+# shares one load (and a command forked from the warm process finds the model loaded).
+_loaded_models: dict[tuple[str, int | None], object] = {}
+
+
 class SentenceTransformerEmbedder:
     """The real model, loaded offline on first use (importing torch costs seconds)."""
 
@@ -166,6 +171,9 @@ class SentenceTransformerEmbedder:
     @cached_property
     def model(self):
         with self._lock:
+            key = (self.model_path, self.config.max_seq_length)
+            if key in _loaded_models:
+                return _loaded_models[key]
             # The libraries' own "Loading weights" bars are noise in a run log; stages report progress.
             os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
             SentenceTransformer = import_sentence_transformers().SentenceTransformer
@@ -182,6 +190,7 @@ class SentenceTransformerEmbedder:
             # trace records took 0.26 s instead of 0.02 s). Frozen, they are left out of its scans
             # (what exists now is only freed by reference counting from here on).
             gc.freeze()
+            _loaded_models[key] = model
             return model
 
     @cached_property

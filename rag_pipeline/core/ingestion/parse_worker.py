@@ -37,7 +37,7 @@ class ParserProcess:
     """A worker process running `parsing.parse_job`; `parse` raises ParseError for any failure."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen | ForkedWorker | None = None
         self._warm: set[str] = set()
         self._lock = threading.Lock()
 
@@ -72,7 +72,7 @@ class ParserProcess:
             raise ParseError(f"the parser failed while {what}: {payload}")
         return status, payload
 
-    def _ensure_started(self) -> subprocess.Popen:
+    def _ensure_started(self) -> subprocess.Popen | ForkedWorker:
         if self._process is None or self._process.poll() is not None:
             self._warm.clear()
             self._process = subprocess.Popen(
@@ -80,6 +80,13 @@ class ParserProcess:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
             )
         return self._process
+
+    def adopt(self, worker: ForkedWorker, warm_file_types: set[str]) -> None:
+        """Use an already started worker whose parsers for `warm_file_types` are loaded."""
+        with self._lock:
+            self._stop()
+            self._process = worker
+            self._warm = set(warm_file_types)
 
     def _stop(self) -> int | None:
         process, self._process = self._process, None
@@ -124,6 +131,69 @@ def shared_parser() -> ParserProcess:
     return _shared
 
 
+class ForkedWorker:
+    """A parser worker forked from this process, for a process that has already imported the
+    parsers (a command forked from the warm process): no interpreter to start, nothing to import.
+
+    It offers what `ParserProcess` uses of a `subprocess.Popen`. Fork only while this process
+    runs a single thread: a fork copies only the forking thread, and with it any lock another
+    thread held. A worker that overruns or dies is replaced by a plain `Popen` one."""
+
+    def __init__(self) -> None:
+        requests_read, requests_write = os.pipe()
+        replies_read, replies_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: keep the standard streams and its two pipe ends, nothing else
+            code = 0
+            try:
+                _close_all_but({0, 1, 2, requests_read, replies_write})
+                _serve(os.fdopen(requests_read, "rb"), os.fdopen(replies_write, "wb"))
+            except BaseException:  # noqa: BLE001 - said on stderr; the parent sees the exit code
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(requests_read)
+        os.close(replies_write)
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin = os.fdopen(requests_write, "wb")
+        self.stdout = os.fdopen(replies_read, "rb")
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _close_all_but(keep: set[int]) -> None:
+    low = 0
+    for fd in sorted(keep):
+        if low < fd:  # closerange(n, n) would close everything (close_range's upper bound wraps)
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+
+
+def start_forked_parser(warm_file_types: set[str]) -> None:
+    """Make the process-wide parser a worker forked from this process (see `ForkedWorker`)."""
+    shared_parser().adopt(ForkedWorker(), warm_file_types)
+
+
 def _write_frame(stream: BinaryIO, value: object) -> None:
     body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_HEADER.pack(len(body)) + body)
@@ -151,24 +221,31 @@ def _read_frame(stream: BinaryIO, deadline: float | None = None):
     return pickle.loads(_read_exactly(fd, size, deadline))
 
 
-def _serve() -> None:
-    """The worker's loop: one request in, one reply out, until the parent closes the pipe."""
+def _serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None) -> None:
+    """The worker's loop: one request in, one reply out, until the parent closes the pipe.
+
+    Started as its own interpreter (`python -m`), it reads stdin and answers on stdout; forked
+    (`ForkedWorker`), it is handed its two pipe ends."""
     import logging
 
-    # The parser never needs torch (spaCy's small English model runs on numpy), but thinc, under
-    # unstructured's spaCy, imports it whenever it is installed: a second of CPU and 300 MB per worker.
-    sys.modules.setdefault("torch", None)
+    if requests is None:
+        # The parser never needs torch (spaCy's small English model runs on numpy), but thinc, under
+        # unstructured's spaCy, imports it whenever it is installed: a second of CPU and 300 MB per worker.
+        sys.modules.setdefault("torch", None)
+        # Frames go to the original stdout; anything a library prints goes to stderr instead.
+        replies = os.fdopen(os.dup(1), "wb")
+        requests = sys.stdin.buffer
+    os.dup2(2, 1)
     from rag_pipeline.core.ingestion import parsing
 
     # Offline and quiet wherever the parser runs (it is started by tests and tools too).
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
         os.environ.setdefault(name, "1")
-    # Frames go to the original stdout; anything a library prints goes to stderr instead.
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    requests = sys.stdin.buffer
-    # Library warnings are collected per document into the failure reason, not printed.
-    logging.basicConfig(handlers=[logging.NullHandler()], level=logging.WARNING, force=True)
+    # Library warnings are collected per document into the failure reason, not printed. The
+    # handlers a forked worker inherits are dropped, not closed: their files are not its own.
+    for handler in list(logging.root.handlers):
+        logging.root.removeHandler(handler)
+    logging.basicConfig(handlers=[logging.NullHandler()], level=logging.WARNING)
     logging.captureWarnings(True)
     while True:
         try:

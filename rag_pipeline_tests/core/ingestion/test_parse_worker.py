@@ -1,11 +1,15 @@
-"""The parser in its own process: a document that overruns or kills the parser fails alone."""
+"""The parser in its own process: a document that overruns or kills the parser fails alone.
+
+Each test runs with a worker started as its own interpreter and with one forked from this
+process (as a command forked from the warm process starts it); after an overrun or a death, the
+replacement is always its own interpreter."""
 
 import threading
 import time
 
 import pytest
 
-from rag_pipeline.core.ingestion.parse_worker import ParserProcess
+from rag_pipeline.core.ingestion.parse_worker import ForkedWorker, ParserProcess
 from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
 
 pytestmark = pytest.mark.slow
@@ -17,9 +21,15 @@ def _job(name: str, data: bytes, file_type: str = "md") -> ParseJob:
     return ParseJob(f"s:{name}", name, file_type, data, "hash", None, None)
 
 
-@pytest.fixture(scope="module")
-def parser():
+@pytest.fixture(params=["own interpreter", "forked"])
+def parser(request):
     process = ParserProcess()
+    if request.param == "forked":
+        from rag_pipeline.core.ingestion import parsing
+
+        parsing.warm_up("md")
+        process.adopt(ForkedWorker(), {"md"})
+        assert isinstance(process._process, ForkedWorker)
     yield process
     process.close()
 
@@ -46,9 +56,29 @@ def test_an_overrun_is_stopped_and_the_next_document_parses(parser):
 def test_a_dead_parser_fails_only_its_document(parser):
     parser.parse(_job("warm.md", b"# Warm\n\nup.\n"), timeout_s=60)
     victim = parser._process
+    assert victim.poll() is None
     killer = threading.Timer(0.5, victim.kill)
     killer.start()
     with pytest.raises(ParseError, match="parser process died while parsing .*killed by SIGKILL"):
         parser.parse(_job("slow.md", SLOW_MARKDOWN), timeout_s=120)
     killer.join()
     assert parser.parse(_job("c.md", b"# After\n\nrestarted.\n"), timeout_s=60).title == "After"
+
+
+def test_a_forked_worker_keeps_only_its_pipes_and_standard_streams(tmp_path):
+    import os
+
+    held = open(tmp_path / "held.txt", "w")  # a descriptor of this process the worker must not keep
+    process = ParserProcess()
+    try:
+        process.adopt(ForkedWorker(), set())
+        assert process.parse(_job("a.md", b"# Title\n\nBody.\n"), timeout_s=120).title == "Title"
+        worker = process._process
+        fds = {int(fd) for fd in os.listdir(f"/proc/{worker.pid}/fd")}
+        assert held.fileno() not in fds
+        assert len(fds) == 5  # stdin, stdout, stderr, its requests and its replies
+        worker.stdin.close()  # the end of requests: the worker leaves on its own
+        assert worker.wait() == 0
+    finally:
+        process.close()
+        held.close()

@@ -1,0 +1,7 @@
+"""`python -m rag_pipeline`: the `rag-pipeline` command."""
+
+import sys
+
+from rag_pipeline.launcher import main
+
+sys.exit(main())
