@@ -12,7 +12,8 @@ in order over N rounds (3 unless told), medians reported; `--parse-only` stops t
 What a user pays is timed too, end to end in fresh processes: `rag-pipeline ingest` on a copy of
 the httpx 0.23 docs (a new store: the full build; again: no change; after appending a paragraph
 to one page: a one-page edit), each `--cli-rounds` times (3 unless told), medians and each case
-as a share of the full build; `--cli-only` runs just that.
+as a share of the full build on its own; each command on its own and through a warm process
+(`rag-pipeline warm start`), alternating; `--cli-only` runs just that.
 """
 
 from __future__ import annotations
@@ -118,9 +119,9 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     }
 
 
-def _cli_ingest(config: Path, env: dict) -> float:
+def _cli_ingest(config: Path, env: dict, entry: str = "rag_pipeline.cli") -> float:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "ingest", "--config", str(config)], env=env,
+    done = subprocess.run([sys.executable, "-m", entry, "ingest", "--config", str(config)], env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
@@ -128,29 +129,56 @@ def _cli_ingest(config: Path, env: dict) -> float:
     return seconds
 
 
-def bench_cli(rounds: int) -> dict:
-    """Full build, no-change run and one-page edit of the httpx docs, each a fresh CLI process."""
+CLI_CASES = ("full build", "no change", "one page edited")
+
+
+def _cli_round(env: dict, entry: str, cases: dict[str, list[float]], suffix: str = "") -> None:
+    """A full build of a fresh copy of the httpx docs, a no-change run, then a one-page edit."""
     import yaml
 
-    cases: dict[str, list[float]] = {"full build": [], "no change": [], "one page edited": []}
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        docs = work / "docs"
+        shutil.copytree(HTTPX, docs)
+        config = work / "pipeline.yaml"
+        config.write_text(yaml.safe_dump({"sources": [{"name": "httpx", "path": str(docs)}],
+                                          "storage": {"path": str(work / "index.duckdb")}}))
+        cases["full build" + suffix].append(_cli_ingest(config, env, entry))
+        cases["no change" + suffix].append(_cli_ingest(config, env, entry))
+        page = docs / "quickstart.md"
+        page.write_text(page.read_text() + "\n\nA paragraph added to time a one-page edit.\n")
+        cases["one page edited" + suffix].append(_cli_ingest(config, env, entry))
+
+
+def bench_cli(rounds: int) -> dict:
+    """Full build, no-change run and one-page edit of the httpx docs, each command a fresh process:
+    on its own (`RAG_PIPELINE_WARM=0`), and through a warm process (`rag-pipeline warm start`,
+    once, in a cache folder of its own), the two alternating round by round."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
     env.pop("DAGSTER_HOME", None)
-    for _ in range(rounds):
-        with tempfile.TemporaryDirectory() as folder:
-            work = Path(folder)
-            docs = work / "docs"
-            shutil.copytree(HTTPX, docs)
-            config = work / "pipeline.yaml"
-            config.write_text(yaml.safe_dump({"sources": [{"name": "httpx", "path": str(docs)}],
-                                              "storage": {"path": str(work / "index.duckdb")}}))
-            cases["full build"].append(_cli_ingest(config, env))
-            cases["no change"].append(_cli_ingest(config, env))
-            page = docs / "quickstart.md"
-            page.write_text(page.read_text() + "\n\nA paragraph added to time a one-page edit.\n")
-            cases["one page edited"].append(_cli_ingest(config, env))
+    alone = {**env, "RAG_PIPELINE_WARM": "0"}
+    cases: dict[str, list[float]] = {name + suffix: [] for suffix in ("", ", warm") for name in CLI_CASES}
+    with tempfile.TemporaryDirectory() as cache:
+        warm = {**env, "RAG_PIPELINE_CACHE": cache}
+        warm.pop("RAG_PIPELINE_WARM", None)
+        started = time.perf_counter()
+        start = subprocess.run([sys.executable, "-m", "rag_pipeline", "warm", "start", "--idle-minutes", "30"],
+                               env=warm, capture_output=True, text=True)
+        warm_start_s = time.perf_counter() - started
+        if start.returncode != 0:
+            raise RuntimeError(f"rag-pipeline warm start failed: {start.stderr[-2000:]}")
+        try:
+            for _ in range(rounds):
+                _cli_round(alone, "rag_pipeline.cli", cases)
+                _cli_round(warm, "rag_pipeline", cases, ", warm")
+        finally:
+            subprocess.run([sys.executable, "-m", "rag_pipeline", "warm", "stop"], env=warm, capture_output=True)
     full = statistics.median(cases["full build"])
-    return {name: {"median_s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
+    rows = {name: {"median_s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
                    "share_of_full_pct": round(100 * statistics.median(v) / full, 1)} for name, v in cases.items()}
+    rows["warm start (once)"] = {"median_s": round(warm_start_s, 2), "runs_s": [round(warm_start_s, 2)],
+                                 "share_of_full_pct": round(100 * warm_start_s / full, 1)}
+    return rows
 
 
 def main() -> int:
@@ -163,7 +191,7 @@ def main() -> int:
     args = parser.parse_args()
     cli = bench_cli(args.cli_rounds)
     if not args.json:
-        print("| `rag-pipeline ingest`, httpx 0.23 docs, fresh process | median s | share of the full build | runs |")
+        print("| `rag-pipeline ingest`, httpx 0.23 docs, fresh process | median s | share of the full build on its own | runs |")
         print("|---|---|---|---|")
         for name, row in cli.items():
             print(f"| {name} | {row['median_s']:.2f} | {row['share_of_full_pct']:.1f}% | {', '.join(map(str, row['runs_s']))} |")

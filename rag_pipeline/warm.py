@@ -35,6 +35,7 @@ from pathlib import Path
 
 WARM_ENV = "RAG_PIPELINE_WARM"  # "0": never hand a command to a warm process
 DEFAULT_IDLE_MINUTES = 60.0
+HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects but sends no request is dropped after this
 _HEADER = struct.Struct(">Q")
 # Environment variables that libraries read when they are imported (thread counts, offline
 # switches, import paths): a warm process loaded under other values is another installation.
@@ -355,7 +356,7 @@ class WarmProcess:
                 pass
 
     def _handle(self, connection: socket.socket, listener: socket.socket) -> None:
-        connection.settimeout(10.0)
+        connection.settimeout(HANDSHAKE_TIMEOUT_S)
         try:
             uid = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
             request, fds = _receive(connection, want_fds=3)
@@ -474,6 +475,7 @@ def _run_command(connection: socket.socket, request: dict, fds: list[int], parse
         os.environ.update(request["env"])
         argv = list(request["argv"])
         sys.argv = ["rag-pipeline", *argv]
+        connection.settimeout(None)  # the handshake's limit, not the command's: it may run for hours
         _send(connection, {"pid": os.getpid()})
         from rag_pipeline.core.ingestion.parse_worker import start_forked_parser
 
