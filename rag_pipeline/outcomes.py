@@ -10,6 +10,11 @@ from rag_pipeline.core.ingestion.inputs import current_fingerprint
 from rag_pipeline.core.storage import Store
 
 
+# What a run of a source counts, in pipeline order: every outcome carries all of them.
+RUN_COUNTS = ("discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked", "embedded",
+              "cache_hits", "indexed", "queryable")
+
+
 @dataclass
 class SourceRun:
     """The outcome of one source partition's run."""
@@ -48,8 +53,9 @@ def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRu
         coverage = coverage_report(store, source.source_id)
         manifest = store.staging.manifest_rows(source.source_id)
     supported = sum(1 for row in manifest if row["supported"])
-    counts = {"discovered": len(manifest), "skipped": len(manifest) - supported, "unchanged": supported,
-              "queryable": coverage.counts_by_stage.get("queryable", 0)}
+    # As a run counts them: `discovered` the supported documents, `skipped` the others.
+    counts = {**dict.fromkeys(RUN_COUNTS, 0), "discovered": supported, "skipped": len(manifest) - supported,
+              "unchanged": supported, "queryable": coverage.counts_by_stage.get("queryable", 0)}
     # The checks that depend on the store, evaluated again; freshness and deletions hold by
     # construction (the files are those the committed switch proved).
     checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}

@@ -6,6 +6,7 @@ import os
 import dagster as dg
 import pytest
 
+from rag_pipeline.outcomes import RUN_COUNTS
 from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import write_tree
 
@@ -31,10 +32,23 @@ def test_an_unchanged_source_is_not_run(built):
     before = _runs(instance)
     [again] = ingest(config, instance)
     assert again.success and again.not_run and "inputs unchanged" in again.not_run
-    assert again.counts == {"discovered": 6, "skipped": 0, "unchanged": 6, "queryable": 6}
+    assert {k: v for k, v in again.counts.items() if v} == {"discovered": 6, "unchanged": 6, "queryable": 6}
+    assert set(again.counts) == set(RUN_COUNTS), "an outcome without a run has the keys of one with a run"
     assert _runs(instance) == before, "no Dagster run was started"
     [forced] = ingest(config, instance, force=True)
     assert forced.not_run is None and _runs(instance) == before + 1 and forced.counts["unchanged"] == 6
+
+
+def test_an_unchanged_source_counts_its_documents_as_a_run_does(tmp_path, write_config):
+    """A file discovery skips (an image) is `skipped`, not `discovered`, with or without a run."""
+    root = write_tree(tmp_path / "kb", {**PAGES, "logo.png": b"\x89PNG\r\n\x1a\n"})
+    config = write_config({"kb": root})
+    instance = dg.DagsterInstance.ephemeral()
+    [first] = ingest(config, instance)
+    [again] = ingest(config, instance)
+    assert first.not_run is None and again.not_run
+    assert (first.counts["discovered"], first.counts["skipped"]) == (6, 1)
+    assert (again.counts["discovered"], again.counts["skipped"], again.counts["queryable"]) == (6, 1, 6)
 
 
 def test_a_touched_file_a_new_file_or_a_setting_makes_it_run(built, write_config):

@@ -38,11 +38,10 @@ PAGES = {
 
 
 def _environment(cache: Path, **extra: str) -> dict[str, str]:
-    env = {**os.environ, **OFFLINE, "RAG_PIPELINE_CACHE": str(cache), **extra}
+    env = {**os.environ, **OFFLINE, "RAG_PIPELINE_CACHE": str(cache)}
     env.pop("RAG_PIPELINE_WARM", None)  # conftest turns the warm process off for every other test
     env.pop("DAGSTER_HOME", None)
-    env.update(extra)
-    return env
+    return {**env, **extra}
 
 
 def _command(*args: str, env: dict[str, str], cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -89,7 +88,7 @@ def _gone(pid: int, within_s: float = 15.0) -> bool:
 def _counts(output: str) -> dict[str, dict]:
     keys = ("discovered", "added", "changed", "unchanged", "deleted", "parsed", "chunked", "embedded", "indexed",
             "queryable")
-    return {name: {k: run[k] for k in keys} | {"checks": run["checks"], "failures": run["failures"]}
+    return {name: {k: run.get(k) for k in keys} | {"checks": run["checks"], "failures": run["failures"]}
             for name, run in json.loads(output)["sources"].items()}
 
 
