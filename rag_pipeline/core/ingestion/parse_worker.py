@@ -67,6 +67,12 @@ class ParserProcess:
             code = self._stop()
             raise ParseError(f"the parser process died while {what} ({_describe_exit(code)}); "
                              "the document may be corrupt or too large for the memory available") from None
+        except BaseException:
+            # Interrupted between a request and its reply (Ctrl-C, a run's termination): the
+            # worker's reply would be read by the next request, as another document's content.
+            # The worker goes; the next request starts a new one.
+            self._stop()
+            raise
         status, payload = reply
         if status == "crash":
             raise ParseError(f"the parser failed while {what}: {payload}")

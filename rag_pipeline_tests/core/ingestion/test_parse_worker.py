@@ -65,6 +65,27 @@ def test_a_dead_parser_fails_only_its_document(parser):
     assert parser.parse(_job("c.md", b"# After\n\nrestarted.\n"), timeout_s=60).title == "After"
 
 
+def test_an_interrupted_parse_leaves_no_reply_for_the_next_document(parser):
+    """Ctrl-C (or a run's termination) while the worker parses: the next document must get its
+    own elements, not the reply meant for the interrupted one."""
+    import signal
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    parser.parse(_job("warm.md", b"# Warm\n\nup.\n"), timeout_s=60)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            parser.parse(_job("slow.md", SLOW_MARKDOWN), timeout_s=120)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert parser.parse(_job("next.md", b"# Next page\n\nIts own text.\n"), timeout_s=120).title == "Next page"
+    assert parser.parse(_job("last.md", b"# Last page\n\nIts own text.\n"), timeout_s=120).title == "Last page"
+
+
 def test_a_forked_worker_keeps_only_its_pipes_and_standard_streams(tmp_path):
     import os
 
