@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -97,9 +98,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(json.dumps({"sources": {run.source_id: run.as_json() for run in runs}}, indent=2, default=str))
     else:
         print_ingest_summary(runs)
+    if _interrupted(runs):
+        return INTERRUPTED_EXIT
     if not all(run.success for run in runs):
         return 1
     return 1 if args.fail_on_document_errors and any(run.failures for run in runs) else 0
+
+
+INTERRUPTED_EXIT = 128 + signal.SIGINT  # the shell's code for a command stopped by Ctrl-C
+
+
+def _interrupted(runs) -> bool:
+    """Whether Ctrl-C (or a termination signal) stopped the ingestion: then nothing comes after it."""
+    return any(run.interrupted for run in runs)
 
 
 def print_ingest_summary(runs) -> None:
@@ -131,6 +142,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         runs = ingest(config, instance, overrides=overrides)
         if not all(r.success for r in runs) and not args.json:
             print_ingest_summary(runs)
+        if _interrupted(runs):
+            return INTERRUPTED_EXIT
         evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset)
     if evaluation.error:
         print(f"error: evaluation failed: {printable(evaluation.error)}", file=sys.stderr)
@@ -479,6 +492,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"== ingesting {len(config.sources)} sources into {config.storage.path}")
         runs = ingest(config, instance, overrides=overrides)
         print_ingest_summary(runs)
+        if _interrupted(runs):
+            return INTERRUPTED_EXIT
         evaluation = None
         if config.golden_set is not None:
             print(f"\n== golden evaluation of {config.golden_set}")

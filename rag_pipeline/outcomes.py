@@ -9,7 +9,6 @@ from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.inputs import current_fingerprint
 from rag_pipeline.core.storage import Store
 
-
 # What a run of a source counts, in pipeline order: every outcome carries all of them.
 RUN_COUNTS = ("discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked", "embedded",
               "cache_hits", "indexed", "queryable")
@@ -29,10 +28,14 @@ class SourceRun:
     warnings: list[str] = field(default_factory=list)
     # Why no run was needed (inputs unchanged since the last committed switch), when none ran.
     not_run: str | None = None
+    # The command was interrupted in this source's run, or before it (it then did not run).
+    interrupted: bool = False
 
     def as_json(self) -> dict:
-        return {**self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
-                "warnings": self.warnings, "success": self.success, "error": self.error, "not_run": self.not_run}
+        # Every count, 0 where this outcome has none (a source not run, a busy one): one shape for scripts.
+        return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
+                "warnings": self.warnings, "success": self.success, "error": self.error, "not_run": self.not_run,
+                "interrupted": self.interrupted}
 
 
 def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRun | None:
@@ -54,8 +57,8 @@ def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRu
         manifest = store.staging.manifest_rows(source.source_id)
     supported = sum(1 for row in manifest if row["supported"])
     # As a run counts them: `discovered` the supported documents, `skipped` the others.
-    counts = {**dict.fromkeys(RUN_COUNTS, 0), "discovered": supported, "skipped": len(manifest) - supported,
-              "unchanged": supported, "queryable": coverage.counts_by_stage.get("queryable", 0)}
+    counts = {"discovered": supported, "skipped": len(manifest) - supported, "unchanged": supported,
+              "queryable": coverage.counts_by_stage.get("queryable", 0)}
     # The checks that depend on the store, evaluated again; freshness and deletions hold by
     # construction (the files are those the committed switch proved).
     checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}

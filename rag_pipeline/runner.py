@@ -84,7 +84,26 @@ def ingest(
             runs.append(SourceRun(source_id, False, error=str(busy)))
             continue
         runs.append(_summarise(source_id, result, store))
+        if _interrupted(result):
+            # Ctrl-C or a termination signal: Dagster ends the run it lands in and returns; the
+            # person who pressed it wants the command to stop, not the next source to start.
+            runs[-1].interrupted = True
+            reason = f"not run: the command was interrupted during {source_id}'s run"
+            runs += [SourceRun(s, False, error=reason, interrupted=True) for s in source_ids[len(runs):]]
+            break
     return runs
+
+
+def _interrupted(result: dg.ExecuteInProcessResult) -> bool:
+    """Whether a step of the run was stopped by an interrupt (SIGINT, or SIGTERM in Dagster's handler)."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            while error is not None:
+                if error.cls_name == "DagsterExecutionInterruptedError":
+                    return True
+                error = error.cause
+    return False
 
 
 def _unchanged(source, store: Store, settings: str, instance: dg.DagsterInstance) -> SourceRun | None:
