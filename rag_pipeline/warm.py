@@ -101,19 +101,31 @@ def _send(connection: socket.socket, message: dict, fds: list[int] | None = None
 
 
 def _receive(connection: socket.socket, want_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """One frame (None at end of stream) and the descriptors that came with it."""
+    """One frame (None at end of stream) and the descriptors that came with it. Reads exactly
+    one frame's bytes: a command's two frames (its pid, its exit) may arrive in one packet."""
+    header, fds = _read_exactly(connection, _HEADER.size, want_fds)
+    body = _read_exactly(connection, _HEADER.unpack(header)[0])[0] if header is not None else None
+    if body is None:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(body), fds
+
+
+def _read_exactly(connection: socket.socket, size: int, want_fds: int = 0) -> tuple[bytes | None, list[int]]:
     data, fds = b"", []
-    while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack(data[:_HEADER.size])[0]:
-        if want_fds and not fds:
-            chunk, fds, _, _ = socket.recv_fds(connection, 1 << 16, want_fds)
+    while len(data) < size:
+        if want_fds and not data:  # descriptors come with the first bytes of their message
+            chunk, received, _, _ = socket.recv_fds(connection, size, want_fds)
+            fds = list(received)
         else:
-            chunk = connection.recv(1 << 16)
+            chunk = connection.recv(size - len(data))
         if not chunk:
             for fd in fds:
                 os.close(fd)
             return None, []
         data += chunk
-    return json.loads(data[_HEADER.size:]), list(fds)
+    return data, fds
 
 
 # --- the client: every command, before anything else ------------------------------------------

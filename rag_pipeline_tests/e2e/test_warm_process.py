@@ -283,3 +283,38 @@ def test_the_real_model_and_parsers_give_the_same_index_warm_and_alone(tmp_path)
     finally:
         _command("warm", "stop", env=env)
         assert _gone(pid, 60)
+
+
+def test_frames_that_arrive_together_are_read_one_by_one():
+    """A fast command's pid and exit frames can reach the client in one packet."""
+    import socket
+
+    from rag_pipeline.warm import _receive, _send
+
+    client, server = socket.socketpair()
+    with client, server:
+        _send(server, {"pid": 42})
+        _send(server, {"exit": 2})
+        server.close()
+        assert _receive(client) == ({"pid": 42}, [])
+        assert _receive(client) == ({"exit": 2}, [])
+        assert _receive(client) == (None, [])
+
+
+def test_the_standard_streams_travel_with_the_request(tmp_path):
+    import socket
+
+    from rag_pipeline.warm import _receive, _send
+
+    path = tmp_path / "out.txt"
+    with open(path, "w") as stream:
+        client, server = socket.socketpair()
+        with client, server:
+            _send(client, {"argv": ["ingest"]}, [stream.fileno()] * 3)
+            request, fds = _receive(server, want_fds=3)
+    assert request == {"argv": ["ingest"]} and len(fds) == 3
+    with os.fdopen(fds[1], "w") as received:
+        received.write("through the received descriptor\n")
+    for fd in (fds[0], fds[2]):
+        os.close(fd)
+    assert path.read_text() == "through the received descriptor\n"
