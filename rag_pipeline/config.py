@@ -108,6 +108,9 @@ class SourceConfig(_Strict):
     # A link is read only when its target lies inside the source root (and then only once).
     follow_symlinks: Literal["within_root", "never"] = "within_root"
     limits: DocumentLimits = DocumentLimits()
+    parse_workers: int = Field(default=0, ge=0, le=16,
+                               description="parser processes at work on this source at once; 0: one per CPU, at most 2, "
+                                           "when at least 40 documents are to parse or they already run")
 
     @property
     def source_id(self) -> str:

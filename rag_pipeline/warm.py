@@ -489,9 +489,9 @@ def _run_command(connection: socket.socket, request: dict, fds: list[int], parse
         sys.argv = ["rag-pipeline", *argv]
         connection.settimeout(None)  # the handshake's limit, not the command's: it may run for hours
         _send(connection, {"pid": os.getpid()})
-        from rag_pipeline.core.ingestion.parse_worker import start_forked_parser
+        from rag_pipeline.core.ingestion.parse_worker import default_parse_workers, start_forked_parsers
 
-        start_forked_parser(parsers)  # while this process still runs one thread
+        start_forked_parsers(parsers, default_parse_workers())  # while this process still runs one thread
         finished = threading.Event()
         threading.Thread(target=_die_with_client, args=(connection, finished), name="client-watch", daemon=True).start()
         from rag_pipeline.cli import main

@@ -113,6 +113,17 @@ class ParserProcess:
         with self._lock:
             self._stop()
 
+    def running(self) -> bool:
+        process = self._process
+        return process is not None and process.poll() is None
+
+    def kill(self) -> None:
+        """Kill the worker now, even while another thread waits for its reply (that thread then
+        sees it die and fails its document); the next request starts a new one."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+
 
 def _describe_exit(code: int | None) -> str:
     if code is None:
@@ -125,16 +136,47 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-_shared: ParserProcess | None = None
+# The process-wide parser workers, started on first use (a run that parses nothing starts none).
+_shared: list[ParserProcess] = []
+_shared_lock = threading.Lock()
+
+
+def shared_parsers(count: int) -> list[ParserProcess]:
+    """`count` process-wide parser workers (more are added when a source asks for more)."""
+    with _shared_lock:
+        while len(_shared) < count:
+            worker = ParserProcess()
+            atexit.register(worker.close)
+            _shared.append(worker)
+        return _shared[:count]
 
 
 def shared_parser() -> ParserProcess:
-    """The process-wide parser worker, started on first use (a run that parses nothing starts none)."""
-    global _shared
-    if _shared is None:
-        _shared = ParserProcess()
-        atexit.register(_shared.close)
-    return _shared
+    """The first process-wide parser worker."""
+    return shared_parsers(1)[0]
+
+
+# A new worker costs an interpreter's start with unstructured and spaCy (about 2 s of CPU, while
+# the model loads beside it); below this many documents a second one costs more than it saves.
+PARALLEL_MIN_DOCUMENTS = 40
+
+
+def default_parse_workers() -> int:
+    """One worker per CPU this process may use, at most 2: the model's encoding wants a core too."""
+    return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def parse_workers_for(configured: int, documents: int) -> int:
+    """How many workers parse `documents` at once: as configured, else `default_parse_workers`
+    when they are already running (forked from the warm process) or there is enough to parse."""
+    if configured:
+        return max(1, min(configured, documents))
+    with _shared_lock:
+        running = sum(1 for worker in _shared if worker.running())
+    wanted = default_parse_workers()
+    if running < wanted and documents < PARALLEL_MIN_DOCUMENTS:
+        wanted = max(1, running)
+    return max(1, min(wanted, documents))
 
 
 class ForkedWorker:
@@ -175,6 +217,10 @@ class ForkedWorker:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
+    def running(self) -> bool:
+        process = self._process
+        return process is not None and process.poll() is None
+
     def kill(self) -> None:
         if self.poll() is None:
             os.kill(self.pid, signal.SIGKILL)
@@ -195,9 +241,10 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(low, os.sysconf("SC_OPEN_MAX"))
 
 
-def start_forked_parser(warm_file_types: set[str]) -> None:
-    """Make the process-wide parser a worker forked from this process (see `ForkedWorker`)."""
-    shared_parser().adopt(ForkedWorker(), warm_file_types)
+def start_forked_parsers(warm_file_types: set[str], count: int) -> None:
+    """Make the first `count` process-wide parsers workers forked from this process (see `ForkedWorker`)."""
+    for parser in shared_parsers(count):
+        parser.adopt(ForkedWorker(), warm_file_types)
 
 
 def _write_frame(stream: BinaryIO, value: object) -> None:

@@ -15,9 +15,13 @@ A document that fails a stage fails alone, with its reason in the ledger; the re
 
 from __future__ import annotations
 
+import itertools
 import json
+import queue
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +35,7 @@ from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import term_frequencies
 from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report
-from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parser
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parser, shared_parsers
 from rag_pipeline.core.ingestion.parsing import (
     ParseError,
     ParseJob,
@@ -199,17 +203,13 @@ def parse_source(
         report.failures.append(StageFailure(row["doc_id"], "parsed", reason))
         ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "failed", reason, version))
 
-    read = _reader(source, [r["doc_id"] for r in todo], parser)
     per_write = batch_size(len(todo), WRITE_BATCH)
     done = Progress(f"{source_id}: parsing", len(todo), progress)
-    for row in todo:
-        try:
-            doc = read(row)
-        except ParseError as exc:
-            fail(row, str(exc))
-            done.advance()
-            continue
+    for row, doc in _parsed_in_order(source, todo, parser):
         done.advance()
+        if isinstance(doc, ParseError):
+            fail(row, str(doc))
+            continue
         batch.append((doc, row["meta_json"]))
         ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
         if len(batch) >= per_write:
@@ -248,6 +248,62 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
             continue
         todo.append(row)
     return todo
+
+
+def _parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProcess | None):
+    """(row, ParsedDocument or its ParseError) for every row, in order, from the source's parse
+    workers at once (`parse_workers`). The caller writes them in this order, so batches and the
+    ledger read as with one worker. An interrupt stops every worker: their replies must not
+    outlive the run (and each thread then ends at once, its worker gone)."""
+    doc_ids = [r["doc_id"] for r in todo]
+    if parser is not None or source.kind == "beir":
+        parsers = [parser]
+    else:
+        parsers = shared_parsers(parse_workers_for(source.parse_workers, len(todo)))
+    readers = [_reader(source, doc_ids, p) for p in parsers]
+
+    def attempt(read, row: dict):
+        try:
+            return read(row)
+        except ParseError as exc:
+            return exc
+
+    if len(readers) == 1:
+        for row in todo:
+            yield row, attempt(readers[0], row)
+        return
+    workers = len(readers)
+    idle: queue.SimpleQueue = queue.SimpleQueue()
+    for read in readers:
+        idle.put(read)
+
+    def parse_one(row: dict):
+        read = idle.get()
+        try:
+            return attempt(read, row)
+        finally:
+            idle.put(read)
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"parse-{source.source_id}")
+    try:
+        # At most two documents per worker in flight: a source's bytes are not all read ahead.
+        pending: deque = deque()
+        rows = iter(todo)
+        for row in itertools.islice(rows, 2 * workers):
+            pending.append((row, pool.submit(parse_one, row)))
+        while pending:
+            row, future = pending.popleft()
+            result = future.result()
+            following = next(rows, None)
+            if following is not None:
+                pending.append((following, pool.submit(parse_one, following)))
+            yield row, result
+    except BaseException:
+        for worker in parsers:
+            worker.kill()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None = None):
