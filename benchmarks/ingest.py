@@ -79,6 +79,38 @@ def parse_option_rows(rounds: int) -> list[dict]:
     return [bench_parse_options(name, jobs, rounds) for name, jobs in corpora.items()]
 
 
+def parse_worker_rows(rounds: int) -> list[dict]:
+    """The pipeline's parse stage (`parse_source`: reading, hashing, the worker round trips, the
+    staging writes) with one and with two parser workers, started and warm before timing (as the
+    warm process's forks have them), alternating in one process; medians of docs/s."""
+    import tempfile as _tempfile
+
+    from rag_pipeline.config import LifecycleConfig, SourceConfig
+    from rag_pipeline.core.ingestion.parse_worker import shared_parsers
+    from rag_pipeline.core.ingestion.stages import discover_source, parse_source
+
+    for worker in shared_parsers(2):  # untimed: each worker imports its partitioners and loads spaCy
+        worker.parse(ParseJob("w:w.md", "w.md", "md", b"# Warm\n\nup.\n", "h"), 600)
+    corpora = {"httpx 0.23 docs": HTTPX, "httpx 0.28 docs": HTTPX.parent / "v0.28.1"}
+    rates: dict[tuple[str, int], list[float]] = {}
+    for round_ in range(rounds):
+        for name, root in corpora.items():
+            for workers in (1, 2) if round_ % 2 == 0 else (2, 1):
+                with _tempfile.TemporaryDirectory() as folder:
+                    store = duckdb_store(Path(folder) / "index.duckdb")
+                    source = SourceConfig(name="bench", path=root, parse_workers=workers)
+                    discover_source(source, store, LifecycleConfig(), "bench")
+                    started = time.perf_counter()
+                    report = parse_source(source, store, "bench")
+                    rates.setdefault((name, workers), []).append(report.counts["parsed"] / (time.perf_counter() - started))
+                    store.close()
+    rows = []
+    for name in corpora:
+        one, two = statistics.median(rates[(name, 1)]), statistics.median(rates[(name, 2)])
+        rows.append({"corpus": name, "one_worker_docs_per_s": one, "two_workers_docs_per_s": two, "speedup": two / one})
+    return rows
+
+
 def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     if out.exists():
         shutil.rmtree(out)
@@ -189,8 +221,8 @@ def main() -> int:
     parser.add_argument("--cli-only", action="store_true", help="only the end-to-end command-line timings")
     parser.add_argument("--cli-rounds", type=int, default=3, help="fresh-process rounds of each command-line case")
     args = parser.parse_args()
-    cli = bench_cli(args.cli_rounds)
-    if not args.json:
+    cli = bench_cli(args.cli_rounds) if args.cli_rounds else {}  # --cli-rounds 0: skip them
+    if cli and not args.json:
         print("| `rag-pipeline ingest`, httpx 0.23 docs, fresh process | median s | share of the full build on its own | runs |")
         print("|---|---|---|---|")
         for name, row in cli.items():
@@ -209,9 +241,16 @@ def main() -> int:
             print(f"| {r['corpus']} | {r['documents']} | {r['default_docs_per_s']:.2f} | {r['fast_docs_per_s']:.2f} | "
                   f"{r['speedup']:.2f}x |")
         print()
+    worker_rows = parse_worker_rows(args.rounds)
+    if not args.json:
+        print(f"| corpus | parse stage docs/s, one worker | two workers | speed-up | (median of {args.rounds} alternating rounds)")
+        print("|---|---|---|---|")
+        for r in worker_rows:
+            print(f"| {r['corpus']} | {r['one_worker_docs_per_s']:.2f} | {r['two_workers_docs_per_s']:.2f} | {r['speedup']:.2f}x |")
+        print()
     if args.parse_only:
         if args.json:
-            print(json.dumps({"cli": cli, "parse_options": parse_rows}, indent=2))
+            print(json.dumps({"cli": cli, "parse_options": parse_rows, "parse_workers": worker_rows}, indent=2))
         return 0
     embedder = make_embedder(EmbeddingConfig())
     embedder.encode(["warm-up: load the model before timing"])
@@ -220,7 +259,7 @@ def main() -> int:
     out = PROJECT_ROOT / "benchmarks" / "out" / "ingest"
     rows = [bench_corpus("sample corpus", sample, out / "sample", embedder), bench_corpus("httpx 0.23 docs", httpx, out / "httpx", embedder)]
     if args.json:
-        print(json.dumps({"cli": cli, "parse_options": parse_rows, "ingest": rows}, indent=2))
+        print(json.dumps({"cli": cli, "parse_options": parse_rows, "parse_workers": worker_rows, "ingest": rows}, indent=2))
         return 0
     print("| corpus | docs | chunks | parse docs/s | embed stage chunks/s | raw encode chunks/s | embed overhead | full run s | no-change re-run s |")
     print("|---|---|---|---|---|---|---|---|---|")
