@@ -23,7 +23,7 @@ def _run(source, store, embedder, run_id):
 
 
 def test_an_upgraded_parser_reparses_and_rechunks_unchanged_documents(tmp_path, monkeypatch):
-    monkeypatch.setattr(stages, "shared_parser", lambda: InProcessParser())
+    monkeypatch.setattr(stages, "shared_parsers", lambda count: [InProcessParser()])
     source = SourceConfig(name="kb", path=write_tree(tmp_path / "src", PAGES))
     store = duckdb_store(tmp_path / "index.duckdb")
     embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
