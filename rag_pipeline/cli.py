@@ -526,9 +526,9 @@ def cmd_warm(args: argparse.Namespace) -> int:
 
     path = warm.socket_path(warm.installation_fingerprint())
     if args.warm_command == "start":
-        config = args.config
-        if config is None and config_path_from_env().is_file():
-            config = str(config_path_from_env())
+        config, default = args.config, config_path_from_env()
+        if config is None and default.is_file():
+            config = str(default)
         if config is not None:
             load_config(config)  # a bad file is named here, not in the warm process's log
         idle = warm.DEFAULT_IDLE_MINUTES if args.idle_minutes is None else args.idle_minutes

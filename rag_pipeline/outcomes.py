@@ -33,9 +33,9 @@ class SourceRun:
 
     def as_json(self) -> dict:
         # Every count, 0 where this outcome has none (a source not run, a busy one): one shape for scripts.
-        return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures, "checks": self.checks,
-                "warnings": self.warnings, "success": self.success, "error": self.error, "not_run": self.not_run,
-                "interrupted": self.interrupted}
+        return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures,
+                "checks": self.checks, "warnings": self.warnings, "success": self.success, "error": self.error,
+                "not_run": self.not_run, "interrupted": self.interrupted}
 
 
 def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRun | None:

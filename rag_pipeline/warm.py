@@ -57,6 +57,14 @@ def warm_folder() -> Path:
     return cache_folder() / "warm"
 
 
+def _private_warm_folder() -> Path:
+    """The warm folder, made when missing, that only its user can open (the sockets live there)."""
+    folder = warm_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder
+
+
 def installation_fingerprint() -> str:
     """What a warm process must share with a command to run it: the interpreter, this package's
     files (path, size, mtime), the installed distributions and the import-time environment.
@@ -258,9 +266,7 @@ def start(config_path: str | None, idle_minutes: float, timeout_s: float = 600.0
     running = status(path)
     if running is not None:
         return {**running, "already_running": True}
-    folder = warm_folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
+    _private_warm_folder()
     log_path = path.with_suffix(".log")
     command = [sys.executable, "-m", "rag_pipeline.warm", "--idle-minutes", str(idle_minutes)]
     if config_path:
@@ -328,9 +334,7 @@ class WarmProcess:
         gc.freeze()  # what is loaded is never collected: forks share its pages instead of copying them
 
     def serve(self) -> None:
-        folder = self.path.parent
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)
+        _private_warm_folder()
         if status(self.path) is not None:
             print(f"a warm process already serves {self.path}", file=sys.stderr)
             return

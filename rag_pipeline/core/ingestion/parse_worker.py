@@ -151,11 +151,6 @@ def shared_parsers(count: int) -> list[ParserProcess]:
         return _shared[:count]
 
 
-def shared_parser() -> ParserProcess:
-    """The first process-wide parser worker."""
-    return shared_parsers(1)[0]
-
-
 # A new worker costs an interpreter's start with unstructured and spaCy (about 2 s of CPU, while
 # the model loads beside it); below this many documents a second one costs more than it saves.
 PARALLEL_MIN_DOCUMENTS = 40
@@ -216,10 +211,6 @@ class ForkedWorker:
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
-
-    def running(self) -> bool:
-        process = self._process
-        return process is not None and process.poll() is None
 
     def kill(self) -> None:
         if self.poll() is None:

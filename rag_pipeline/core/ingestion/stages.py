@@ -35,7 +35,7 @@ from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import term_frequencies
 from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report
-from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parser, shared_parsers
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
 from rag_pipeline.core.ingestion.parsing import (
     ParseError,
     ParseJob,
@@ -306,8 +306,9 @@ def _parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProce
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None = None):
-    """A function row -> ParsedDocument for this source's kind; raises ParseError with the reason."""
+def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None):
+    """A function row -> ParsedDocument for this source's kind; raises ParseError with the reason.
+    Files go to `parser`; BEIR records are parsed here (`parser` is None for them)."""
     if source.kind == "beir":
         wanted = set(doc_ids)
         records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path))
@@ -332,7 +333,7 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
             raise ParseError("file changed between discovery and parsing; the next run picks up the new version")
         title = json.loads(row["meta_json"] or "{}").get("title")
         job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars)
-        return (parser or shared_parser()).parse(job, limits.max_parse_seconds)
+        return parser.parse(job, limits.max_parse_seconds)
 
     return read_file
 
