@@ -1,7 +1,7 @@
 """The extractive generator on SQuAD 2.0 (500 questions, 258 unanswerable): the 2x2 abstention
 table and the answer metrics, through the project's BEIR ingestion, dense retrieval and checks.
 
-    python benchmarks/answers.py [--dataset ../shared/datasets/squad2-sample500] [--k 3]
+    python benchmarks/answers.py [--dataset ../shared/datasets/squad2-sample500] [--k 3] [--resamples 20]
 
 Two ways to decide "the corpus cannot answer", both fitted on the first half of the questions and
 reported on the second half: the single no-result threshold (the best dense cosine that best
@@ -9,6 +9,8 @@ separates answerable from unanswerable), and the abstention model (`abstention.p
 model of several signals, dense and BM25 retrieval, their agreement, term coverage, the best
 sentence's cosine and answer type). The context is dense top k for both; the BM25 list comes
 from the same hybrid search. The model's full curve is written to benchmarks/out/answers/curve.json.
+Then both are refitted on `--resamples` random halvings, and the spread of their held-out
+balanced accuracy is printed: one split is one sample.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import re
 import sys
 from pathlib import Path
+
+import numpy as np
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
@@ -44,10 +48,31 @@ def _threshold(points: list[tuple[float, bool]]) -> float:
     return max(candidates, key=lambda t: sum(1 for s, a in points if (s >= t) == a))
 
 
+def resampled_balanced_accuracy(best: list[float], features: list[dict], answerable: list[bool],
+                                 resamples: int) -> dict[str, list[float]]:
+    """Held-out balanced accuracy of both methods over `resamples` random halvings (seeds 0..n-1):
+    fit on one half, score the other. One fixed split can flatter a method whose features were
+    chosen by looking at it; the spread over many says how much the split decides."""
+    out: dict[str, list[float]] = {"single threshold": [], "abstention model": []}
+    for seed in range(resamples):
+        order = np.random.default_rng(seed).permutation(len(answerable))
+        fit, held = order[: len(order) // 2], order[len(order) // 2 :]
+        threshold = _threshold([(best[i], answerable[i]) for i in fit])
+        model = abstention.fit([features[i] for i in fit], [answerable[i] for i in fit])
+        scores = model.scores([features[i] for i in held])
+        truth = [answerable[i] for i in held]
+        out["single threshold"].append(abstention.balanced_accuracy(
+            abstention.two_by_two(truth, [best[i] < threshold for i in held])))
+        out["abstention model"].append(abstention.balanced_accuracy(
+            abstention.two_by_two(truth, [bool(p < model.threshold) for p in scores])))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", type=Path, default=PROJECT_ROOT.parent / "shared" / "datasets" / "squad2-sample500")
     parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--resamples", type=int, default=20, help="random halvings for the spread of balanced accuracy")
     args = parser.parse_args()
     work = PROJECT_ROOT / "benchmarks" / "out" / "answers"
     work.mkdir(parents=True, exist_ok=True)
@@ -95,6 +120,12 @@ def main() -> int:
         print(f"| {name} | {table['answered_answerable']} | {table['abstained_answerable']} | {table['answered_unanswerable']} "
               f"| {table['abstained_unanswerable']} | {table['abstain_rate']:.3f} | {table['false_abstain_rate']:.3f} "
               f"| {table['balanced_accuracy']:.3f} | {area:.3f} |")
+    if args.resamples:
+        spread = resampled_balanced_accuracy(best, features, answerable, args.resamples)
+        print()
+        print(f"held-out balanced accuracy over {args.resamples} random halvings (fit on one half, scored on the other):")
+        for name, values in spread.items():
+            print(f"  {name}: mean {np.mean(values):.3f}, min {min(values):.3f}, max {max(values):.3f}")
     points = abstention.curve(model, features[held], answerable[held])
     (work / "curve.json").write_text(json.dumps(points, indent=1))
     print()
