@@ -110,6 +110,14 @@ def test_the_gate_reads_as_passed_right_after_a_promotion(setup):
     latest = instance.get_latest_materialization_event(dg.AssetKey("golden_eval"))
     assert evaluation.target_materialization_data.run_id == latest.run_id
 
+    # A second promotion on the same revision: Dagster's check index holds one run-less row per
+    # partition, and a second report used to fail with a UNIQUE constraint after the baseline moved.
+    second = evaluate_golden(config, instance, mode="bm25")
+    open_store(config.storage).records.promote(second.revision, second.summary["eval_id"], "replaces the first", "full")
+    record_promotion(instance, second.revision, second.summary["eval_id"])
+    status, evaluation = _latest_gate(instance, second.revision)
+    assert status == "SUCCEEDED" and second.summary["eval_id"] in evaluation.description
+
 
 def test_golden_eval_draws_each_slice_against_the_baseline(setup):
     config, instance, _ = setup
