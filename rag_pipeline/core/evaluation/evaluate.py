@@ -296,15 +296,18 @@ def calibrate_threshold(results: Sequence[CaseResult]) -> tuple[float, str]:
     """The best-score floor that best separates answerable from unanswerable dev cases.
 
     Picks the midpoint between adjacent best scores that maximises accuracy (answerable cases at
-    or above it, unanswerable below) on the dev split; falls back to all cases when dev lacks
-    one of the two kinds, and to 0 (never abstain) when there are no unanswerable cases.
+    or above it, unanswerable below) on the dev split; falls back to the dev and validation cases
+    when dev lacks one of the two kinds, and to 0 (never abstain) when they have no unanswerable
+    case. Holdout cases never tune it: their figures would then measure the fit.
     """
-    for pool_name, pool in (("dev split", [r for r in results if r.case.split == "dev"]), ("all cases", list(results))):
+    tunable = [r for r in results if not withheld(r.case)]
+    for pool_name, pool in (("dev split", [r for r in tunable if r.case.split == "dev"]),
+                            ("dev and validation splits", tunable)):
         points = [(r.best_score, r.case.answerable) for r in pool if r.best_score is not None]
         if any(a for _, a in points) and any(not a for _, a in points):
             break
     else:
-        return 0.0, "no unanswerable cases: never abstain"
+        return 0.0, "no unanswerable case outside holdout: never abstain"
     scores = sorted({s for s, _ in points})
     candidates = [scores[0] - 1e-9] + [(a + b) / 2 for a, b in zip(scores, scores[1:])] + [scores[-1] + 1e-9]
 

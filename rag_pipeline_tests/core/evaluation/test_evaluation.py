@@ -102,6 +102,16 @@ def test_threshold_separates_answerable_from_unanswerable():
     assert calibrate_threshold([_case_result(0.5, True)])[0] == 0.0
 
 
+def test_holdout_cases_never_tune_the_threshold():
+    # Dev has no unanswerable case; validation's decide, holdout's (lower, which would move it) do not.
+    rows = ([_case_result(s, True) for s in (0.8, 0.7)] + [_case_result(0.5, False, "validation")]
+            + [_case_result(s, False, "holdout") for s in (0.1, 0.65)])
+    threshold, source = calibrate_threshold(rows)
+    assert threshold == pytest.approx(0.6) and source == "calibrated on the dev and validation splits"
+    only_holdout = [_case_result(s, True) for s in (0.8, 0.7)] + [_case_result(0.3, False, "holdout")]
+    assert calibrate_threshold(only_holdout) == (0.0, "no unanswerable case outside holdout: never abstain")
+
+
 def test_span_matching_by_lines_and_heading():
     hit = Hit("c", "d", 1.0, 1, heading_path=("Policy", "Leave"), line_start=10, line_end=20)
     assert span_hit(GoldSpan("d", lines=(18, 25)), hit)
