@@ -329,7 +329,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if comparison.gate is None:
         print(comparison.missing_reason)
         return 1
-    print(f"baseline {comparison.baseline_id}\ncandidate {candidate_id}\n")
+    print(f"{comparison.against}\ncandidate {candidate_id}\n")
     print(render_gate(comparison.gate))
     return 0 if comparison.gate.passed else 1
 

@@ -137,3 +137,53 @@ def test_golden_eval_draws_each_slice_against_the_baseline(setup):
     plot = Path(report).with_name(Path(report).stem + "-slices.png")
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"![slices against the baseline]({plot.name})" in Path(report).read_text()
+
+
+def test_a_new_golden_revision_is_gated_against_the_previous_baseline(setup, tmp_path):
+    from rag_pipeline.core.evaluation.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gates import GatePolicy
+
+    config, instance, golden = setup
+    store = open_store(config.storage)
+    first = evaluate_golden(config, instance, mode="bm25")
+    assert promote_if_better(store, first.summary["eval_id"], GatePolicy())[0]
+
+    # A new revision (one case added, one relabelled) evaluated on an index where q1's page lost
+    # its words: q1 is unchanged between the revisions, so its drop must be seen.
+    cases = [dict(c) for c in CASES]
+    cases[1]["gold_docs"] = ["kb:limits.md"]
+    cases.append({"id": "q5", "question": "how do I download a CSV archive", "reference": "tallyo export",
+                  "gold_docs": ["kb:export.md"], "slice": "data", "split": "dev"})
+    golden.write_text("\n".join(json.dumps(c) for c in cases) + "\n")
+    refunds = tmp_path / "kb" / "refunds.md"
+    original = refunds.read_text()
+    refunds.write_text("# Plants\n\nThe office plants are watered on Fridays.\n")
+    assert ingest(config, instance)[0].success
+    regressed = evaluate_golden(config, instance, mode="bm25")
+    assert regressed.revision != first.revision
+    # The blocking gate check fails the run in Dagster, as for a regression on the same revision.
+    assert not regressed.success and "gate_vs_baseline" in regressed.error
+    promoted, text = promote_if_better(store, store.records.latest_evaluation(regressed.revision), GatePolicy())
+    assert not promoted, text
+    assert f"gated against baseline {first.summary['eval_id']} of the previous golden revision {first.revision}" in text
+    assert "on the 3 case(s) the two revisions share unchanged" in text  # q1, q3, q4; q2 changed, q5 is new
+    assert "mrr_at_10 dropped" in text
+    assert store.records.baseline(regressed.revision) is None
+
+    # Mended, the same revision's first evaluation becomes its baseline without having to win.
+    refunds.write_text(original)
+    assert ingest(config, instance)[0].success
+    mended = evaluate_golden(config, instance, mode="bm25")
+    promoted, text = promote_if_better(store, mended.summary["eval_id"], GatePolicy())
+    assert promoted, text
+    assert store.records.baseline(mended.revision) == mended.summary["eval_id"]
+
+
+def test_the_first_baseline_still_keeps_the_budgets(setup):
+    from rag_pipeline.core.evaluation.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gates import GatePolicy
+
+    config, instance, _ = setup
+    run = evaluate_golden(config, instance, mode="bm25")
+    promoted, text = promote_if_better(open_store(config.storage), run.summary["eval_id"], GatePolicy(context_tokens_budget=1))
+    assert not promoted and "over the budget 1" in text

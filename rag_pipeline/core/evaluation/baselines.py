@@ -1,16 +1,22 @@
-"""Promoted baselines: gating a stored evaluation against the baseline of its golden revision,
-and promoting it when the gate says PROMOTE (the first evaluation of a revision needs no gate)."""
+"""Promoted baselines: gating a stored evaluation against the baseline of its golden revision
+(or, for a revision's first evaluation, the previous revision's baseline on the cases both
+share unchanged), and promoting it when the gate says PROMOTE."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
-from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, compare, render_gate
+from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, check_budgets, compare, render_gate
 from rag_pipeline.core.evaluation.suites import FULL
 from rag_pipeline.core.render import inline
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict
+
+# The fields of a golden case that decide how it is scored: a case whose fields are the same in
+# two revisions is the same test in both (its slice, split, weight and provenance may differ).
+SCORED_FIELDS = ("question", "gold_docs", "gold_spans", "answerable", "tenant", "roles", "forbidden_docs")
 
 
 @dataclass
@@ -22,6 +28,17 @@ class BaselineComparison:
     # Why there is nothing to compare with, when `gate` is None.
     missing_reason: str = ""
     suite: str = FULL
+    # When the baseline is the previous revision's: that revision and the cases both score alike.
+    baseline_revision: str | None = None
+    unchanged_cases: int = 0
+
+    @property
+    def against(self) -> str:
+        """What the candidate was compared with, in words."""
+        if self.baseline_revision is None:
+            return f"baseline {self.baseline_id}"
+        return (f"baseline {self.baseline_id} of the previous golden revision {self.baseline_revision}, "
+                f"on the {self.unchanged_cases} case(s) the two revisions share unchanged")
 
     def verdict(self) -> Verdict:
         """`gate_vs_baseline`: ERROR on a regression, WARN on an unprotected drop or when there is no baseline."""
@@ -30,6 +47,8 @@ class BaselineComparison:
         gate = self.gate
         summary = gate.decision if gate.findings or gate.promote else "no regression; " + gate.decision
         summary = f"{self.suite} suite: {summary}"
+        if self.baseline_revision is not None:
+            summary += f" (against {self.against})"
         numbers = {f"delta_{d.metric}": round(d.delta, 6) for d in gate.deltas if not math.isnan(d.delta)}
         markdown = {"baseline_eval": inline(self.baseline_id), "suite": inline(self.suite), "gate": render_gate(gate)}
         return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
@@ -53,7 +72,14 @@ def compare_with_baseline(
         if suite != FULL and store.records.baseline(revision) is not None:
             reason = "the full suite's baseline is not comparable with a subset: promote an evaluation of this suite"
         elif other:
-            reason = f"the latest baseline is on golden revision {other[0]}: not comparable"
+            # A new revision is gated against the previous one's baseline on the cases both score
+            # alike: otherwise any edit of the golden file, even a blank line, would open the gate.
+            unchanged = unchanged_cases(store.records.golden_snapshot(other[0]), store.records.golden_snapshot(revision))
+            if unchanged is not None:
+                gate = compare(store.records.evaluation_record(other[1]), candidate, policy, unchanged)
+                return BaselineComparison(eval_id, revision, other[1], gate, suite=suite, baseline_revision=other[0],
+                                          unchanged_cases=len(unchanged))
+            reason = f"the latest baseline is on golden revision {other[0]}, whose text is not in the store: not comparable"
         else:
             reason = "no baseline promoted yet"
         return BaselineComparison(eval_id, revision, None, None, f"no {suite}-suite baseline for revision {revision} ({reason})",
@@ -62,16 +88,49 @@ def compare_with_baseline(
                               suite=suite)
 
 
+def unchanged_cases(old_text: str | None, new_text: str | None) -> set[str] | None:
+    """Ids of the cases two golden revisions (their JSONL texts) score alike (`SCORED_FIELDS`), or
+    None when a text is missing. Lines that are not JSON objects are left out: the loader, not
+    this comparison, reports them."""
+    if old_text is None or new_text is None:
+        return None
+    old, new = _scored_fields(old_text), _scored_fields(new_text)
+    return {case_id for case_id, fields in new.items() if old.get(case_id) == fields}
+
+
+def _scored_fields(text: str) -> dict[str, str]:
+    cases = {}
+    for line in text.lstrip("\ufeff").splitlines():
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+            cases[raw["id"].strip()] = json.dumps([raw.get(f) for f in SCORED_FIELDS], sort_keys=True)
+    return cases
+
+
 def promote_if_better(store: Store, eval_id: str, policy: GatePolicy, note: str = "") -> tuple[bool, str]:
     """Store the evaluation as its revision's baseline only on PROMOTE; returns (promoted, the text to show).
 
-    The first evaluation of a golden revision becomes its baseline: there is nothing to gate it against.
+    Later evaluations of a revision must beat its baseline. The first evaluation of a new revision
+    must not regress against the previous revision's baseline on the cases both share unchanged;
+    the very first evaluation has nothing to compare with. Budgets (latency, context) apply to all.
     """
     comparison = compare_with_baseline(store, eval_id, policy)
     suite = comparison.suite
     if comparison.gate is None:
+        over = [f.message for f in check_budgets(store.records.evaluation_record(eval_id), policy) if f.severity == "ERROR"]
+        if over:
+            return False, f"suite: {suite}\nkeep no baseline — " + "; ".join(over)
         store.records.promote(comparison.revision, eval_id, f"first {suite}-suite baseline of this golden revision{note}", suite)
         return True, f"PROMOTE\n{eval_id} is the first {suite}-suite baseline of golden revision {comparison.revision}"
+    if comparison.baseline_revision is not None:
+        if comparison.gate.promote:
+            store.records.promote(comparison.revision, eval_id, f"first {suite}-suite baseline of this golden revision, "
+                                  f"gated against {comparison.against}{note}", suite)
+        head = f"suite: {suite}\nfirst evaluation of golden revision {comparison.revision}, gated against {comparison.against}\n"
+        return comparison.gate.promote, head + render_gate(comparison.gate)
     if comparison.gate.promote:
         store.records.promote(comparison.revision, eval_id, f"replaces {comparison.baseline_id}{note}", suite)
     return comparison.gate.promote, f"suite: {suite}\n" + render_gate(comparison.gate)

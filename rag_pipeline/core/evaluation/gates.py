@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -158,14 +158,22 @@ def paired_significance(
     return low, high, min(1.0, 2 * min(at_or_below, at_or_above))
 
 
-def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy) -> GateResult:
+def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy,
+            unchanged_cases: Collection[str] | None = None) -> GateResult:
     """Gate a candidate evaluation against a baseline.
 
     Both arguments are evaluation records: `revision`, `by_slice`, `latency`, `unanswerable`
-    (the summary an evaluation stores) plus `cases`: case id -> {metric: value} for scored cases.
+    (the summary an evaluation stores) plus `cases`: case id -> {metric: value} for scored cases,
+    and `case_slices`: case id -> slice.
+
+    `unchanged_cases`: the candidate is the first evaluation of a new golden revision and the
+    baseline is the previous revision's; only these cases (the same in both revisions) are
+    compared, slices by their mean over them. Such a candidate is promotable when it passes (no
+    ERROR): it sets the new revision's first baseline, so it must not regress, not win.
     """
+    across = unchanged_cases is not None
     problem = None
-    if baseline["revision"] != candidate["revision"]:
+    if baseline["revision"] != candidate["revision"] and not across:
         problem = (f"baseline is on golden revision {baseline['revision']}, candidate on {candidate['revision']}: "
                    "not comparable; promote a baseline on this revision first")
     elif baseline.get("suite", "full") != candidate.get("suite", "full"):
@@ -178,7 +186,12 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy) -> GateRe
         return result
     result = GateResult(comparable=True)
     base_cases, cand_cases = baseline["cases"], candidate["cases"]
-    shared = sorted(set(base_cases) & set(cand_cases))
+    shared_ids = set(base_cases) & set(cand_cases)
+    if across:
+        shared_ids &= set(unchanged_cases)
+    shared = sorted(shared_ids)
+    if across:
+        baseline, candidate = (_over_cases(r, shared, policy.slice_metric) for r in (baseline, candidate))
     for metric in policy.headline_metrics:
         ids = [c for c in shared if metric in base_cases[c] and metric in cand_cases[c]]
         b = [base_cases[c][metric] for c in ids]
@@ -190,7 +203,29 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy) -> GateRe
     _check_slices(result, baseline, candidate, policy)
     _check_budgets(result, candidate, policy)
     _decide(result, policy)
+    if across:
+        result.promote = not result.errors
+        result.reasons = [f.message for f in result.errors]
     return result
+
+
+def _over_cases(record: Mapping, case_ids: Sequence[str], metric: str) -> dict:
+    """The record with its slices' `metric` recomputed over `case_ids` only (its rates kept)."""
+    by_slice: dict[str, list[float]] = {}
+    for case_id in case_ids:
+        if metric in record["cases"][case_id]:
+            by_slice.setdefault(record["case_slices"].get(case_id, ""), []).append(record["cases"][case_id][metric])
+    slices = {name: {k: v for k, v in values.items() if k != metric} for name, values in record["by_slice"].items()}
+    for name, values in by_slice.items():
+        slices.setdefault(name, {})[metric] = sum(values) / len(values)
+    return {**record, "by_slice": slices}
+
+
+def check_budgets(candidate: Mapping, policy: GatePolicy) -> list[Finding]:
+    """The budget findings alone: what gates an evaluation that has no baseline to compare with."""
+    result = GateResult(comparable=True)
+    _check_budgets(result, candidate, policy)
+    return result.findings
 
 
 def _mean(values: Sequence[float]) -> float:
