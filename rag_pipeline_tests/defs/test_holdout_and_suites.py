@@ -8,12 +8,15 @@ recorded (log lines and metadata) and every stored trace is then searched for ho
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from dagster._serdes import serialize_value
 
 from rag_pipeline.cli import main as cli
+from rag_pipeline.config import load_config
 from rag_pipeline.core.evaluation.baselines import compare_with_baseline, promote_if_better
 from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
 from rag_pipeline.core.evaluation.gates import GatePolicy
@@ -81,7 +84,7 @@ def test_the_pr_suite_is_a_stratified_subset_without_holdout(sample):
     regrown = select_suite(golden.__class__(**{**golden.__dict__, "cases": grown}), "pr", 24)
     assert len({c.id for c in subset.cases} - {c.id for c in regrown.cases}) <= 1
     summary = sample["pr"].summary
-    assert summary["suite"] == "pr" and summary["cases"] == len(subset.cases)
+    assert summary["suite"] == "pr-24" and summary["cases"] == len(subset.cases)
 
 
 def test_a_subset_is_never_gated_against_a_full_baseline(sample):
@@ -95,8 +98,19 @@ def test_a_subset_is_never_gated_against_a_full_baseline(sample):
     assert not forced.gate.comparable and "never compared" in forced.gate.reasons[0]
     # Promoted on its own suite, the next pr evaluation is gated against it.
     promoted, _ = promote_if_better(store, pr_id, GatePolicy())
-    assert promoted and store.records.baseline(sample["pr"].revision, "pr") == pr_id
+    assert promoted and store.records.baseline(sample["pr"].revision, "pr-24") == pr_id
     assert store.records.baseline(sample["pr"].revision) == full_id
+    # A subset of another size is another set of cases: never gated against this one.
+    folder = Path(config.storage.path).parent.parent  # sample_pipeline's folder, with its pipeline.yaml
+    raw = yaml.safe_load((folder / "pipeline.yaml").read_text()) | {"evaluation": {"pr_subset_size": 12}}
+    (folder / "pipeline_pr12.yaml").write_text(yaml.safe_dump(raw))
+    smaller_config = load_config(folder / "pipeline_pr12.yaml")
+    smaller = evaluate_golden(smaller_config, sample["instance"], mode="hybrid", suite="pr")
+    smaller_id = store.records.latest_evaluation(smaller.revision)
+    assert store.records.evaluation_summary(smaller_id)["suite"] == "pr-12"
+    assert compare_with_baseline(store, smaller_id, GatePolicy()).gate is None
+    forced = compare_with_baseline(store, smaller_id, GatePolicy(), baseline_id=pr_id)
+    assert not forced.gate.comparable and "never compared" in forced.gate.reasons[0]
 
 
 def test_releasing_a_case_from_holdout_is_a_recorded_new_revision(sample, capsys):

@@ -22,7 +22,7 @@ from rag_pipeline.core.evaluation.answers import Generator, make_claim_judge, ma
 from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSet, GoldenSetError, GoldSpan, file_revision, load_golden_set
 from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
 from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
-from rag_pipeline.core.evaluation.suites import FULL, select_suite
+from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.storage import Store
@@ -96,7 +96,7 @@ class EvalResult:
     answers: dict = field(default_factory=dict)
     # How abstention was decided and how well: the 2x2 per split, held-out balanced accuracy, curve.
     abstention: dict = field(default_factory=dict)
-    # `full`, or `pr` (a fast subset, see suites.py): only evaluations of one suite are compared.
+    # `full`, or `pr-<size>` (a fast subset, see suites.py): only evaluations of one suite are compared.
     suite: str = FULL
 
     @property
@@ -539,6 +539,6 @@ def run_golden_evaluation(
         claim_judge=make_claim_judge(answers) if answers and answers.generator != "none" else None,
         abstention_method=retrieval.abstention,
     )
-    result.suite = suite
+    result.suite = suite_identity(suite, pr_subset_size)
     store.records.save_evaluation(result)
     return golden, result

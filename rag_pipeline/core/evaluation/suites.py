@@ -6,8 +6,9 @@ is smallest. A case's place depends on its id only, so adding cases to the golde
 others in or out. Holdout cases never enter it: pull requests are where prompts and retrievers
 are tuned, and holdout must stay unseen by tuning.
 
-A suite is part of an evaluation's identity: the gate compares a `pr` evaluation only with a
-baseline promoted on the same suite of the same revision, never with a full one.
+A suite is part of an evaluation's identity, with its size (`pr-30`): the gate compares a `pr`
+evaluation only with a baseline promoted on the same suite and size, never with a full one nor
+with a subset of another size (their aggregates would be over other cases).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ SUITES = (FULL, PR)
 
 def _rank_key(case_id: str) -> str:
     return hashlib.sha256(case_id.encode("utf-8")).hexdigest()
+
+
+def suite_identity(suite: str, size: int) -> str:
+    """The suite as evaluations record it: `full`, or `pr-<size>`."""
+    return FULL if suite == FULL else f"{suite}-{size}"
 
 
 def select_suite(golden: GoldenSet, suite: str, size: int) -> GoldenSet:
