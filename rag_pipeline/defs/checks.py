@@ -12,10 +12,10 @@ import warnings
 from dataclasses import dataclass
 
 import dagster as dg
-from sqlalchemy.exc import IntegrityError
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,  # not exported; needed to tie a runless evaluation to its materialization
 )
+from sqlalchemy.exc import IntegrityError
 
 from rag_pipeline.core import render
 from rag_pipeline.core.verdicts import Verdict

@@ -285,9 +285,13 @@ def _check_slices(result: GateResult, baseline: Mapping, candidate: Mapping, pol
 
 def _check_budgets(result: GateResult, candidate: Mapping, policy: GatePolicy) -> None:
     latency = candidate.get("latency", {})
-    if policy.latency_budget_p95_ms is not None and latency.get("p95_latency_ms", 0) > policy.latency_budget_p95_ms:
+    p95 = latency.get("p95_latency_ms", math.nan)
+    if policy.latency_budget_p95_ms is not None and math.isnan(p95):
+        result.findings.append(Finding("WARN", "no latency was measured (no case searched on its own): the p95 budget "
+                                               "is not checked"))
+    elif policy.latency_budget_p95_ms is not None and p95 > policy.latency_budget_p95_ms:
         result.findings.append(Finding(
-            "ERROR", f"p95 latency {latency['p95_latency_ms']:.0f} ms over the budget {policy.latency_budget_p95_ms:g} ms"))
+            "ERROR", f"p95 latency {p95:.0f} ms over the budget {policy.latency_budget_p95_ms:g} ms"))
     if policy.context_tokens_budget is not None and latency.get("mean_context_tokens", 0) > policy.context_tokens_budget:
         result.findings.append(Finding(
             "ERROR", f"context {latency['mean_context_tokens']:.0f} words per query over the budget {policy.context_tokens_budget:g}"))

@@ -11,6 +11,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from rag_pipeline.config import RetrievalConfig
 from rag_pipeline.core.ingestion.chunking import count_tokens
 from rag_pipeline.core.ingestion.embedding import Embedder
@@ -31,6 +33,8 @@ class RetrievalResult:
     hits: list[Hit]
     candidates: dict[str, list[Hit]] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
+    # The query's embedding (dense and hybrid), so that a deeper search of it needs no new encode.
+    query_vector: np.ndarray | None = None
 
     @property
     def context_tokens(self) -> int:
@@ -111,8 +115,12 @@ class Retriever:
         filters: Sequence[SearchFilters],
         mode: str | None = None,
         k: int | None = None,
+        vectors: np.ndarray | None = None,
     ) -> list[RetrievalResult]:
-        """Search a batch: queries are embedded together and grouped by filters for the SQL."""
+        """Search a batch: queries are embedded together and grouped by filters for the SQL.
+        `vectors`: the queries' embeddings when the caller has them (then none is encoded).
+        A batch's latencies are its stages' times shared evenly among its queries; a query's own
+        latency is `single_query_latencies`'."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"unknown retrieval mode {mode!r}; use one of {', '.join(MODES)}")
@@ -124,7 +132,8 @@ class Retriever:
             groups[f].append(index)
         if mode in ("dense", "hybrid"):
             started = time.perf_counter()
-            vectors = self.embedder.encode(list(queries))
+            if vectors is None:
+                vectors = self.embedder.encode(list(queries))
             encode_ms = (time.perf_counter() - started) * 1000 / max(len(queries), 1)
             for f, indexes in groups.items():
                 started = time.perf_counter()
@@ -132,6 +141,7 @@ class Retriever:
                 per_query = (time.perf_counter() - started) * 1000 / len(indexes)
                 for index, hits in zip(indexes, hit_lists):
                     results[index].candidates["dense"] = hits
+                    results[index].query_vector = vectors[index]
                     results[index].latency_ms["embed_query"] = encode_ms
                     results[index].latency_ms["dense"] = per_query
         if mode in ("bm25", "hybrid"):
@@ -156,3 +166,18 @@ class Retriever:
                 result.hits = result.candidates[mode][:k]
             result.latency_ms["total"] = sum(result.latency_ms.values())
         return results
+
+    def single_query_latencies(self, queries: Sequence[str], filters: Sequence[SearchFilters], mode: str | None = None,
+                               k: int | None = None) -> list[float]:
+        """Each query's latency in ms, searched on its own as a served query is (encode, search,
+        fusion, hits), wall clock: a batch shares its time evenly, which hides a slow tail. One
+        untimed search goes first, so that a first call's setup is not charged to a query."""
+        if not queries:
+            return []
+        self.search_many(queries[:1], filters[:1], mode, k)
+        latencies = []
+        for query, query_filters in zip(queries, filters, strict=True):
+            started = time.perf_counter()
+            self.search_many([query], [query_filters], mode, k)
+            latencies.append((time.perf_counter() - started) * 1000)
+        return latencies

@@ -1,18 +1,23 @@
 """Evaluation on the sample corpus (hashing embedder): metrics against pytrec_eval on a real run,
 permissioned pairs, filters before fusion, thresholds and spans."""
 
+import math
+
 import pytest
 import pytrec_eval
 
 from rag_pipeline.config import RetrievalConfig
 from rag_pipeline.core.evaluation.evaluate import (
+    EVAL_DEPTH,
+    LATENCY_SAMPLE,
     CaseResult,
     calibrate_threshold,
+    case_filters,
     evaluate,
     span_hit,
 )
 from rag_pipeline.core.evaluation.golden import GoldenCase, GoldSpan, load_golden_set
-from rag_pipeline.core.evaluation.retrieval import Retriever, reciprocal_rank_fusion
+from rag_pipeline.core.evaluation.retrieval import Retriever, reciprocal_rank_fusion, rollup_documents
 from rag_pipeline.core.models import Hit, SearchFilters
 
 MODES = ("dense", "bm25", "hybrid")
@@ -149,3 +154,30 @@ def test_an_evaluation_with_no_scorable_case_fails_with_the_reason(sample_index,
     retriever = Retriever(store, embedder, RetrievalConfig(mode="bm25"))
     with pytest.raises(EvaluationError, match=r"0 of 3 cases could be scored \(3 stale, 0 unanswerable\)"):
         evaluate(golden, retriever, "bm25", "fp", {})
+
+
+def test_documents_are_ranked_to_the_depth_not_to_the_chunks(evaluations, sample_index):
+    # The top 100 chunks of the sample corpus come from 22 to 36 of its 54 documents: Recall@100
+    # and "not in the top 100" must be about 100 documents (or all the caller can see).
+    _, store, embedder = sample_index
+    _, results = evaluations
+    retriever = Retriever(store, embedder, RetrievalConfig(mode="dense"))
+    deepened = 0
+    for c in results["dense"].cases[:12]:
+        filters = case_filters(c.case)
+        head = [d for d, _ in rollup_documents(retriever.search(c.case.question, filters, "dense", EVAL_DEPTH).hits)]
+        visible = {d for d, _ in rollup_documents(retriever.search(c.case.question, filters, "dense", 5000).hits)}
+        deepened += len(head) < len(visible)
+        assert c.ranked_docs[: len(head)] == head  # the retrieval's own order, unchanged
+        assert len(c.ranked_docs) == len(set(c.ranked_docs)) == len(visible) and set(c.ranked_docs) == visible
+    assert deepened >= 3  # callers who see more documents than their top 100 chunks hold
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_latency_comes_from_cases_searched_one_at_a_time(evaluations, mode):
+    _, results = evaluations
+    result = results[mode]
+    timed = [c.latency_ms for c in result.cases if c.latency_ms == c.latency_ms]  # not NaN
+    assert len(timed) == result.latency["latency_cases"] == min(LATENCY_SAMPLE, len(result.cases))
+    # A batch's time shared evenly would give every case the same figure.
+    assert len(set(timed)) > 1 and result.latency["p95_latency_ms"] == max(sorted(timed)[: math.ceil(0.95 * len(timed))])
