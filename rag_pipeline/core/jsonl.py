@@ -10,7 +10,8 @@ from pathlib import Path
 def records(path: Path, error: type[Exception] = ValueError) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line; `error` names the file and line of a line
     that is not a JSON object."""
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    # utf-8-sig: a byte-order mark (spreadsheet exports write one) is no part of the first record.
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8-sig").splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -17,15 +17,22 @@ when `answerable` is false). Defaults, reported by `GoldenSet.summary()`:
 - `weight` 1, `answerable` true, no tenant, roles or spans.
 
 A field that is present must be valid: an unknown split value is an error, never a default.
+
+Blank lines and lines whose first non-blank character is `#` (comments) are skipped, and a UTF-8
+byte-order mark at the start is ignored. Every reader of a golden file (this loader,
+`release-holdout`, `golden accept`) reads it with `read_golden_lines`, so they agree on what a
+line is, and a file one of them writes the others read.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import io
 import json
+import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +50,9 @@ DEFAULT_SLICE = "general"
 # Cumulative shares of the hash-assigned split: dev below 60, validation below 80, holdout above.
 _SPLIT_SHARES = (("dev", 60), ("validation", 80), ("holdout", 100))
 _DEFAULT_RULES = {"split": "from the id's hash", "slice": DEFAULT_SLICE}
+# Booleans in files people fill by hand or export from spreadsheets (reviewed queue items, imports).
+_BOOLEAN_WORDS = {"true": True, "yes": True, "false": False, "no": False}
+BOOLEAN_VALUES = 'true or false (or the strings "true", "false", "yes", "no")'
 
 
 def default_split(case_id: str) -> str:
@@ -53,6 +63,63 @@ def default_split(case_id: str) -> str:
 
 class GoldenSetError(ValueError):
     """The golden set file is invalid; the message lists every problem with its line and field."""
+
+
+def parse_boolean(value: object) -> bool | None:
+    """A JSON boolean, or one of the strings true / false / yes / no (any case); None for anything else."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return _BOOLEAN_WORDS.get(value.strip().lower())
+    return None
+
+
+@dataclass(frozen=True)
+class GoldenLine:
+    """One line of a golden JSONL file, as `read_golden_lines` gives it."""
+
+    number: int
+    text: str  # as written, with its line ending (a leading byte-order mark removed)
+    record: dict | None  # the JSON object; None for a blank line, a comment or an invalid line
+    error: str | None = None  # why the line is not a JSON object
+
+    @property
+    def skipped(self) -> bool:
+        """A blank line or a `#` comment: no case, no error."""
+        return self.record is None and self.error is None
+
+
+def read_golden_lines(path: Path | str) -> Iterator[GoldenLine]:
+    """Every line of a golden JSONL file, blank and `#` lines marked `skipped`, a UTF-8 BOM ignored.
+
+    Lines end at "\n" only: a question may hold U+2028 and the like, which `str.splitlines` would
+    break a JSON line at."""
+    text = Path(path).read_text(encoding="utf-8-sig")
+    for number, line in enumerate(io.StringIO(text, newline="\n"), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            yield GoldenLine(number, line, None)
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield GoldenLine(number, line, None, f"invalid JSON ({exc.msg} at column {exc.colno}); one object a line, "
+                                                 "comments start with #")
+            continue
+        if not isinstance(raw, dict):
+            yield GoldenLine(number, line, None, f"expected a JSON object, got {type(raw).__name__}")
+            continue
+        yield GoldenLine(number, line, raw)
+
+
+def golden_records(path: Path | str, error: type[Exception] = GoldenSetError) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each object line of a JSONL file, read by the golden-file rule
+    (comments, BOM); `error`, naming the file and line, at the first line that is not an object."""
+    for line in read_golden_lines(path):
+        if line.error is not None:
+            raise error(f"{path} line {line.number}: {line.error}")
+        if line.record is not None:
+            yield line.number, line.record
 
 
 @dataclass(frozen=True)
@@ -145,21 +212,39 @@ def load_golden_set(
     path = Path(path)
     if not path.is_file():
         raise GoldenSetError(f"golden set {path} does not exist")
+    entries = ((f"{path.name} line {line.number}", line.number, line.record, line.error)
+               for line in read_golden_lines(path) if not line.skipped)
+    cases, errors, defaulted = _validate(entries, known_documents)
+    if errors:
+        raise GoldenSetError(f"golden set {path} has {len(errors)} problem(s):\n  " + "\n  ".join(errors))
+    if not cases:
+        raise GoldenSetError(f"golden set {path} holds no cases")
+    golden = GoldenSet(path, file_revision(path), cases,
+                       defaults_applied={name: defaulted[name] for name in ("split", "slice") if defaulted[name]})
+    if served_hashes is not None:
+        golden.stale = stale_labels(cases, served_hashes)
+    return golden
+
+
+def validate_cases(records: Iterable[tuple[str, int, dict]],
+                   known_documents: Mapping[str, str | None] | None = None) -> tuple[list[GoldenCase], list[str]]:
+    """(cases, problems) of records not yet written to a golden file, each given as (where, line,
+    object), `where` naming the file and line they came from (e.g. `data.csv line 5`): the checks
+    of `load_golden_set`, so a file written from the cases loads."""
+    cases, errors, _ = _validate(((where, line, raw, None) for where, line, raw in records), known_documents)
+    return cases, errors
+
+
+def _validate(entries: Iterable[tuple[str, int, dict | None, str | None]],
+              known_documents: Mapping[str, str | None] | None) -> tuple[list[GoldenCase], list[str], Counter[str]]:
+    """(cases, problems, defaulted field counts) of (where, line number, object or None, why not) entries."""
     errors: list[str] = []
     cases: list[GoldenCase] = []
     seen: dict[str, int] = {}
     defaulted: Counter[str] = Counter()
-    for line_number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path.name} line {line_number}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            errors.append(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})")
-            continue
-        if not isinstance(raw, dict):
-            errors.append(f"{where}: expected a JSON object")
+    for where, line_number, raw, error in entries:
+        if raw is None:
+            errors.append(f"{where}: {error}")
             continue
         case, problems, applied = _parse_case(raw, line_number)
         if case is not None and known_documents is not None:
@@ -174,15 +259,7 @@ def load_golden_set(
         seen[case.id] = line_number
         defaulted.update(applied)
         cases.append(case)
-    if errors:
-        raise GoldenSetError(f"golden set {path} has {len(errors)} problem(s):\n  " + "\n  ".join(errors))
-    if not cases:
-        raise GoldenSetError(f"golden set {path} holds no cases")
-    golden = GoldenSet(path, file_revision(path), cases,
-                       defaults_applied={name: defaulted[name] for name in ("split", "slice") if defaulted[name]})
-    if served_hashes is not None:
-        golden.stale = stale_labels(cases, served_hashes)
-    return golden
+    return cases, errors, defaulted
 
 
 def unknown_documents(case: GoldenCase, known: Mapping[str, str | None]) -> list[str]:
@@ -227,12 +304,28 @@ def _missing(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def _json_type(value: object) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(type(value), "null")
+
+
+def _strings(raw: dict, name: str, what: str, problems: list[str]) -> list[str]:
+    """The list of non-empty strings in `raw[name]` ([] when absent); a problem when it is anything else
+    (a string would be read as a list of its characters)."""
+    value = raw.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        problems.append(f"field '{name}': must be a list of {what} (strings), not {json.dumps(value)}")
+        return []
+    return value
+
+
 def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], list[str]]:
     """(case or None, problems, names of the defaulted fields)."""
     problems: list[str] = []
     for name in _REQUIRED:
-        if not isinstance(raw.get(name), str) or not raw.get(name, "").strip():
+        if _missing(raw.get(name)):
             problems.append(f"field '{name}': missing or empty")
+        elif not isinstance(raw[name], str):
+            problems.append(f"field '{name}': must be a string, not {_json_type(raw[name])} ({json.dumps(raw[name])})")
     unknown = sorted(set(raw) - _KNOWN)
     if unknown:
         problems.append(f"unknown field(s) {unknown}: check the spelling")
@@ -243,10 +336,8 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], lis
     split = raw.get("split")
     if isinstance(split, str) and split.strip() and split not in SPLITS:
         problems.append(f"field 'split': {split!r} is not one of {', '.join(SPLITS)}")
-    gold_docs = raw.get("gold_docs") or []
-    if not isinstance(gold_docs, list) or not all(isinstance(d, str) and d for d in gold_docs):
-        problems.append("field 'gold_docs': must be a list of document ids")
-        gold_docs = []
+    gold_docs = _strings(raw, "gold_docs", "document ids", problems)
+    forbidden_docs = _strings(raw, "forbidden_docs", "document ids", problems)
     answerable = raw.get("answerable", True)
     if not isinstance(answerable, bool):
         problems.append("field 'answerable': must be true or false")
@@ -255,12 +346,14 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], lis
     elif not answerable and gold_docs:
         problems.append("field 'gold_docs': an unanswerable case must have no gold documents")
     weight = raw.get("weight", 1)
-    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
-        problems.append("field 'weight': must be a positive number")
-    roles = raw.get("roles") or []
-    if not isinstance(roles, list):
-        problems.append("field 'roles': must be a list of role names")
-        roles = []
+    # NaN and Infinity parse as JSON numbers here, and would turn every weighted metric into nan.
+    if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight) or weight <= 0:
+        problems.append(f"field 'weight': must be a finite positive number, not {json.dumps(weight)}")
+    tenant = raw.get("tenant")
+    if tenant is not None and not isinstance(tenant, str):
+        problems.append(f"field 'tenant': must be a tenant name (a string), not {json.dumps(tenant)}")
+        tenant = None
+    roles = _strings(raw, "roles", "role names", problems)
     prohibited = raw.get("prohibited_claims") or []
     if not isinstance(prohibited, list) or not all(isinstance(c, str) and c.strip() for c in prohibited):
         problems.append("field 'prohibited_claims': must be a list of non-empty statements")
@@ -279,11 +372,11 @@ def _parse_case(raw: dict, line: int) -> tuple[GoldenCase | None, list[str], lis
             slice=DEFAULT_SLICE if "slice" in applied else raw["slice"].strip(),
             split=default_split(case_id) if "split" in applied else split,
             weight=float(weight),
-            tenant=raw.get("tenant") or None,
+            tenant=tenant or None,
             roles=tuple(roles),
             answerable=answerable,
             gold_spans=spans,
-            forbidden_docs=tuple(raw.get("forbidden_docs") or ()),
+            forbidden_docs=tuple(forbidden_docs),
             prohibited_claims=tuple(c.strip() for c in prohibited),
             provenance=str(raw.get("provenance") or ""),
             line=line,

@@ -5,11 +5,16 @@ Import (`import_cases`) reads JSON (a list of records, or an object holding one 
 CSV (a header row; list columns as JSON or Python list literals). Shapes:
 
 - `ragas`: question `user_input` | `question`; reference `reference` | `ground_truth` |
-  `ground_truths` (a list, joined by newlines); gold contexts `reference_contexts`, else
-  `contexts`, else `retrieved_contexts` (lists of texts); slice from `synthesizer_name` |
-  `evolution_type`. `response` / `answer` are a system's output, not labels: not imported.
+  `ground_truths` (a list, joined by newlines); gold contexts `reference_contexts` (a list of
+  texts); slice from `synthesizer_name` | `evolution_type`.
 - `deepeval`: question `input`; reference `expected_output`; gold from `source_file` (a file
-  name) and `context` (texts), else `retrieval_context` (texts).
+  name) and `context` (texts).
+
+What the tested system produced is never a label: RAGAS `response` / `answer` are not imported,
+and RAGAS `retrieved_contexts` and `contexts` (its older name for them) and DeepEval
+`retrieval_context` never become gold documents. A record whose only contexts are retrieved ones
+has its retrieved contexts listed in `unmapped` ("retrieved contexts are not labels"), and is
+left out unless it names its gold documents another way.
 - `handwritten`: question `question` | `query` | `input` | `user_input`; reference `reference` |
   `expected_answer` | `answer` | `ground_truth` | `expected_output`; gold from `gold_pids`,
   `expected_document_ids`, `gold_docs` (document ids) and `source_doc` | `source_docs` | `file`
@@ -18,7 +23,9 @@ CSV (a header row; list columns as JSON or Python list literals). Shapes:
 
 In every shape the hand-written gold keys are honoured, and our own fields (`id`, `slice`,
 `split`, `weight`, `tenant`, `roles`, `answerable`, `forbidden_docs`, `gold_spans`) are copied
-as they are, to be validated when the file is loaded. A case without `id` gets
+as they are, to be validated when the file is written (`answerable` may also be one of the
+strings "true", "false", "yes", "no", in any case; any other value leaves the record out). A
+case without `id` gets
 `<file stem>-<first 10 hex digits of sha256(question)>`; `slice` and `split`, when absent, are
 left to the loader's documented defaults.
 
@@ -26,18 +33,23 @@ References are resolved against the known documents (`known_documents(store)`):
 
 - a document id: as it is; else `<source prefix>:<id>`; else a chunk id (`<doc id>#<n>`) to its
   document; else as a file name (below).
-- a file name or path: a document id; else the exact relative path; else a path ending in a
-  document's relative path; else a unique file name (when several documents share it and only
-  one of them is indexed, that one); else unmapped: "ambiguous: N documents named X" or
-  "no document named X".
+- a file name or path: a document id; else, for a path with a folder part, the exact relative
+  path, else a path ending in a document's relative path; else the file name, when no other
+  document has it (when several documents share it and only one of them is indexed, that one);
+  else unmapped: "ambiguous: N documents named X (candidates)" or "no document named X". A bare
+  file name is never matched by relative path: `on-call.md` is ambiguous when one source has
+  `on-call.md` and another `engineering/on-call.md`. With a source prefix, only that source's
+  documents are candidates (all documents, when it has none of the name).
 - a context text: the document whose served chunks contain it (compared as lower-case words, so
   punctuation, markup and chunk boundaries do not matter); else the document holding the largest
   share (at least `OVERLAP_THRESHOLD`) of the text's word trigrams, when no other document
   comes within `OVERLAP_MARGIN` of it.
 
 Nothing is dropped silently: every reference that cannot be mapped is in `unmapped` with its
-line, and a case that cannot be written (no question, no reference, or answerable with no
-gold document mapped) is in `left_out` with its line and the reason.
+line, and a case that cannot be written (no question, no reference, an `answerable` that is not
+a boolean, or answerable with no gold document mapped) is in `left_out` with its line and the
+reason. `ImportResult.write` validates the cases as the loader would, naming the input file's
+lines, and writes nothing when one is invalid.
 """
 
 from __future__ import annotations
@@ -46,14 +58,16 @@ import ast
 import csv
 import hashlib
 import json
+import os
 import re
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rag_pipeline.core.evaluation.golden import GoldenSet
+from rag_pipeline.core.evaluation.golden import BOOLEAN_VALUES, GoldenSet, GoldenSetError, parse_boolean, validate_cases
 
 if TYPE_CHECKING:
     from rag_pipeline.core.evaluation.evaluate import EvalResult
@@ -66,6 +80,8 @@ _CONTAINERS = ("goldens", "test_cases", "samples", "data", "rows", "examples")
 _OURS = ("id", "slice", "split", "weight", "tenant", "roles", "answerable", "forbidden_docs", "gold_spans")
 _ID_KEYS = ("gold_pids", "expected_document_ids", "gold_docs")
 _FILE_KEYS = ("source_doc", "source_docs", "file")
+# The tested system's retrieved contexts: its output, never gold (see the module docstring).
+_RETRIEVED = {"ragas": ("retrieved_contexts", "contexts"), "deepeval": ("retrieval_context",), "handwritten": ()}
 _QUESTION = {"ragas": ("user_input", "question"), "deepeval": ("input",),
              "handwritten": ("question", "query", "input", "user_input")}
 _REFERENCE = {"ragas": ("reference", "ground_truth", "ground_truths"), "deepeval": ("expected_output",),
@@ -108,12 +124,36 @@ class ImportResult:
     mapped_by: list[Mapped] = field(default_factory=list)
     unmapped: list[Unmapped] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
+    # The input line of each case in `cases`, so that a problem names the line a person can fix.
+    lines: list[int] = field(default_factory=list)
+    # Document id -> skip reason (None for a document) of every document ever seen, when known
+    # (`import_from_store`): `write` then checks gold and forbidden ids as the loader does.
+    known_documents: Mapping[str, str | None] | None = None
 
     def write(self, out: Path | str) -> Path:
-        """Write the cases as golden-set JSONL (one object a line)."""
+        """Write the cases as golden-set JSONL (one object a line), once they are valid.
+
+        The cases are checked as `load_golden_set` checks a file, problems naming the input
+        file's lines; when one is invalid, GoldenSetError and nothing is written, so that a
+        corrected import can be run again. The file is written whole or not at all."""
         out = Path(out)
+        texts = [json.dumps(c, ensure_ascii=False) for c in self.cases]
+        # Checked as they will be read back (through JSON), at the input line each came from.
+        lines = self.lines if len(self.lines) == len(texts) else list(range(1, len(texts) + 1))
+        _, problems = validate_cases(((f"{self.path.name} line {n}", n, json.loads(t)) for n, t in zip(lines, texts)),
+                                     self.known_documents)
+        if problems:
+            raise GoldenSetError(f"{self.path}: {len(problems)} problem(s); nothing written to {out} (fix the input and "
+                                 "import again):\n  " + "\n  ".join(problems))
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in self.cases), encoding="utf-8")
+        handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write("".join(t + "\n" for t in texts))
+            os.replace(temporary, out)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
         return out
 
     def summary(self) -> str:
@@ -158,7 +198,9 @@ def known_documents(store: Store) -> dict[str, dict]:
 
 def import_from_store(path: Path | str, shape: str, store: Store, source_prefix: str | None = None) -> ImportResult:
     """`import_cases` against a store's documents and served chunk texts (read only if a context needs them)."""
-    return import_cases(path, shape, known_documents(store), store.served.chunk_texts, source_prefix)
+    result = import_cases(path, shape, known_documents(store), store.served.chunk_texts, source_prefix)
+    result.known_documents = store.ledger.document_history()
+    return result
 
 
 # ---- resolving references ----------------------------------------------------------------------
@@ -262,11 +304,14 @@ class Resolver:
         path = ref.strip().replace("\\", "/").removeprefix("./")
         if path in self.documents:
             return path, "document id"
-        for how, candidates in (
+        # A bare file name says nothing about the folder: an exact relative-path match in one
+        # source must not hide a document of the same name in another folder.
+        paths = () if "/" not in path.lstrip("/") else (
             ("relative path", self.by_path.get(path.lstrip("/"), [])),
             ("path ending in its relative path",
              _longest([d for rel, docs in self.by_path.items() if path.endswith("/" + rel) for d in docs], self.documents)),
-        ):
+        )
+        for how, candidates in paths:
             candidates = self._in_prefix(candidates)
             if len(candidates) == 1:
                 return candidates[0], how
@@ -447,6 +492,7 @@ def import_cases(
         if case is not None:
             seen[case["id"]] = line
             result.cases.append(case)
+            result.lines.append(line)
     return result
 
 
@@ -459,11 +505,13 @@ def _first(record: Mapping[str, Any], keys: Iterable[str]) -> tuple[str | None, 
 
 
 def _our_field(name: str, value: Any) -> Any:
-    """Our own fields as the file gave them; CSV strings turned into booleans, numbers and lists."""
+    """Our own fields as the file gave them; CSV strings turned into booleans, numbers and lists
+    (an `answerable` that is no boolean is left as it is, for `_convert` to refuse)."""
+    if name == "answerable":
+        parsed = parse_boolean(value)
+        return value if parsed is None else parsed
     if not isinstance(value, str):
         return value
-    if name == "answerable" and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
     if name == "weight":
         try:
             return float(value)
@@ -501,25 +549,29 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
     if not reference:
         result.left_out.append(LeftOut(line, case_id, f"no reference answer ({' / '.join(_REFERENCE[shape])})"))
         return None
+    # bool("false") is True: a value that is no boolean must not decide whether gold is needed.
+    if not isinstance(ours.get("answerable", True), bool):
+        result.left_out.append(LeftOut(line, case_id, f"field 'answerable': {json.dumps(ours['answerable'])} is not a "
+                                                      f"boolean; write {BOOLEAN_VALUES}"))
+        return None
 
     references: list[tuple[str, str]] = []  # (kind, reference): kind is id, file or context
     references += [("id", r) for key in _ID_KEYS for r in _texts(record.get(key))]
     references += [("file", r) for key in _FILE_KEYS for r in _texts(record.get(key))]
     gold_from = []
-    if shape == "ragas":
-        column, _ = _first(record, ("reference_contexts", "contexts", "retrieved_contexts"))
-        if column:
-            references += [("context", t) for t in _texts(record[column])]
-            gold_from.append(column)
-    elif shape == "deepeval":
-        for key, kind in (("source_file", "file"), ("context", "context")):
-            if _texts(record.get(key)):
-                references += [(kind, r) for r in _texts(record[key])]
-                gold_from.append(key)
-        if not references and _texts(record.get("retrieval_context")):
-            references += [("context", t) for t in _texts(record["retrieval_context"])]
-            gold_from.append("retrieval_context")
-    answerable = ours.get("answerable", True) is not False
+    labels = {"ragas": (("reference_contexts", "context"),),
+              "deepeval": (("source_file", "file"), ("context", "context")), "handwritten": ()}[shape]
+    for key, kind in labels:
+        if _texts(record.get(key)):
+            references += [(kind, r) for r in _texts(record[key])]
+            gold_from.append(key)
+    answerable = ours.get("answerable", True)
+    retrieved = [key for key in _RETRIEVED[shape] if _texts(record.get(key))] if answerable and not references else []
+    for key in retrieved:
+        # Once per record and column: a dataset of the system's outputs must not pass for a labelled one.
+        result.unmapped.append(Unmapped(line, f"{key} ({len(_texts(record[key]))} text(s))",
+                                        "ignored: retrieved contexts are the tested system's output, not labels; gold "
+                                        f"comes from {' / '.join(k for k, _ in labels)} or document-id / file-name fields"))
     gold: list[str] = []
     for kind, ref in references:
         shown = _short(ref) if kind == "context" else ref
@@ -536,7 +588,8 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
             gold.append(doc_id)
     if answerable and not gold:
         why = (f"none of its {len(references)} gold reference(s) could be mapped" if references
-               else "answerable, but it names no gold document or context")
+               else f"answerable, but it names no gold document or context (only {', '.join(retrieved)}, not labels)"
+               if retrieved else "answerable, but it names no gold document or context")
         result.left_out.append(LeftOut(line, case_id, why))
         return None
     _, slice_name = _first(record, ("synthesizer_name", "evolution_type")) if shape == "ragas" else (None, None)

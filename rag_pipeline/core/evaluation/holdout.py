@@ -13,7 +13,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rag_pipeline.core.evaluation.golden import default_split, file_revision
+from rag_pipeline.core.evaluation.golden import default_split, file_revision, read_golden_lines
 
 HOLDOUT = "holdout"
 WITHHELD_TRACE = {"withheld": "holdout case: counted in the aggregates, its text and trace are not shown"}
@@ -32,29 +32,29 @@ class HoldoutError(ValueError):
 def release_from_holdout(golden_path: Path, case_ids: Sequence[str], to_split: str = "validation") -> tuple[str, str]:
     """Rewrite the golden file with these holdout cases moved to `to_split`; (old, new revision).
 
-    Every other line is kept byte for byte, so the diff shows only the moved cases."""
+    Every other line is kept as it was (comments too; a byte-order mark is dropped), so the diff
+    shows only the moved cases."""
     if to_split == HOLDOUT:
         raise HoldoutError("a release moves cases out of holdout: choose dev or validation")
     wanted = set(case_ids)
     old_revision = file_revision(golden_path)
-    lines = golden_path.read_text(encoding="utf-8").splitlines(keepends=True)
     found: set[str] = set()
     out = []
-    for number, line in enumerate(lines, start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            out.append(line)
-            continue
-        raw = json.loads(stripped)
-        if raw.get("id") in wanted:
+    # The loader's own line reader: comments and a BOM are read alike, so the new file loads.
+    for line in read_golden_lines(golden_path):
+        if line.error is not None:
+            raise HoldoutError(f"{golden_path} line {line.number}: {line.error}; fix the line, nothing was changed")
+        raw, text = line.record, line.text
+        if raw is not None and raw.get("id") in wanted:
             # A case without a split is in the one its id's hash gives it (golden.default_split).
             split = raw.get("split") or default_split(raw["id"])
             if split != HOLDOUT:
-                raise HoldoutError(f"{golden_path}:{number}: case {raw['id']!r} is in split {split!r}, not holdout")
+                raise HoldoutError(f"{golden_path} line {line.number}: case {raw['id']!r} is in split {split!r}, "
+                                   "not holdout; nothing was changed")
             raw["split"] = to_split
             found.add(raw["id"])
-            line = json.dumps(raw, ensure_ascii=False) + ("\n" if line.endswith("\n") else "")
-        out.append(line)
+            text = json.dumps(raw, ensure_ascii=False) + ("\n" if text.endswith("\n") else "")
+        out.append(text)
     missing = sorted(wanted - found)
     if missing:
         raise HoldoutError(f"{golden_path}: no case {', '.join(map(repr, missing))}; nothing was changed")

@@ -6,14 +6,18 @@
              proxy against the LLM judge on a case's claims; the deterministic grader against
              people's verdicts in a verdicts file), and a file of user-reported
              failures (JSONL: `question`, optional `tenant`, `roles`, `note`, `reported_by`).
-             Each item comes with its nearest golden cases (cosine of question embeddings) and
+             Each item comes with its nearest golden cases (cosine of question embeddings;
+             holdout cases never, not even their ids) and
              what retrieval returns for it now (documents and their content hashes), and the
              fields a reviewer fills: reference, gold_docs, gold_spans, slice, split, answerable,
              prohibited_claims, reviewer, and decision (accept | reject).
     accept   `accept_reviewed` reads one or more reviewed queue files (two reviewers may each fill a
-             copy), reports their agreement by slice and lists disagreements (not accepted until
-             reconciled), flags near duplicates of golden cases (cosine >= `duplicate_threshold`;
-             accepted only with `duplicate_ok: true`), validates the new cases like any golden
+             copy), reports their agreement by slice and lists disagreements (answerable, gold
+             documents, slice, reference or decision differ: not accepted until reconciled),
+             records every reviewer of an accepted item, flags near duplicates of golden cases
+             (cosine >= `duplicate_threshold`; accepted only with `duplicate_ok: true`; a near
+             duplicate of a holdout case is held back always and named only as "a holdout
+             case"), validates the new cases like any golden
              case, and appends them to the golden file: a new revision. An accepted failed case
              is relabelled in place (the review found its labels wrong: same id and question, the
              reviewed reference, gold documents, slice and split). The old revision stays
@@ -34,9 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.core import jsonl
-from rag_pipeline.core.evaluation.golden import GoldenSet, GoldenSetError, file_revision, load_golden_set
-from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
+from rag_pipeline.core.evaluation.golden import (
+    BOOLEAN_VALUES,
+    GoldenSet,
+    GoldenSetError,
+    file_revision,
+    golden_records,
+    load_golden_set,
+    parse_boolean,
+    read_golden_lines,
+)
+from rag_pipeline.core.evaluation.holdout import HOLDOUT, withheld
 from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import SearchFilters
@@ -45,8 +57,10 @@ from rag_pipeline.core.vectors import normalise_rows
 
 REVIEW_FIELDS = {"reference": "", "gold_docs": [], "gold_spans": [], "slice": "", "split": "", "answerable": None,
                  "prohibited_claims": [], "reviewer": "", "decision": ""}
-# Agreement is judged on what changes a metric: whether the corpus answers, where, and the slice.
-AGREEMENT_FIELDS = ("answerable", "gold_docs", "slice")
+# Agreement is judged on what changes a metric: whether the corpus answers, where, the slice, and
+# the reference answers are graded against.
+AGREEMENT_FIELDS = ("answerable", "gold_docs", "slice", "reference")
+DECISIONS = ("accept", "reject")
 DUPLICATE_THRESHOLD = 0.9
 
 
@@ -104,7 +118,7 @@ def _raw_items(store: Store, reports: Path | None, grader_gap: float, verdicts: 
                 items.append({"origin": "grader_disagreement", "case_id": case_id, "question": None,
                               "evidence": {"eval_id": eval_id, "proxy": proxy, "llm_judge": judge}})
     if reports is not None:
-        for number, raw in jsonl.records(reports, GoldenSetError):
+        for number, raw in golden_records(reports):
             if not str(raw.get("question") or "").strip():
                 raise GoldenSetError(f"{reports} line {number}: a report needs a non-empty 'question'")
             items.append({"origin": "user_report", "question": raw["question"].strip(),
@@ -128,17 +142,16 @@ def build_queue(store: Store, golden: GoldenSet, retriever: Retriever, embedder:
             continue
         seen.add((item["origin"], item["question"]))
         items.append(item)
-    golden_questions = [c.question for c in golden.cases]
-    similarity = _cosines([i["question"] for i in items], golden_questions, embedder)
+    # Holdout cases are no neighbours: even an id with a similarity would tell a reviewer that a
+    # held-out question is (nearly) this one.
+    shown = [c for c in golden.cases if not withheld(c)]
+    similarity = _cosines([i["question"] for i in items], [c.question for c in shown], embedder)
     hashes = store.served.document_hashes()
     for row, item in zip(similarity, items):
         item["item_id"] = _item_id(item["origin"], item["question"])
         order = np.argsort(-row, kind="stable")[:nearest] if len(row) else []
-        item["nearest_golden"] = [
-            {"case_id": golden.cases[j].id, "similarity": round(float(row[j]), 4),
-             "question": WITHHELD_QUESTION if withheld(golden.cases[j]) else golden.cases[j].question}
-            for j in order
-        ]
+        item["nearest_golden"] = [{"case_id": shown[j].id, "similarity": round(float(row[j]), 4),
+                                   "question": shown[j].question} for j in order]
         filters = item.get("filters") or {}
         result = retriever.search(item["question"], SearchFilters(tenant=filters.get("tenant"),
                                                                   roles=tuple(filters.get("roles") or ())))
@@ -175,6 +188,10 @@ class AcceptResult:
         for d in self.disagreements:
             lines.append(f"to reconcile: item {d['item_id']} ({', '.join(d['fields'])} differ between {', '.join(d['reviewers'])})")
         for d in self.duplicates:
+            if d["of"] is None:
+                lines.append(f"near duplicate of a holdout case: item {d['item_id']} is held back (a holdout "
+                             "question must not enter another split; duplicate_ok does not apply)")
+                continue
             lines.append(f"near duplicate: item {d['item_id']} ~ {d['of']} (cosine {d['similarity']:.3f}); "
                          "set duplicate_ok: true to accept it anyway")
         for d in self.incomplete:
@@ -183,30 +200,52 @@ class AcceptResult:
 
 
 def _load_reviews(paths: Sequence[Path]) -> dict[str, list[dict]]:
+    """Item id -> its decided copies, with `answerable`, `duplicate_ok` and `decision` parsed strictly."""
     reviews: dict[str, list[dict]] = defaultdict(list)
     for path in paths:
-        for number, item in jsonl.records(path, GoldenSetError):
+        for number, item in golden_records(path):
             if not item.get("item_id"):
                 raise GoldenSetError(f"{path} line {number}: no item_id; review items written by `golden triage`")
-            if item.get("decision"):
-                reviews[item["item_id"]].append(item)
+            if not item.get("decision"):
+                continue
+            where = f"{path} line {number} (item {item['item_id']})"
+            decision = str(item["decision"]).strip().lower()
+            if decision not in DECISIONS:
+                raise GoldenSetError(f"{where}: field 'decision': {json.dumps(item['decision'])} is not one of "
+                                     f"{', '.join(DECISIONS)}; fix it and run accept again")
+            item["decision"] = decision
+            # bool("false") is True: a reviewer's "false" must not turn into an answerable case.
+            for name, unset in (("answerable", None), ("duplicate_ok", False)):
+                value = item.get(name)
+                if value is None or value == "":
+                    item[name] = unset
+                    continue
+                item[name] = parse_boolean(value)
+                if item[name] is None:
+                    raise GoldenSetError(f"{where}: field {name!r}: {json.dumps(value)} is not a boolean; write "
+                                         f"{BOOLEAN_VALUES}, then run accept again")
+            reviews[item["item_id"]].append(item)
     return reviews
 
 
-def _agreement_key(item: dict) -> tuple:
-    return (item.get("answerable"), tuple(sorted(item.get("gold_docs") or [])), item.get("slice"))
+def _agreement_values(item: dict) -> dict[str, str]:
+    """What reviewers must agree on, each as comparable text (a reference up to its white space)."""
+    values = {"answerable": item.get("answerable"), "gold_docs": sorted(item.get("gold_docs") or []),
+              "slice": item.get("slice"), "reference": " ".join(str(item.get("reference") or "").split()),
+              "decision": item["decision"]}
+    return {name: json.dumps(value, sort_keys=True) for name, value in values.items()}
 
 
 def _case_from(item: dict, source_versions: dict[str, str], today: str) -> dict:
+    reviewers = item.get("reviewed_by") or [item["reviewer"]]
     case = {
         "id": item.get("id") or f"tri-{item['item_id']}", "question": item["question"], "reference": item["reference"],
         "gold_docs": list(item.get("gold_docs") or []), "slice": item["slice"], "split": item["split"],
-        "answerable": bool(item.get("answerable", True)),
+        "answerable": item["answerable"],
         "tenant": (item.get("filters") or {}).get("tenant"), "roles": list((item.get("filters") or {}).get("roles") or []),
         "provenance": f"triage {item['origin']} ({json.dumps(item.get('evidence', {}), default=str)}); reviewed by "
-                      f"{item['reviewer']} on {today}",
-        "reviewed": {"reviewer": item["reviewer"], "date": today, "origin": item["origin"],
-                     "source_versions": source_versions},
+                      f"{', '.join(reviewers)} on {today}",
+        "reviewed": {"reviewed_by": reviewers, "date": today, "origin": item["origin"], "source_versions": source_versions},
     }
     if item.get("gold_spans"):
         case["gold_spans"] = item["gold_spans"]
@@ -215,14 +254,12 @@ def _case_from(item: dict, source_versions: dict[str, str], today: str) -> dict:
     return case
 
 
-def _relabel(text: str, relabelled: dict[str, dict], versions: dict[str, str], today: str) -> str:
-    """The golden file's text with the reviewed labels of these case ids; every other line as it was."""
-    if not relabelled:
-        return text
+def _relabel(path: Path, relabelled: dict[str, dict], versions: dict[str, str], today: str) -> str:
+    """The golden file's text with the reviewed labels of these case ids; every other line as it was
+    (read as the loader reads it: comments kept, a byte-order mark dropped)."""
     out = []
-    for line in text.splitlines(keepends=True):
-        stripped = line.strip()
-        raw = json.loads(stripped) if stripped and not stripped.startswith("#") else None
+    for golden_line in read_golden_lines(path):
+        raw, line = golden_line.record, golden_line.text
         if raw is not None and raw.get("id") in relabelled:
             reviewed = _case_from(relabelled[raw["id"]], versions, today)
             raw.update({k: reviewed[k] for k in ("reference", "gold_docs", "slice", "split", "answerable", "reviewed")})
@@ -249,15 +286,16 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
     for item_id, copies in sorted(reviews.items()):
         reviewers = sorted({c.get("reviewer") or "?" for c in copies})
         if len(copies) > 1:
-            agreed = len({_agreement_key(c) for c in copies}) == 1 and len({c["decision"] for c in copies}) == 1
+            values = [_agreement_values(c) for c in copies]
+            fields = [f for f in (*AGREEMENT_FIELDS, "decision") if len({v[f] for v in values}) > 1]
             name = copies[0].get("slice") or "(no slice)"
             n, ok = result.agreement_by_slice.get(name, (0, 0))
-            result.agreement_by_slice[name] = (n + 1, ok + int(agreed))
-            if not agreed:
-                fields = [f for f in (*AGREEMENT_FIELDS, "decision") if len({json.dumps(c.get(f), sort_keys=True) for c in copies}) > 1]
+            result.agreement_by_slice[name] = (n + 1, ok + int(not fields))
+            if fields:
                 result.disagreements.append({"item_id": item_id, "reviewers": reviewers, "fields": fields})
                 continue
-        item = copies[0]
+        # Every reviewer of the item is recorded, not the first copy's alone.
+        item = {**copies[0], "reviewed_by": [r for r in reviewers if r != "?"]}
         if item["decision"] == "reject":
             result.rejected.append(item_id)
             continue
@@ -276,26 +314,33 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
     new_items = [item for item in ready if item not in corrections]
     # Near duplicates: of a golden case, or of an item accepted before it in this batch. Every
     # question is encoded once; an accepted item's vector joins the ones later items are held to.
-    names = [c.id for c in golden.cases]
+    # A holdout case counts like any other, but is never named: its id would point at its text.
+    names: list[str | None] = [None if withheld(c) else c.id for c in golden.cases]
     known = _unit_vectors([c.question for c in golden.cases], embedder)
     candidates = _unit_vectors([item["question"] for item in new_items], embedder)
     accepted: list[dict] = []
     for item, vector in zip(new_items, candidates):
         row = known @ vector if len(known) else np.zeros(0)
-        best = int(np.argmax(row)) if len(row) else -1
-        if best >= 0 and row[best] >= duplicate_threshold and not item.get("duplicate_ok"):
-            result.duplicates.append({"item_id": item["item_id"], "of": names[best], "similarity": float(row[best])})
+        close = [j for j in np.argsort(-row, kind="stable") if row[j] >= duplicate_threshold]
+        holdout = [j for j in close if names[j] is None]
+        if holdout:
+            # Held back even with duplicate_ok: it would put a holdout question into another split.
+            result.duplicates.append({"item_id": item["item_id"], "of": None, "similarity": None})
+            continue
+        if close and not item["duplicate_ok"]:
+            result.duplicates.append({"item_id": item["item_id"], "of": names[close[0]], "similarity": float(row[close[0]])})
             continue
         accepted.append(item)
-        names.append(f"tri-{item['item_id']}")
+        names.append(None if item["split"] == HOLDOUT else item.get("id") or f"tri-{item['item_id']}")
         known = np.vstack([known, vector[None, :]]) if len(known) else vector[None, :]
     if not accepted and not relabelled:
         return result
     today = datetime.now(UTC).date().isoformat()
     versions = {s: store.served.manifest_hash(s) for s in source_ids}
     cases = [_case_from(item, versions, today) for item in accepted]
+    # The snapshot keeps the old revision's text as it is (its revision is the hash of its bytes).
     text = golden_path.read_text(encoding="utf-8")
-    new_text = _relabel(text, relabelled, versions, today)
+    new_text = _relabel(golden_path, relabelled, versions, today)
     new_text += ("" if new_text.endswith("\n") or not new_text else "\n") + "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
     # Validated like any golden file (gold ids against every document ever seen) before it is written.
     with tempfile.TemporaryDirectory() as folder:
@@ -306,7 +351,7 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
     golden_path.write_text(new_text, encoding="utf-8")
     result.new_revision = file_revision(golden_path)
     result.accepted = sorted(relabelled) + [c["id"] for c in cases]
-    by = ", ".join(sorted({item["reviewer"] for item in accepted}))
+    by = ", ".join(sorted({r for item in [*accepted, *relabelled.values()] for r in item["reviewed_by"]}))
     store.records.record_golden_change("accept-reviewed", result.accepted, result.old_revision, result.new_revision, by,
                                        f"triage: {len(cases)} reviewed case(s)")
     store.records.log_experiment({

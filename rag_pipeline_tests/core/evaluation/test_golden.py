@@ -31,6 +31,14 @@ def _write(tmp_path, lines):
         (_case(id="c2", split="train"), "field 'split': 'train' is not one of dev, validation, holdout"),
         (_case(id="c2", weight=0), "field 'weight'"),
         (_case(id="c2", gold_spans=[{"doc_id": "hb:other.md"}]), "not among the case's gold_docs"),
+        # json.dumps writes NaN and Infinity, and json.loads reads them: weighted metrics would be nan.
+        (_case(id="c2", weight=float("nan")), "field 'weight': must be a finite positive number, not NaN"),
+        (_case(id="c2", weight=float("inf")), "field 'weight': must be a finite positive number, not Infinity"),
+        (_case(id="c2", tenant=5), "field 'tenant': must be a tenant name (a string), not 5"),
+        (_case(id="c2", roles=[1, None]), "field 'roles': must be a list of role names (strings), not [1, null]"),
+        (_case(id="c2", forbidden_docs="hb:x.md"), 'field \'forbidden_docs\': must be a list of document ids (strings), '
+                                                   'not "hb:x.md"'),
+        (_case(id=123), "field 'id': must be a string, not a number (123)"),
     ],
 )
 def test_bad_lines_are_refused_with_line_and_field(tmp_path, line, message):
@@ -119,3 +127,20 @@ def test_prohibited_claims_load_and_a_bad_value_names_its_line(tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(GoldenSetError, match=r"line 2 \(b\): field 'prohibited_claims': must be a list"):
         load_golden_set(path)
+
+
+def test_a_byte_order_mark_and_comment_lines_are_read_like_any_line(tmp_path):
+    path = tmp_path / "golden.jsonl"
+    path.write_text("\ufeff# curated by the support team\n" + _case() + "\n  # c2 waits for the new policy\n"
+                    + _case(id="c2") + "\n", encoding="utf-8")
+    golden = load_golden_set(path)
+    assert [(c.id, c.line) for c in golden.cases] == [("c1", 2), ("c2", 4)]
+    assert golden.revision == file_revision(path), "the revision stays the hash of the file's bytes"
+
+
+def test_a_line_breaks_only_at_a_newline(tmp_path):
+    # json.dumps(ensure_ascii=False), as `golden accept` writes, keeps U+2028 raw; str.splitlines breaks there.
+    path = tmp_path / "golden.jsonl"
+    path.write_text(json.dumps(json.loads(_case(question="Leave\u2028policy?")), ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    assert load_golden_set(path).cases[0].question == "Leave\u2028policy?"

@@ -92,13 +92,17 @@ def _ragas_rows(chunks) -> list[dict]:
     return [
         {"user_input": "What does a primary on-call week pay?", "reference": "A standby allowance of €250.",
          "reference_contexts": [chunks[ON_CALL][3]], "response": "€250", "synthesizer_name": "single_hop"},
+        # What the system retrieved is its output: only the reference contexts are gold.
         {"question": "Can I get a refund after three weeks?", "ground_truth": "No, only within 14 days.",
-         "contexts": [_reworded(chunks[REFUNDS][1])]},
+         "reference_contexts": [_reworded(chunks[REFUNDS][1])], "retrieved_contexts": [chunks[BENEFITS][1]]},
         {"question": "What does the company pay towards health insurance?",
          "ground_truths": ["€100 per month in the Netherlands.", "All of it in Ireland."],
-         "contexts": [chunks[BENEFITS][1], "Lorem ipsum dolor sit amet, consectetur adipiscing elit."]},
-        {"question": "What is the moon made of?", "ground_truth": "Green cheese.", "contexts": [MOON]},
+         "reference_contexts": [chunks[BENEFITS][1], "Lorem ipsum dolor sit amet, consectetur adipiscing elit."]},
+        {"question": "What is the moon made of?", "ground_truth": "Green cheese.", "reference_contexts": [MOON]},
         {"question": "Who founded the company?", "ground_truth": "Nobody knows."},
+        # Retrieved contexts only (RAGAS's old `contexts` column, and `retrieved_contexts`): no labels.
+        {"question": "Is there a gym allowance?", "ground_truth": "No.", "contexts": [chunks[BENEFITS][1]]},
+        {"user_input": "Who is on call this week?", "reference": "See the rota.", "retrieved_contexts": [chunks[ON_CALL][3]]},
     ]
 
 
@@ -111,7 +115,7 @@ def test_ragas_rows_map_their_contexts_to_documents(tmp_path, sample_index, chun
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     else:
         columns = ["question", "user_input", "reference", "ground_truth", "ground_truths", "reference_contexts",
-                   "contexts", "response", "synthesizer_name"]
+                   "contexts", "retrieved_contexts", "response", "synthesizer_name"]
         with path.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
@@ -126,18 +130,24 @@ def test_ragas_rows_map_their_contexts_to_documents(tmp_path, sample_index, chun
     hows = {m.doc_id: m.how for m in result.mapped_by}
     assert hows[ON_CALL] == hows[BENEFITS] == "context text found in its chunks"
     assert hows[REFUNDS].startswith("word-trigram overlap")
-    assert [(u.line, u.reference[:11]) for u in result.unmapped] == [(line[2], "Lorem ipsum"), (line[3], "The moon is")]
-    assert all("no served chunk" in u.reason for u in result.unmapped)
+    assert [(u.line, u.reference) for u in result.unmapped[:2]] == [
+        (line[2], "Lorem ipsum dolor sit amet, consectetur adipiscing elit."), (line[3], MOON[:77] + "...")]
+    assert all("no served chunk" in u.reason for u in result.unmapped[:2])
+    assert [(u.line, u.reference) for u in result.unmapped[2:]] == [
+        (line[5], "contexts (1 text(s))"), (line[6], "retrieved_contexts (1 text(s))")]
+    assert all("retrieved contexts are the tested system's output, not labels" in u.reason for u in result.unmapped[2:])
     assert [(x.line, x.reason) for x in result.left_out] == [
         (line[3], "none of its 1 gold reference(s) could be mapped"),
         (line[4], "answerable, but it names no gold document or context"),
+        (line[5], "answerable, but it names no gold document or context (only contexts, not labels)"),
+        (line[6], "answerable, but it names no gold document or context (only retrieved_contexts, not labels)"),
     ]
     first = result.cases[0]
     assert first["slice"] == "single_hop" and first["reference"] == "A standby allowance of €250."
     assert first["provenance"] == (f"imported from {path.name} line {line[0]} (shape ragas, "
                                    "reference from reference, gold from reference_contexts)")
     assert result.cases[2]["reference"] == "€100 per month in the Netherlands.\nAll of it in Ireland."
-    assert "imported 3 of 5 records" in result.summary() and "2 unmapped" in result.summary()
+    assert "imported 3 of 7 records" in result.summary() and "4 unmapped" in result.summary()
     golden = _load_against(store, result.write(tmp_path / "golden.jsonl"))
     assert len(golden.cases) == 3 and not golden.stale
     assert golden.defaults_applied == {"split": 3, "slice": 2}
@@ -150,10 +160,13 @@ def test_deepeval_goldens_map_source_files_and_contexts(tmp_path, sample_index, 
          "context": [chunks[ON_CALL][3]], "source_file": "on-call.md"},
         {"input": "How long is the refund window?", "expected_output": "14 days.",
          "source_file": "/home/someone/data/corpus/helpcenter/refunds.html"},
+        # What the system retrieved is no label: this record has none, the last one its `context`.
         {"input": "Is supplementary insurance paid?", "expected_output": "€100 a month.",
          "retrieval_context": [chunks[BENEFITS][1]]},
         {"input": "A question nobody answered", "context": [chunks[ON_CALL][1]]},
         {"input": "What is in the roadmap?", "expected_output": "Secrets.", "source_file": "roadmap.pdf"},
+        {"input": "Is health insurance paid?", "expected_output": "€100 a month.", "context": [chunks[BENEFITS][1]],
+         "retrieval_context": [chunks[ON_CALL][1]]},
     ]
     path = tmp_path / "deepeval.json"
     path.write_text(json.dumps({"goldens": goldens}, indent=2))
@@ -163,10 +176,15 @@ def test_deepeval_goldens_map_source_files_and_contexts(tmp_path, sample_index, 
     assert [c["gold_docs"] for c in result.cases] == [[ON_CALL], [REFUNDS], [BENEFITS]]
     assert [m.how for m in result.mapped_by] == ["unique file name", "context text found in its chunks",
                                                   "path ending in its relative path", "context text found in its chunks"]
-    assert "gold from retrieval_context" in result.cases[2]["provenance"]
+    assert result.cases[2]["provenance"].endswith("gold from context)")
     assert result.cases[0]["provenance"].startswith(f"imported from deepeval.json line {line[0]} (shape deepeval")
-    assert result.unmapped == [(line[4], "roadmap.pdf", "no document named roadmap.pdf")]
+    assert result.unmapped == [
+        (line[2], "retrieval_context (1 text(s))", "ignored: retrieved contexts are the tested system's output, not "
+                                                   "labels; gold comes from source_file / context or document-id / "
+                                                   "file-name fields"),
+        (line[4], "roadmap.pdf", "no document named roadmap.pdf")]
     assert [(x.line, x.reason) for x in result.left_out] == [
+        (line[2], "answerable, but it names no gold document or context (only retrieval_context, not labels)"),
         (line[3], "no reference answer (expected_output)"), (line[4], "none of its 1 gold reference(s) could be mapped")]
     assert len(_load_against(store, result.write(tmp_path / "golden.jsonl")).cases) == 3
 
@@ -298,3 +316,77 @@ def test_ragas_export_carries_the_generated_answers(tmp_path, sample_index, eval
     rows = _read(tmp_path / "answered.jsonl")
     assert [r["answer"] for r in rows] == [c.answer["text"] for c in result.cases if c.case.split != "holdout"]
     assert export.answers == sum(1 for r in rows if r["answer"]) > 0
+
+
+# ---- strict values, shared file names, nothing written when invalid ---------------------------
+
+DOCS = {ON_CALL: {"source_id": "handbook", "rel_path": "engineering/on-call.md", "indexed": True},
+        "extra:on-call.md": {"source_id": "extra", "rel_path": "on-call.md", "indexed": True},
+        REFUNDS: {"source_id": "helpcenter", "rel_path": "refunds.html", "indexed": True}}
+
+
+def _handwritten(tmp_path, records, name="handwritten.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"question": f"question {i}?", "reference": "r."} | r) + "\n"
+                            for i, r in enumerate(records)))
+    return path
+
+
+def test_answerable_is_parsed_strictly_on_import(tmp_path):
+    values = [False, "false", "No", " YES ", "true", "maybe", 0]
+    path = _handwritten(tmp_path, [{"id": f"a-{i}", "answerable": v, "gold_docs": [REFUNDS] if parsed else []}
+                                   for i, (v, parsed) in enumerate(zip(values, [0, 0, 0, 1, 1, 1, 0]))])
+    result = import_cases(path, "handwritten", DOCS)
+    assert {c["id"]: c["answerable"] for c in result.cases} == {
+        "a-0": False, "a-1": False, "a-2": False, "a-3": True, "a-4": True}
+    assert [(x.line, x.case, x.reason) for x in result.left_out] == [
+        (6, "a-5", 'field \'answerable\': "maybe" is not a boolean; write true or false (or the strings "true", '
+                   '"false", "yes", "no")'),
+        (7, "a-6", 'field \'answerable\': 0 is not a boolean; write true or false (or the strings "true", "false", '
+                   '"yes", "no")')]
+    assert len(load_golden_set(result.write(tmp_path / "golden.jsonl")).cases) == 5
+
+
+def test_a_bare_file_name_two_documents_share_is_ambiguous(tmp_path):
+    path = _handwritten(tmp_path, [{"id": "b-1", "source_doc": "on-call.md"}, {"id": "b-2", "source_doc": "/on-call.md"},
+                                   {"id": "b-3", "source_doc": "engineering/on-call.md"},
+                                   {"id": "b-4", "source_doc": "extra:on-call.md"},
+                                   {"id": "b-5", "source_doc": "docs/extra/on-call.md"}])
+    result = import_cases(path, "handwritten", DOCS)
+    ambiguous = "ambiguous: 2 documents named on-call.md (extra:on-call.md, handbook:engineering/on-call.md)"
+    assert result.unmapped == [(1, "on-call.md", ambiguous), (2, "/on-call.md", ambiguous)]
+    # A folder part or a source prefix still matches exactly.
+    assert {c["id"]: c["gold_docs"] for c in result.cases} == {
+        "b-3": [ON_CALL], "b-4": ["extra:on-call.md"], "b-5": ["extra:on-call.md"]}
+    assert [m.how for m in result.mapped_by] == ["relative path", "document id", "path ending in its relative path"]
+
+
+def test_an_invalid_import_writes_nothing_and_names_the_input_line(tmp_path):
+    records = [{"id": "c-1", "gold_docs": [REFUNDS]}, {"id": "c-2"}, {"id": "c-3", "gold_docs": [REFUNDS]},
+               {"id": "c-4", "gold_docs": [REFUNDS]}, {"id": "c-5", "gold_docs": [REFUNDS], "weight": "heavy"}]
+    path = _handwritten(tmp_path, records)
+    result = import_cases(path, "handwritten", DOCS)
+    assert [c["id"] for c in result.cases] == ["c-1", "c-3", "c-4", "c-5"], "c-2 names no gold document"
+    out = tmp_path / "golden.jsonl"
+    with pytest.raises(GoldenSetError) as excinfo:
+        result.write(out)
+    message = str(excinfo.value)
+    assert f"nothing written to {out}" in message
+    assert "handwritten.jsonl line 5 (c-5): field 'weight': must be a finite positive number" in message
+    assert not out.exists() and not list(tmp_path.glob(".golden.jsonl*")), "no output, no temporary file"
+    # Fixed, the same import writes a file the loader reads.
+    records[-1]["weight"] = 2
+    fixed = import_cases(_handwritten(tmp_path, records), "handwritten", DOCS)
+    assert [c.weight for c in load_golden_set(fixed.write(out)).cases] == [1, 1, 1, 2]
+
+
+def test_an_import_from_a_store_checks_ids_no_source_ever_held(tmp_path, sample_index):
+    _, store, _ = sample_index
+    path = _handwritten(tmp_path, [{"id": "d-1", "gold_docs": [REFUNDS]},
+                                   {"id": "d-2", "gold_docs": [REFUNDS], "forbidden_docs": ["handbook:nope.md"]}])
+    result = import_from_store(path, "handwritten", store)
+    out = tmp_path / "golden.jsonl"
+    with pytest.raises(GoldenSetError, match=r"handwritten.jsonl line 2 \(d-2\): field 'forbidden_docs': "
+                                             r"'handbook:nope.md' is not a document any source has ever held"):
+        result.write(out)
+    assert not out.exists()
