@@ -7,6 +7,7 @@ import atexit
 import gc
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from rag_pipeline.config import ConfigError, PipelineConfig, load_config, parse_source_overrides, with_overlay
 from rag_pipeline.core.evaluation.golden import GoldenSetError
-from rag_pipeline.core.render import printable
+from rag_pipeline.core.render import printable, printable_lines
 
 if TYPE_CHECKING:  # the runner imports Dagster: only commands that run something pay for it
     from rag_pipeline.runner import MonitorRun
@@ -95,7 +96,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         with _instance() as instance:
             runs = ingest(config, instance, overrides=overrides, force=args.force)
     if args.json:
-        print(json.dumps({"sources": {run.source_id: run.as_json() for run in runs}}, indent=2, default=str))
+        print_json({"sources": {run.source_id: run.as_json() for run in runs}})
     else:
         print_ingest_summary(runs)
     if _interrupted(runs):
@@ -153,17 +154,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         keys = ("eval_id", "revision", "mode", "config_fingerprint", "index_state", "overall", "weighted",
                 "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold", "stale_cases")
-        print(json.dumps({k: evaluation.summary.get(k) for k in keys}, indent=2, default=_json_number))
+        print_json({k: evaluation.summary.get(k) for k in keys})
     else:
-        print(printable(evaluation.golden_summary))
+        print(printable_lines(evaluation.golden_summary))
         print(evaluation.slice_table)
         print(f"report: {evaluation.report}")
     ingestion_ok = all(r.success for r in runs)
     return 0 if ingestion_ok and evaluation.success else 1
 
 
-def _json_number(value):
-    return str(value)
+def print_json(value) -> None:
+    """One strict JSON document on stdout: NaN and infinities (a metric with no case) become null,
+    which every JSON parser reads, and values JSON has no type for become strings."""
+
+    def finite(item):
+        if isinstance(item, float):
+            return item if math.isfinite(item) else None
+        if isinstance(item, dict):
+            return {key: finite(v) for key, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [finite(v) for v in item]
+        return item
+
+    print(json.dumps(finite(value), indent=2, default=str, allow_nan=False))
 
 
 def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
@@ -199,12 +212,12 @@ def cmd_golden_import(args: argparse.Namespace) -> int:
     for problem in result.problems():
         print(f"  {printable(problem)}", file=sys.stderr)
     if not result.cases:
-        print(f"error: {printable(result.summary())}: no case to write", file=sys.stderr)
+        print(f"error: {printable_lines(result.summary())}: no case to write", file=sys.stderr)
         return 1
     result.write(out)
     golden = load_golden_set(out, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
-    print(printable(result.summary()))
-    print(f"wrote {out}: {printable(golden.summary())}")
+    print(printable_lines(result.summary()))
+    print(f"wrote {out}: {printable_lines(golden.summary())}")
     return 0
 
 
@@ -228,7 +241,7 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
         golden = load_golden_set(golden_file_for_revision(config.golden_set, store, record["revision"], Path(folder)))
     record["traces"] = store.records.case_traces(eval_id)
     export = export_ragas(record, golden, Path(args.out), store.served.chunk_text_by_id, config.answers.context_k)
-    print(printable(export.summary()))
+    print(printable_lines(export.summary()))
     return 0
 
 
@@ -266,7 +279,7 @@ def cmd_golden_accept(args: argparse.Namespace) -> int:
         raise ConfigError("no golden set: set golden_set in the config or pass --golden")
     result = accept_reviewed([Path(p) for p in args.reviewed], config.golden_set, _store(config),
                              make_embedder(config.embedding), config.source_ids, args.duplicate_threshold)
-    print(printable(result.summary()))
+    print(printable_lines(result.summary()))
     return 0 if not (result.disagreements or result.incomplete or result.duplicates) else 1
 
 
@@ -283,7 +296,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     filters = SearchFilters(tenant=args.tenant, roles=tuple(r for r in (args.roles or "").split(",") if r), statuses=statuses)
     result = retriever.search(args.query, filters, args.mode, args.k)
     if args.json:
-        print(json.dumps(result.trace(depth=args.k), indent=2))
+        print_json(result.trace(depth=args.k))
         return 0
     print(f"query: {args.query!r}  mode: {result.mode}  tenant: {filters.tenant}  roles: {list(filters.roles)}")
     for hit in result.hits:
@@ -330,7 +343,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print(comparison.missing_reason)
         return 1
     print(f"{comparison.against}\ncandidate {candidate_id}\n")
-    print(render_gate(comparison.gate))
+    print(render_gate(comparison.gate, terminal=True))
     return 0 if comparison.gate.passed else 1
 
 
@@ -378,7 +391,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     except BundleRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
-    print(render_gate(gate))
+    print(render_gate(gate, terminal=True))
     print()
     print(render_log([row]))
     return 0 if gate.passed else 1
@@ -415,7 +428,7 @@ def _demo_gate(config: PipelineConfig, eval_id: str, instance) -> str:
         store.records.promote(comparison.revision, eval_id, "first baseline of this golden revision (demo)")
         _record_promotion(store, eval_id, instance)
         return f"PROMOTE: {eval_id} is the first baseline of golden revision {comparison.revision}"
-    return render_gate(comparison.gate)
+    return render_gate(comparison.gate, terminal=True)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -473,8 +486,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     with _instance() as instance:
         run = monitor(config, instance, day)
     if args.json:
-        print(json.dumps({"day": day, "success": run.success, "checks": run.checks, "error": run.error,
-                          "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))}}, indent=2))
+        print_json({"day": day, "success": run.success, "checks": run.checks, "error": run.error,
+                    "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))}})
     else:
         print(f"== production monitoring, day {day}")
         _print_monitoring(run)
@@ -501,7 +514,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if evaluation.error:
                 print(f"evaluation FAILED: {printable(evaluation.error)}")
             else:
-                print(printable(evaluation.golden_summary))
+                print(printable_lines(evaluation.golden_summary))
                 print(evaluation.slice_table)
                 _print_answers(evaluation.summary.get("answers") or {})
                 print(f"report: {evaluation.report}")

@@ -46,6 +46,11 @@ def printable(value: object) -> str:
     return _UNPRINTABLE.sub(lambda m: _CONTROL_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
 
 
+def printable_lines(value: object) -> str:
+    """`printable` line by line: a summary of several lines prints as lines, each made safe."""
+    return "\n".join(printable(line) for line in str(value).split("\n"))
+
+
 def cut(text: str, max_chars: int | None) -> str:
     """`text` shortened to `max_chars` characters, the cut marked with an ellipsis."""
     if max_chars is None or len(text) <= max_chars:

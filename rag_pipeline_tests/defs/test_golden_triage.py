@@ -120,6 +120,8 @@ def test_agreement_and_duplicates_are_reported(triaged, capsys):
     assert "reviewer agreement by slice: from_production 0/1" in out
     assert f"to reconcile: item {drift['item_id']} (slice differ between ana, ben)" in out
     assert f"near duplicate: item {report['item_id']} ~ {triaged['existing'].id}" in out
+    # One finding a line, not a line of escaped "\n"s.
+    assert "\\n" not in out and any(line.startswith("to reconcile: item") for line in out.splitlines())
     assert triaged["golden"].read_text() == golden_before, "nothing accepted, nothing written"
 
 
@@ -136,6 +138,9 @@ def test_a_ragas_export_reads_back_and_is_no_golden_set(triaged, capsys):
         assert {"question", "answer", "contexts", "ground_truth", "user_input", "response", "retrieved_contexts", "reference"} <= set(row)
         assert row["question"] in {c.question for c in shown.values()}
     assert any(row["contexts"] for row in rows)
+    # The extractive generator answered: a stored evaluation exports its answers for RAGAS.
+    assert sum(1 for row in rows if row["answer"]) >= len(rows) / 2
+    assert all(row["answer"] == row["response"] for row in rows)
     # Read back as a RAGAS dataset, its contexts are what retrieval returned: the system's output,
     # never gold. Importing it as a golden set says so and writes nothing.
     imported = tmp / "imported.jsonl"

@@ -51,8 +51,10 @@ def test_beir_import_eval_search_promote_gate(tmp_path):
     common = ["--config", str(config), "--source", f"tiny={dataset / 'corpus.jsonl'}", "--golden", str(tmp_path / "golden.jsonl")]
     out = _cli("eval", *common, "--mode", "bm25", "--json", "--trec-run", str(tmp_path / "run.trec"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    report = json.loads(out.stdout)
+    # Strict JSON: a rate with no case is null, never a bare NaN that strict parsers refuse.
+    report = json.loads(out.stdout, parse_constant=lambda name: pytest.fail(f"{name} in eval --json"))
     assert {"overall", "by_slice", "by_split", "unanswerable"} <= set(report)
+    assert report["unanswerable"]["superseded_outranks_current_rate"] is None  # no superseded document here
     assert report["mode"] == "bm25" and report["index_state"]["tiny"]
     # The TREC run, read back by pytrec_eval with the imported qrels, gives the same numbers.
     run: dict[str, dict[str, float]] = {}

@@ -130,7 +130,7 @@ def promote_if_better(store: Store, eval_id: str, policy: GatePolicy, note: str 
             store.records.promote(comparison.revision, eval_id, f"first {suite}-suite baseline of this golden revision, "
                                   f"gated against {comparison.against}{note}", suite)
         head = f"suite: {suite}\nfirst evaluation of golden revision {comparison.revision}, gated against {comparison.against}\n"
-        return comparison.gate.promote, head + render_gate(comparison.gate)
+        return comparison.gate.promote, head + render_gate(comparison.gate, terminal=True)
     if comparison.gate.promote:
         store.records.promote(comparison.revision, eval_id, f"replaces {comparison.baseline_id}{note}", suite)
-    return comparison.gate.promote, f"suite: {suite}\n" + render_gate(comparison.gate)
+    return comparison.gate.promote, f"suite: {suite}\n" + render_gate(comparison.gate, terminal=True)

@@ -296,6 +296,10 @@ def answer_cases(
                   "settings": answer.settings, "prompt_tokens": answer.prompt_tokens,
                   "completion_tokens": answer.completion_tokens, "cost": answer.cost, "error": answer.error}
         row.answer = record
+        # Kept with the trace (withheld with it for holdout), so a stored evaluation's answers can
+        # be exported for other tools (golden_formats.export_ragas).
+        row.trace["answer"] = {"text": answer.text, "citations": answer.citations, "abstained": answer.abstained,
+                               "error": answer.error}
         if answer.errored:
             continue
         check = check_answer(answer, {h.chunk_id: h.text for h in context}, row.case.reference, row.case.answerable,

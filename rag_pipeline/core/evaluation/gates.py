@@ -17,7 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rag_pipeline.core.render import Markdown, inline, table
+from rag_pipeline.core.render import Markdown, inline, printable, table
 
 Severity = Literal["ERROR", "WARN"]
 
@@ -316,8 +316,10 @@ def _decide(result: GateResult, policy: GatePolicy) -> None:
         ]
 
 
-def render_gate(result: GateResult) -> str:
-    """The gate's table and verdict, as printed by the command line and shown in Dagster."""
+def render_gate(result: GateResult, terminal: bool = False) -> str:
+    """The gate's table and verdict as markdown, shown in Dagster; `terminal`: its findings and
+    decision as plain text (a terminal shows `->`, not `-&gt;`), for the command line."""
+    text = printable if terminal else inline
     metric_rows = [
         (d.metric, Markdown(f"{d.baseline:.4f}"), Markdown(f"{d.candidate:.4f}"), Markdown(f"{d.delta:+.4f}"),
          Markdown(f"[{d.ci_low:+.4f}, {d.ci_high:+.4f}]"), Markdown(f"{d.p_value:.3f}"), d.cases)
@@ -328,6 +330,6 @@ def render_gate(result: GateResult) -> str:
         slice_rows = [(name, b, c, Markdown(f"{c - b:+.3f}")) for name, (b, c) in sorted(result.slice_deltas.items())]
         lines += ["", table(slice_rows, ["slice", "baseline", "candidate", "delta"], limit=None)]
     lines.append("")
-    lines += [f"{f.severity}: {inline(f.message)}" for f in result.findings]
-    lines.append(inline(result.decision))
+    lines += [f"{f.severity}: {text(f.message)}" for f in result.findings]
+    lines.append(text(result.decision))
     return "\n".join(lines)

@@ -623,7 +623,8 @@ class ExportResult:
 
     def summary(self) -> str:
         parts = [f"wrote {self.rows} rows to {self.path}", f"contexts: the top {self.context_k} retrieved chunks",
-                 f"answers: {self.answers}" if self.answers else "answers: none (answers were not evaluated: empty)"]
+                 f"answers: {self.answers}" if self.answers else
+                 "answers: none (the evaluation stored no answer: answers.generator none, or every answer errored)"]
         if self.holdout_left_out:
             parts.append(f"{self.holdout_left_out} holdout case(s) left out (their text stays unseen)")
         if self.cases_without_contexts:
@@ -645,12 +646,13 @@ def export_ragas(
     in .csv, list columns JSON-encoded).
 
     Columns: `case_id`, `question` / `user_input` (the question), `answer` / `response` (the
-    generated answer; empty when answers were not evaluated, and always empty for a stored
-    evaluation, which keeps no answer texts), `contexts` / `retrieved_contexts` (texts of the top
-    `context_k` final hits of the case's trace), `ground_truth` / `reference` (the reference).
+    generated answer; empty when answers were not evaluated, or the answer errored),
+    `contexts` / `retrieved_contexts` (texts of the top `context_k` final hits of the case's
+    trace), `ground_truth` / `reference` (the reference).
 
     `evaluation`: an `EvalResult`, or a stored one as a mapping with `revision` and `traces`
-    (case id -> its trace) and optionally `answers` (case id -> answer text). Traces keep chunk
+    (case id -> its trace, holding its answer when answers were evaluated) and optionally
+    `answer_texts` (case id -> answer text, instead of the traces' answers). Traces keep chunk
     ids, not texts: `chunk_texts` (e.g. `store.served.chunk_text_by_id`) gives the texts; a chunk
     no longer served is left out and counted. Holdout cases are left out (counted) unless
     `include_holdout`: a RAGAS file is for looking at, and holdout stays unseen.
@@ -662,7 +664,11 @@ def export_ragas(
         answers = {c.case.id: c.answer["text"] for c in evaluation.cases
                    if c.answer and not c.answer.get("error") and c.answer.get("text")}
     else:
-        revision, traces, answers = evaluation["revision"], evaluation["traces"], dict(evaluation.get("answers") or {})
+        revision, traces = evaluation["revision"], evaluation["traces"]
+        # Not "answers": a stored evaluation's summary holds its answer metrics under that name.
+        answers = dict(evaluation.get("answer_texts") or {
+            case_id: trace["answer"]["text"] for case_id, trace in traces.items()
+            if (trace.get("answer") or {}).get("text") and not trace["answer"].get("error")})
     if revision != golden.revision:
         raise ValueError(f"the evaluation is of golden revision {revision}, the golden set given is {golden.revision}")
     by_id = {c.id: c for c in golden.cases}

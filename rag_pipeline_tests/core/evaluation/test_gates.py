@@ -17,6 +17,7 @@ from rag_pipeline.core.evaluation.gates import (
     compare,
     load_policy,
     paired_significance,
+    render_gate,
 )
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
@@ -84,6 +85,9 @@ def test_headline_drop_beyond_tolerance_and_budgets_fail():
     messages = [f.message for f in result.errors]
     assert any(m.startswith("recall_at_5 dropped") for m in messages)
     assert any("p95 latency 900 ms over the budget 500 ms" == m for m in messages)
+    # Markdown for Dagster (entities, escapes), plain text for a terminal.
+    assert "-&gt;" in render_gate(result) and "-&gt;" not in render_gate(result, terminal=True)
+    assert "(0.5714 -> 0.5286)" in render_gate(result, terminal=True)
 
 
 def test_unprotected_slice_drop_only_warns():
