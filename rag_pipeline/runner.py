@@ -216,8 +216,10 @@ def evaluate_golden(
     evaluation = metadata.get("golden_eval", {})
     run.slice_table = evaluation["slice_table"].value
     run.report = evaluation["report_file"].value
-    run.golden_summary = load_golden_set(config.golden_set).summary()
     run.summary = open_store(config.storage).records.evaluation_summary(evaluation["eval_id"].value)
+    run.golden_summary = load_golden_set(config.golden_set).summary()
+    if run.summary.get("suite", "full") != "full":
+        run.golden_summary += f"\nsuite {run.summary['suite']}: {run.summary['cases']} of these cases evaluated (no holdout)"
     return run
 
 

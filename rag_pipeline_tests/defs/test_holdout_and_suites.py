@@ -85,6 +85,7 @@ def test_the_pr_suite_is_a_stratified_subset_without_holdout(sample):
     assert len({c.id for c in subset.cases} - {c.id for c in regrown.cases}) <= 1
     summary = sample["pr"].summary
     assert summary["suite"] == "pr-24" and summary["cases"] == len(subset.cases)
+    assert f"suite pr-24: {len(subset.cases)} of these cases evaluated" in sample["pr"].golden_summary
 
 
 def test_a_subset_is_never_gated_against_a_full_baseline(sample):

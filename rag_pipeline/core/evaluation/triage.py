@@ -346,7 +346,13 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
     with tempfile.TemporaryDirectory() as folder:
         candidate = Path(folder) / golden_path.name
         candidate.write_text(new_text, encoding="utf-8")
-        load_golden_set(candidate, known_documents=store.ledger.document_history())
+        try:
+            load_golden_set(candidate, known_documents=store.ledger.document_history())
+        except GoldenSetError as exc:
+            # Named as the file it would become (the temporary copy is gone by the time anyone reads this).
+            raise GoldenSetError(str(exc).replace(str(candidate), f"{golden_path} (as accepting would write it)")
+                                 + f"\nnothing was written; correct the reviewed items ({', '.join(map(str, review_files))}) "
+                                 "whose case ids are named, then run accept again") from None
     store.records.snapshot_golden(golden.revision, str(golden_path), text)
     golden_path.write_text(new_text, encoding="utf-8")
     result.new_revision = file_revision(golden_path)

@@ -1,17 +1,20 @@
-"""`golden triage` and `golden accept` against a stand-in store: reviewed values are parsed strictly,
+"""`golden triage` and `golden accept` on a real DuckDB store of four ingested pages: reviewed values are parsed strictly,
 holdout cases are never named, and every reviewer of an item is recorded."""
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
-from rag_pipeline.config import EmbeddingConfig
+from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig
 from rag_pipeline.core.evaluation.golden import GoldenSetError, load_golden_set
+from rag_pipeline.core.evaluation.retrieval import Retriever
 from rag_pipeline.core.evaluation.triage import accept_reviewed, build_queue
 from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.ingestion.stages import ingest_source
+from rag_pipeline.core.storage import duckdb_store
+from rag_pipeline_tests.conftest import write_tree
 
 HOLDOUT_QUESTION = "which ferry crosses the fjord at midnight"
 GOLDEN = [
@@ -24,30 +27,21 @@ GOLDEN = [
 ]
 
 
-class _Records:
-    def __init__(self) -> None:
-        self.changes: list[tuple] = []
-
-    def snapshot_golden(self, revision: str, path: str, content: str) -> None:
-        pass
-
-    def record_golden_change(self, *args) -> None:
-        self.changes.append(args)
-
-    def log_experiment(self, row: dict) -> None:
-        pass
-
-    def monitoring_history(self, kind: str, day) -> list:
-        return []
-
-    def latest_evaluation(self) -> None:
-        return None
+PAGES = {
+    "leave.md": "# Parental leave\n\nEvery new parent gets 20 weeks of paid leave.\n",
+    "refunds.md": "# Refunds\n\nRefunds are paid out within 14 days.\n",
+    "ferry.md": "# Night ferry\n\nThe night ferry crosses the fjord at midnight.\n",
+    "bikes.md": "# Bikes\n\nThe basement has a bike storage room.\n",
+}
 
 
-def _store() -> SimpleNamespace:
-    documents = {"hb:leave.md": None, "hb:refunds.md": None, "hb:ferry.md": None, "hb:bikes.md": None}
-    return SimpleNamespace(records=_Records(), ledger=SimpleNamespace(document_history=lambda: documents),
-                           served=SimpleNamespace(manifest_hash=lambda source: "m1", document_hashes=lambda: {}))
+@pytest.fixture
+def store(tmp_path, embedder):
+    """A real DuckDB store with the four pages ingested as source `hb`."""
+    store = duckdb_store(tmp_path / "index.duckdb")
+    source = SourceConfig(name="hb", path=write_tree(tmp_path / "hb", PAGES))
+    ingest_source(source, store, embedder, ChunkingConfig(), LifecycleConfig(), "test-triage")
+    return store
 
 
 @pytest.fixture
@@ -75,17 +69,17 @@ def _reviewed(tmp_path, name: str, items: list[dict]):
     return path
 
 
-def _accept(tmp_path, golden, embedder, *files, store=None):
-    return accept_reviewed(list(files), golden, store or _store(), embedder, ["hb"])
+def _accept(tmp_path, golden, embedder, store, *files):
+    return accept_reviewed(list(files), golden, store, embedder, ["hb"])
 
 
-def test_booleans_in_reviewed_items_are_parsed_strictly(tmp_path, golden, embedder):
+def test_booleans_in_reviewed_items_are_parsed_strictly(tmp_path, golden, embedder, store):
     unanswerable = _item(1, "can i bring my dog to the office", answerable="false", slice="unanswerable")
     del unanswerable["gold_docs"]
     items = [unanswerable, _item(2, "is there a bike storage room", answerable="Yes"),
              _item(3, "how long is parental leave", duplicate_ok="false"), _item(4, "who waters the plants",
                                                                                  decision="Reject")]
-    result = _accept(tmp_path, golden, embedder, _reviewed(tmp_path, "ana", items))
+    result = _accept(tmp_path, golden, embedder, store, _reviewed(tmp_path, "ana", items))
     assert not result.incomplete, "an unanswerable item needs no gold_docs"
     assert result.rejected == ["item00000004"]
     assert [d["item_id"] for d in result.duplicates] == ["item00000003"], "duplicate_ok 'false' is not true"
@@ -96,12 +90,12 @@ def test_booleans_in_reviewed_items_are_parsed_strictly(tmp_path, golden, embedd
 
 @pytest.mark.parametrize(("field", "value"), [("answerable", "maybe"), ("answerable", 1), ("duplicate_ok", "sure"),
                                               ("decision", "approved")])
-def test_a_value_that_is_no_boolean_is_refused_with_its_line(tmp_path, golden, embedder, field, value):
+def test_a_value_that_is_no_boolean_is_refused_with_its_line(tmp_path, golden, embedder, store, field, value):
     path = _reviewed(tmp_path, "ana", [_item(1, "is there a bike storage room"),
                                        _item(2, "who waters the plants", **{field: value})])
     before = golden.read_text()
     with pytest.raises(GoldenSetError) as excinfo:
-        _accept(tmp_path, golden, embedder, path)
+        _accept(tmp_path, golden, embedder, store, path)
     message = str(excinfo.value)
     assert f"reviewed-ana.jsonl line 2 (item item00000002): field '{field}': {json.dumps(value)}" in message
     assert ('write true or false (or the strings "true", "false", "yes", "no")' in message if field != "decision"
@@ -109,15 +103,15 @@ def test_a_value_that_is_no_boolean_is_refused_with_its_line(tmp_path, golden, e
     assert golden.read_text() == before
 
 
-def test_holdout_cases_are_never_named_but_still_hold_duplicates_back(tmp_path, golden, embedder):
+def test_holdout_cases_are_never_named_but_still_hold_duplicates_back(tmp_path, golden, embedder, store):
     reports = tmp_path / "reports.jsonl"
     reports.write_text(json.dumps({"question": HOLDOUT_QUESTION}) + "\n")
-    retriever = SimpleNamespace(search=lambda question, filters: SimpleNamespace(hits=[]))
-    [queued] = build_queue(_store(), load_golden_set(golden), retriever, embedder, reports=reports)
+    retriever = Retriever(store, embedder, RetrievalConfig())
+    [queued] = build_queue(store, load_golden_set(golden), retriever, embedder, reports=reports)
     assert sorted(n["case_id"] for n in queued["nearest_golden"]) == ["d-1", "d-2"], "no holdout case as a neighbour"
     # Accepted only if it were no copy of the holdout case: held back, even with duplicate_ok, and not named.
     item = _item(1, HOLDOUT_QUESTION, duplicate_ok=True)
-    result = _accept(tmp_path, golden, embedder, _reviewed(tmp_path, "ana", [item]))
+    result = _accept(tmp_path, golden, embedder, store, _reviewed(tmp_path, "ana", [item]))
     assert result.duplicates == [{"item_id": "item00000001", "of": None, "similarity": None}]
     summary = result.summary()
     assert "near duplicate of a holdout case: item item00000001 is held back" in summary
@@ -125,14 +119,13 @@ def test_holdout_cases_are_never_named_but_still_hold_duplicates_back(tmp_path, 
     assert [c.id for c in load_golden_set(golden).cases] == ["d-1", "d-2", "hc-003"]
 
 
-def test_every_reviewer_is_recorded_and_differing_references_are_a_disagreement(tmp_path, golden, embedder):
+def test_every_reviewer_is_recorded_and_differing_references_are_a_disagreement(tmp_path, golden, embedder, store):
     agreed = _item(1, "is there a bike storage room")
     differ = _item(2, "who waters the plants")
     ana = _reviewed(tmp_path, "ana", [agreed, differ])
     ben = _reviewed(tmp_path, "ben", [{**agreed, "reviewer": "ben", "reference": "  reviewed\nreference "},
                                       {**differ, "reviewer": "ben", "reference": "The office manager."}])
-    store = _store()
-    result = _accept(tmp_path, golden, embedder, ana, ben, store=store)
+    result = _accept(tmp_path, golden, embedder, store, ana, ben)
     assert result.accepted == ["tri-item00000001"]
     assert result.disagreements == [{"item_id": "item00000002", "reviewers": ["ana", "ben"], "fields": ["reference"]}]
     assert result.agreement_by_slice == {"from_production": (2, 1)}
@@ -140,4 +133,16 @@ def test_every_reviewer_is_recorded_and_differing_references_are_a_disagreement(
     line = golden.read_text().splitlines()[-1]
     case = json.loads(line)
     assert case["reviewed"]["reviewed_by"] == ["ana", "ben"] and "reviewed by ana, ben on" in case["provenance"]
-    assert store.records.changes[0][4] == "ana, ben"
+    [change] = store.records.golden_changes()
+    assert change["changed_by"] == "ana, ben"
+
+
+def test_an_invalid_accepted_item_is_named_in_the_file_it_would_join(tmp_path, golden, embedder, store):
+    path = _reviewed(tmp_path, "ana", [_item(1, "is there a bike storage room", gold_docs=["hb:no-such-page.md"])])
+    before = golden.read_text()
+    with pytest.raises(GoldenSetError) as excinfo:
+        _accept(tmp_path, golden, embedder, store, path)
+    message = str(excinfo.value)
+    assert f"{golden} (as accepting would write it)" in message and "(tri-item00000001)" in message
+    assert "hb:no-such-page.md" in message and f"correct the reviewed items ({path})" in message
+    assert golden.read_text() == before
