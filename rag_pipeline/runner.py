@@ -16,7 +16,7 @@ from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, mo
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource
-from rag_pipeline.defs.runs import process_tags
+from rag_pipeline.defs.runs import free_slots_of_dead_runs, process_tags
 from rag_pipeline.outcomes import SourceRun, unchanged_run
 
 # The counts the command line reports per source, and the asset each comes from.
@@ -205,6 +205,7 @@ def evaluate_golden(
     if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
         instance.add_dynamic_partitions(golden_partitions.name, [revision])
     run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or "", "suite": suite}}}}
+    free_slots_of_dead_runs(instance)  # golden_eval waits in pool `store`: no dead run may hold it
     result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
         instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
         tags={**CLI_TAGS, GOLDEN_TAG: revision},
@@ -244,6 +245,7 @@ def monitor(
     embedder: EmbedderResource | None = None,
 ) -> MonitorRun:
     """Materialize production_sample and drift_report for one day partition."""
+    free_slots_of_dead_runs(instance)  # both wait in pool `store`: no dead run may hold it
     result = _job(config, monitoring_job.name, embedder).execute_in_process(
         instance=instance, partition_key=day, raise_on_error=False, run_config=QUIET_LOGS,
         tags={**CLI_TAGS, DAY_TAG: day},

@@ -20,7 +20,7 @@ from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, STORE_POOL, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import PipelineSettings, StoreResource
-from rag_pipeline.defs.runs import close_abandoned_runs
+from rag_pipeline.defs.runs import close_abandoned_runs, free_slots_of_dead_runs
 
 # A source's chain is one run; sources run as parallel runs. Where the steps of a run execute is
 # the backend's choice (definitions.executor_for): one process with DuckDB, a process per step
@@ -78,6 +78,8 @@ def source_change_sensor(context: dg.SensorEvaluationContext, settings: Pipeline
     for source in config.sources:
         for run_id in close_abandoned_runs(context.instance, source.source_id):
             context.log.warning(f"closed run {run_id} of {source.source_id}: its process is gone")
+    for run_id in free_slots_of_dead_runs(context.instance):
+        context.log.warning(f"freed the pool slot of run {run_id}: its process is gone or it ended without freeing it")
     previous = json.loads(context.cursor) if context.cursor else {}
     current = {s.source_id: source_fingerprint(s.path, s.kind) for s in config.sources}
     existing = set(context.instance.get_dynamic_partitions(source_partitions.name))

@@ -12,7 +12,7 @@ from rag_pipeline.defs.common import OWNERS, STORE_POOL
 from rag_pipeline.defs.metadata import stage_metadata
 from rag_pipeline.defs.partitions import source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
-from rag_pipeline.defs.runs import close_abandoned_runs
+from rag_pipeline.defs.runs import close_abandoned_runs, free_slots_of_dead_runs
 
 _common = dict(partitions_def=source_partitions, group_name="ingestion", owners=OWNERS)
 
@@ -41,6 +41,8 @@ def source_documents(
     diffed against the manifest the served index was built from."""
     for run_id in close_abandoned_runs(context.instance, context.partition_key, context.run.run_id):
         context.log.warning(f"closed run {run_id} of this source, left STARTED by a process that died")
+    for run_id in free_slots_of_dead_runs(context.instance, context.run.run_id):
+        context.log.warning(f"freed the pool slot of run {run_id}, whose process died or which ended without freeing it")
     pipeline = settings.load()
     source = pipeline.source(context.partition_key)
     lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \

@@ -6,6 +6,12 @@ Dagster's run monitoring (dagster.yaml) closes such runs only for launchers that
 worker's health (Kubernetes, ECS, Docker); the local launcher and the command line cannot. So
 before a source runs, its STARTED runs whose process is gone on this machine are marked failed,
 with the reason.
+
+A killed run also keeps the pool slot its step claimed (pool `store`, limit 1 on DuckDB): Dagster
+frees a slot when the step ends, and a SIGKILL ends none. Every later step of the pool, of any
+source, evaluation or monitoring, would then wait for ever. So before any run, the slots held or
+awaited by runs that can no longer free them (finished runs, and STARTED runs whose process is
+gone, closed first) are freed.
 """
 
 from __future__ import annotations
@@ -43,8 +49,33 @@ def close_abandoned_runs(instance: dg.DagsterInstance, partition_key: str, curre
             f"closed by a later run of partition {printable(partition_key)!r}: the process running it "
             f"(pid {pid}) is gone, most likely killed; its work is redone by the next run"
         ))
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         closed.append(run.run_id)
     return closed
+
+
+def free_slots_of_dead_runs(instance: dg.DagsterInstance, current_run_id: str | None = None) -> list[str]:
+    """Free the pool slots held or awaited by runs that can no longer free them: finished runs, and
+    STARTED runs whose process died on this machine (marked failed first). Returns their ids."""
+    storage = instance.event_log_storage
+    freed = []
+    for run_id in sorted(storage.get_concurrency_run_ids()):
+        if run_id == current_run_id:
+            continue
+        run = instance.get_run_by_id(run_id)
+        if run is not None and not run.is_finished:
+            if run.status != dg.DagsterRunStatus.STARTED:
+                continue  # queued or starting: its launcher and the daemon's run monitoring are in charge
+            pid, started = _run_process(instance, run)
+            if pid is None or _alive_since(pid, started):
+                continue
+            instance.report_run_failed(run, message=(
+                f"closed by a later run: the process running it (pid {pid}) is gone, most likely killed, "
+                "and it still held a slot of a pool; its work is redone by the next run of its partition"
+            ))
+        storage.free_concurrency_slots_for_run(run_id)
+        freed.append(run_id)
+    return freed
 
 
 def _run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[int | None, float | None]:

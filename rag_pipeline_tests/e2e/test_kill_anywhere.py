@@ -19,6 +19,7 @@ import duckdb
 import pytest
 import yaml
 
+from rag_pipeline.config import PROJECT_ROOT
 from rag_pipeline.core.faults import KILL_AT_ENV, KILL_POINTS
 from rag_pipeline.core.ingestion.discovery import SUPPORTED_TYPES, is_html_template
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
@@ -72,7 +73,10 @@ def indexed_v023(tmp_path_factory):
             shutil.copytree(HTTPX_V023, base / "docs")
             embedding = {"kind": "hashing"} if kind == "hashing" else {}
             config = _write_config(base, embedding)
+            # The instance settings `make demo` and `make ui` use: pool `store` at 1, as in production.
+            # Without them a killed switch's pool slot binds nothing and the test would miss that it stays claimed.
             (base / "dagster_home").mkdir()
+            shutil.copy(PROJECT_ROOT / "dagster.yaml", base / "dagster_home" / "dagster.yaml")
             out = run_cli("ingest", "--config", str(config), env={"DAGSTER_HOME": str(base / "dagster_home")})
             assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
             built[kind] = base
@@ -101,7 +105,8 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
     assert served in (v023, v028), f"after a kill at {point} the index serves a mix of the two releases"
     assert not (_deleted_in_ledger(db) & set(served)), "the ledger calls a served page deleted"
 
-    again = run_cli("ingest", "--config", str(config), "--json", env=env)
+    # A slot left claimed by the killed run made this hang for ever: a bound turns that into a failure.
+    again = run_cli("ingest", "--config", str(config), "--json", env=env, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     report = json.loads(again.stdout)["sources"]["httpx"]
     assert report["checks"] == {"coverage": True, "deletions_propagated": True, "sources_fresh": True,
@@ -115,5 +120,7 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
 
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         statuses = [r.status for r in instance.get_runs()]
+        held = instance.event_log_storage.get_concurrency_run_ids()
     assert dg.DagsterRunStatus.STARTED not in statuses, "the killed run was left STARTED"
     assert statuses.count(dg.DagsterRunStatus.FAILURE) == 1  # the killed run, closed with its reason
+    assert not held, "a run still holds or awaits a slot of pool store"
