@@ -39,7 +39,7 @@ BAD = {
     "latin1.md": ("parsed", "not valid UTF-8 (byte 0xe9 at line 1)"),
     "bad-front-matter.md": ("discovered", "front matter is not valid YAML"),
     "corrupt.pdf": ("parsed", "invalid pdf header"),
-    "truncated.docx": ("parsed", "not a ZIP archive (so not a DOCX file): truncated.docx"),
+    "truncated.docx": ("parsed", "not a readable Word .docx document (not a complete zip archive): truncated"),
     "too-big.md": ("discovered", "over the 1.0 MB limit (limits.max_file_mb)"),
     "too-long.md": ("parsed", "over the 50,000 limit (limits.max_text_chars)"),
     "dangling.md": ("discovered", "dangling symbolic link to missing.md"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import fnmatch
 import hashlib
@@ -9,13 +10,14 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import date
 from pathlib import Path, PurePosixPath
 
 import yaml
 
+from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
 from rag_pipeline.core.models import DiscoveredFile, DocumentMeta, ManifestDiff
 
 # File types that unstructured parses for us; everything else is recorded as skipped.
@@ -88,8 +90,24 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     return " ".join(str(error).split())
 
 
+# Fields that decide who may read a document: a misspelt one is an error, never ignored (it
+# would leave the document public), and roles on a public document are refused, not dropped.
+_ACCESS_FIELDS = ("tenant", "visibility", "roles")
+
+
+def _check_access_keys(raw: Mapping) -> None:
+    for key in raw:
+        if not isinstance(key, str) or key in _META_FIELDS:
+            continue
+        close = [f for f in _ACCESS_FIELDS if key.strip().lower() == f or difflib.SequenceMatcher(None, key.lower(), f).ratio() >= 0.8]
+        if close:
+            raise ValueError(f"key {key!r} looks like {close[0]!r}, which decides who may read the document: spell it "
+                             f"{close[0]!r} (until then the document is not indexed, so it cannot be served to everyone)")
+
+
 def build_meta(raw: Mapping | None, defaults: Mapping) -> DocumentMeta:
     """Merge a document's own metadata over the source defaults; raise ValueError on bad values."""
+    _check_access_keys(raw or {})
     merged = {k: v for k, v in dict(defaults).items() if k in _META_FIELDS}
     for key, value in (raw or {}).items():
         if key in _META_FIELDS:
@@ -103,6 +121,9 @@ def build_meta(raw: Mapping | None, defaults: Mapping) -> DocumentMeta:
     roles = merged.get("roles") or ()
     if isinstance(roles, str):
         roles = (roles,)
+    if visibility == "public" and (raw or {}).get("roles"):
+        raise ValueError(f"roles {list(roles)} on a public document restrict nothing: set visibility: internal to "
+                         "limit it to these roles, or remove roles")
     if visibility == "internal" and not roles:
         roles = ("employee",)  # an internal page nobody may read is a bug; employees is the safe floor
     effective = merged.get("effective_date")
@@ -165,8 +186,10 @@ def _read_meta(
             raw = loaded
         elif file_type in FRONT_MATTER_TYPES:
             try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
+                # Decoded as the parser decodes it: a byte-order mark before `---` must not turn the
+                # front matter (tenant, visibility, roles) into body text served to everyone.
+                text = decode_text(data, file_type)
+            except TextEncodingError:
                 text = ""  # the parser reports the encoding problem with its position
             raw, _, _ = split_front_matter(text)
         return build_meta(raw, defaults), None
@@ -546,23 +569,27 @@ def diff_manifest(
 def guard_against_mass_deletion(
     source_id: str,
     diff: ManifestDiff,
-    previous_count: int,
+    served: Collection[str],
     max_delete_fraction: float,
     allow_mass_delete: bool,
 ) -> None:
     """Refuse a run that would empty a source or delete more than the allowed share of it.
 
-    A loader that suddenly returns nothing is far more often an outage than a real deletion.
+    The share is of the source's served documents (`served`, their ids): files that failed and
+    were never served are nothing to lose, and counting them would let a source with many
+    broken files lose most of what it serves. A loader that suddenly returns nothing is far more
+    often an outage than a real deletion.
     """
-    if allow_mass_delete or previous_count == 0 or not diff.deleted:
+    lost = [d for d in diff.deleted if d in served]
+    if allow_mass_delete or not lost:
         return
     current_count = len(diff.added) + len(diff.changed) + len(diff.unchanged)
-    share = len(diff.deleted) / previous_count
+    share = len(lost) / len(served)
     if current_count == 0 or share > max_delete_fraction:
-        sample = ", ".join(diff.deleted[:10]) + (" ..." if len(diff.deleted) > 10 else "")
-        what = "is suddenly empty" if current_count == 0 else f"would lose {share:.0%} of its documents"
+        sample = ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
+        what = "is suddenly empty" if current_count == 0 else f"would lose {share:.0%} of its served documents"
         raise SourceUnavailableError(
-            f"source {source_id!r} {what}: {len(diff.deleted)} of {previous_count} documents would be "
+            f"source {source_id!r} {what}: {len(lost)} of {len(served)} served documents would be "
             f"deleted ({sample}). Nothing was deleted. If this is intended, rerun with "
             f"lifecycle.allow_mass_delete: true (limit: {max_delete_fraction:.0%})"
         )

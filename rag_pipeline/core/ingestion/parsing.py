@@ -6,6 +6,7 @@ import importlib.metadata
 import io
 import logging
 import re
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -14,6 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from rag_pipeline.core.ingestion.batched_classification import PARTITION_LOCK, partition_batched
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
+from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -73,12 +75,18 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
     `parser_defaults` calls unstructured without `_PARTITION_OPTIONS` (the slower call they
     replaced; a test and benchmarks/ingest.py compare the two)."""
     data = job.data
+    if not data:
+        raise ParseError("empty file (0 bytes): add content or delete the file")
     if not data.strip():
-        raise ParseError("empty file (0 bytes of text): add content or delete the file")
+        raise ParseError(f"no text: the file holds only white space ({len(data)} bytes); add content or delete it")
     line_offset = 0
     text: str | None = None
+    if job.file_type == "docx":
+        _check_docx(data)
     if job.file_type in ("md", "txt", "html"):
-        text = _decode_text(data)
+        text = _decode_text(data, job.file_type)
+        if not text.strip():
+            raise ParseError("no text: the file holds only white space and a byte-order mark; add content or delete it")
         if job.file_type in FRONT_MATTER_TYPES:
             try:
                 _, text, line_offset = split_front_matter(text)
@@ -106,9 +114,8 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
         )
     _check_text_length(sum(len(e.text) for e in elements), job.max_text_chars)
     if text is not None:
-        raw_lines = data.decode("utf-8").splitlines() if job.file_type == "html" else text.splitlines()
-        offset = 0 if job.file_type == "html" else line_offset
-        elements = locate_lines(elements, raw_lines, offset)
+        # The decoded text (an HTML page whole; Markdown after its front matter, hence the offset).
+        elements = locate_lines(elements, text.splitlines(), line_offset)
     title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
     return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
 
@@ -141,16 +148,24 @@ class _ParserMessages(logging.Handler):
         logging.getLogger().removeHandler(self)
 
 
-def _decode_text(data: bytes) -> str:
-    if b"\x00" in data[:8192]:
-        raise ParseError("binary content (NUL bytes) in a text file: wrong extension? rename or remove it")
+def _decode_text(data: bytes, file_type: str) -> str:
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ParseError(
-            f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at line {line}): re-save the file as UTF-8"
-        ) from exc
+        return decode_text(data, file_type)
+    except TextEncodingError as exc:
+        raise ParseError(str(exc)) from exc
+
+
+def _check_docx(data: bytes) -> None:
+    """A .docx is a zip holding word/document.xml; anything else gets a reason a person can act on."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+    except zipfile.BadZipFile:
+        raise ParseError("not a readable Word .docx document (not a complete zip archive): truncated, an old .doc, "
+                         "or another type renamed? re-save it from Word as .docx, or give it its real extension") from None
+    if "word/document.xml" not in names:
+        raise ParseError("not a Word .docx document (a zip archive without word/document.xml): re-save it from "
+                         "Word as .docx, or give it its real extension")
 
 
 def warm_up(file_type: str) -> None:

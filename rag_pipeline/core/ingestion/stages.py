@@ -123,8 +123,9 @@ def discover_source(
         files = discovery.describe_entries(tree, entries, source.defaults.model_dump())
         files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
     diff = discovery.diff_manifest(files, previous)
+    served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
     discovery.guard_against_mass_deletion(
-        source_id, diff, len(previous), lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
+        source_id, diff, served, lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
     )
     meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
     report = StageReport(source_id, "discovered")

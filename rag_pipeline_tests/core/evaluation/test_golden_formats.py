@@ -280,7 +280,7 @@ def test_ragas_export_of_a_real_evaluation(tmp_path, sample_index, evaluated, na
                           include_holdout=True)
     rows = _read(tmp_path / name)
     assert len(rows) == export.rows == len(result.cases) == len(golden.cases)
-    assert "answers: none (answers were not evaluated: empty)" in export.summary()
+    assert "answers: none (the evaluation stored no answer: answers.generator none" in export.summary()
     for row, case_result in zip(rows, result.cases):
         case = case_result.case
         assert row["case_id"] == case.id and row["question"] == row["user_input"] == case.question

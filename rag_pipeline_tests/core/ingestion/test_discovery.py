@@ -58,6 +58,28 @@ def test_bad_metadata_is_a_per_document_error_with_the_reason(tmp_path):
     assert files["c.md"].error is None
 
 
+def test_a_byte_order_mark_does_not_hide_front_matter(tmp_path):
+    # Read as body text, this front matter would serve an HR page of tenant acme to everyone.
+    page = "---\nvisibility: internal\nroles: [hr]\ntenant: acme\n---\n# Salaries\n\nSalary bands.\n"
+    write_tree(tmp_path, {"bom.md": b"\xef\xbb\xbf" + page.encode(), "utf16.md": page.encode("utf-16")})
+    for name, item in {f.rel_path: f for f in discover_files("s", tmp_path)}.items():
+        assert (item.meta.visibility, item.meta.roles, item.meta.tenant, item.error) == ("internal", ("hr",), "acme", None), name
+
+
+@pytest.mark.parametrize(("front_matter", "reason"), [
+    ("visiblity: internal\nroles: [hr]", "key 'visiblity' looks like 'visibility'"),
+    ("Visibility: internal\nroles: [hr]", "key 'Visibility' looks like 'visibility'"),
+    ("tennant: acme", "key 'tennant' looks like 'tenant'"),
+    ("role: hr\nvisibility: internal", "key 'role' looks like 'roles'"),
+    ("roles: [hr]", "roles ['hr'] on a public document restrict nothing"),
+])
+def test_a_misspelt_or_contradictory_access_field_is_an_error_not_a_public_page(tmp_path, front_matter, reason):
+    write_tree(tmp_path, {"a.md": f"---\n{front_matter}\n---\n# A\n\ntext\n", "b.md": "---\ntags: [x]\n---\n# B\n"})
+    files = {f.rel_path: f for f in discover_files("s", tmp_path)}
+    assert reason in files["a.md"].error
+    assert files["b.md"].error is None  # other keys of a page's own are its business
+
+
 def test_front_matter_reports_the_lines_it_used():
     meta, body, lines = split_front_matter("---\na: 1\nb: 2\n---\n# Title\ntext\n")
     assert meta == {"a": 1, "b": 2} and body.startswith("# Title") and lines == 4
@@ -90,12 +112,26 @@ def test_missing_root_fails_before_anything_happens(tmp_path):
 )
 def test_mass_deletion_guard(deleted, kept, allowed, raises):
     diff = ManifestDiff((), (), tuple(f"s:k{i}" for i in range(kept)), tuple(f"s:d{i}" for i in range(deleted)))
+    served = {*diff.unchanged, *diff.deleted}
     if raises:
         with pytest.raises(SourceUnavailableError, match="Nothing was deleted") as excinfo:
-            guard_against_mass_deletion("s", diff, deleted + kept, 0.5, allowed)
+            guard_against_mass_deletion("s", diff, served, 0.5, allowed)
         assert "s:d0" in str(excinfo.value)
     else:
-        guard_against_mass_deletion("s", diff, deleted + kept, 0.5, allowed)
+        guard_against_mass_deletion("s", diff, served, 0.5, allowed)
+
+
+def test_the_guard_counts_served_documents_not_failed_ones():
+    # 10 served and 10 broken files that never served; 8 served ones go: 80% of what is served,
+    # though only 40% of the manifest.
+    served = {f"s:good{i}" for i in range(10)}
+    diff = ManifestDiff((), (), ("s:good8", "s:good9", *(f"s:bad{i}" for i in range(10))),
+                        tuple(f"s:good{i}" for i in range(8)))
+    with pytest.raises(SourceUnavailableError, match="8 of 10 served documents would be deleted"):
+        guard_against_mass_deletion("s", diff, served, 0.5, False)
+    # Broken files that were never served may go without the guard: nothing served is lost.
+    gone_broken = ManifestDiff((), (), tuple(sorted(served)), tuple(f"s:bad{i}" for i in range(10)))
+    guard_against_mass_deletion("s", gone_broken, served, 0.5, False)
 
 
 def test_beir_corpus_records_become_documents(tmp_path):

@@ -66,7 +66,10 @@ def test_html_headings(tmp_path):
     ("name", "content", "reason"),
     [
         ("empty.md", b"", "empty file"),
+        ("blank.md", b"   \n\t\n", r"no text: the file holds only white space \(6 bytes\)"),
         ("binary.md", b"\x00\x01\x02PK\x03\x04" * 20, "binary content"),
+        ("junk.docx", b"PK\x05\x06" + b"\x00" * 18, "not a Word .docx document"),
+        ("renamed.docx", b"just some text, not a Word file", r"not a readable Word .docx document \(not a complete zip"),
         ("latin1.md", "# Caf\xe9\n\nna\xefve text\n".encode("latin-1"), "not valid UTF-8"),
         ("corrupt.pdf", b"%PDF-1.4\n this is not really a pdf \n%%EOF", "pdf parser failed|no text could be extracted"),
         ("only-front-matter.md", b"---\ntitle: x\n---\n", "no body text"),
@@ -75,6 +78,19 @@ def test_html_headings(tmp_path):
 def test_broken_files_fail_with_a_reason(tmp_path, name, content, reason):
     with pytest.raises(ParseError, match=reason):
         _parse_one(tmp_path, name, content)
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("bom.md", b"\xef\xbb\xbf# Caf\xc3\xa9 menu\n\nFresh na\xc3\xafve bread.\n"),
+    ("utf16.md", "# Caf\xe9 menu\n\nFresh na\xefve bread.\n".encode("utf-16")),
+    ("latin1.html", '<html><head><meta charset="iso-8859-1"></head><body><h1>Caf\xe9 menu</h1>'
+                    '<p>Fresh na\xefve bread.</p></body></html>'.encode("latin-1")),
+])
+def test_text_is_decoded_as_the_file_declares(tmp_path, name, content):
+    # A byte-order mark decides and is dropped; an HTML page's declared charset is honoured.
+    doc = _parse_one(tmp_path, name, content)
+    assert [e.text for e in doc.elements] == ["Caf\xe9 menu", "Fresh na\xefve bread."]
+    assert doc.elements[0].category == "Title" and doc.elements[1].heading_path == ("Caf\xe9 menu",)
 
 
 def test_locate_lines_skips_what_it_cannot_place():

@@ -116,7 +116,8 @@ def test_the_ledger_is_reconciled_with_what_is_served(source, store):
 def test_a_new_version_that_fails_keeps_the_served_one(source, store):
     _stages(source, store, "r1")
     before = _served(store)["kb:invoices.md"]
-    (source.path / "invoices.md").write_bytes(b"\xff\xfe not utf-8")
+    # (Not b"\xff\xfe...": that is UTF-16's byte-order mark, and the text then decodes.)
+    (source.path / "invoices.md").write_bytes("caf\xe9 not utf-8".encode("latin-1"))
     switch = _stages(source, store, "r2")["indexed"]
     assert switch.switched
     assert _served(store)["kb:invoices.md"] == before  # the last good version stays
