@@ -45,6 +45,7 @@ from rag_pipeline.core.ingestion.parsing import (
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
 from rag_pipeline.core.progress import Progress
 from rag_pipeline.core.storage import Store
+from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 
 # Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
@@ -453,7 +454,7 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     try:
         with store.transaction():
             kill_point("switch:begin")
-            before = {d["doc_id"]: d["content_hash"] for d in store.served.indexed_documents(source_id)}
+            before = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
             store.served.record_tombstones(source_id, leaving, run_id)
             counts = store.served.replace_served(source_id, embedder.identity)
             kill_point("switch:replaced")
@@ -476,7 +477,9 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     after = {d["doc_id"] for d in served}
     report.failures = failures
     report.counts = {
-        "indexed": sum(1 for d in served if before.get(d["doc_id"]) != d["content_hash"]),
+        # A new served version: new bytes, or new metadata (who may see it, status, dates).
+        "indexed": sum(1 for d in served if d["doc_id"] not in before
+                       or document_version(before[d["doc_id"]]) != document_version(d)),
         "queryable": report.coverage.counts_by_stage.get("queryable", 0),
         "probed": probed,
         "removed": len(set(before) - after),
@@ -489,13 +492,14 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
 
 
 def _reconcile_ledger(
-    store: Store, source_id: str, before: dict[str, str]
+    store: Store, source_id: str, before: dict[str, dict]
 ) -> tuple[list[dict], int, list[StageFailure]]:
     """Ledger rows that make the record match what is now served (call inside the switch).
 
-    Served documents get an `indexed` row for their served version; those whose served version
-    was never proven queryable (or failed the probe before) are probed now; documents no longer
-    in the source get their `deleted` rows.
+    Served documents get an `indexed` row for their served version (new bytes, another parser,
+    or the same bytes served with new metadata: the row says which fields changed); those whose
+    served version was never proven queryable (or failed the probe before) are probed now;
+    documents no longer in the source get their `deleted` rows. `before`: the served rows before.
     """
     served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
     rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id) if r["stage"] in ("indexed", "queryable")}
@@ -511,6 +515,14 @@ def _reconcile_ledger(
         _ledger_entry(d, source_id, row["content_hash"], "indexed", "ok", parser_version=row["parser_version"])
         for d, row in served.items() if not proven(d, "indexed")
     ]
+    fresh = {entry["doc_id"] for entry in ledger}
+    for doc_id, row in served.items():
+        old = before.get(doc_id)
+        if doc_id not in fresh and old is not None and document_version(old) != document_version(row):
+            changed = [f for f in SERVED_FIELDS if str(old.get(f)) != str(row.get(f))]
+            ledger.append(_ledger_entry(doc_id, source_id, row["content_hash"], "indexed", "ok",
+                                        f"served with new metadata: {', '.join(changed)}",
+                                        parser_version=row["parser_version"]))
     to_probe = sorted(d for d in served if not proven(d, "queryable"))
     queryable, not_found = probe_queryable(store, to_probe)
     failures = []

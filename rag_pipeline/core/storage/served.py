@@ -28,6 +28,17 @@ def served_version(db: Database) -> tuple:
     return tuple(db.rows("SELECT source_id, version FROM served_versions ORDER BY source_id"))
 
 
+# What makes a served document's version: its bytes and the metadata that decides who may see it
+# and whether it is current. A change of any of them is a new served version.
+SERVED_FIELDS = ("content_hash", "tenant", "visibility", "roles", "status", "effective_date", "supersedes",
+                 "superseded_by")
+
+
+def document_version(document: dict) -> str:
+    """The version of a served document row (`SERVED_FIELDS`) as one comparable string."""
+    return json.dumps([document.get(f) for f in SERVED_FIELDS], default=str)
+
+
 class ServedIndex:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -190,9 +201,12 @@ class ServedIndex:
         return dict(self.db.rows("SELECT doc_id, content_hash FROM documents"))
 
     def manifest_hash(self, source_id: str) -> str:
-        """A hash of the served state of one source (doc ids and content hashes)."""
-        rows = self.db.rows("SELECT doc_id, content_hash FROM documents WHERE source_id = ? ORDER BY doc_id", [source_id])
-        return hashlib.sha256(json.dumps([list(r) for r in rows]).encode()).hexdigest()[:16]
+        """A hash of the served state of one source: each document's id, content hash and the
+        fields that decide who sees it and when (`SERVED_FIELDS`): a sidecar that makes a page
+        public changes what is served, though not one byte of the page."""
+        rows = self.db.rows(f"SELECT doc_id, {', '.join(SERVED_FIELDS)} FROM documents WHERE source_id = ? ORDER BY doc_id",
+                            [source_id])
+        return hashlib.sha256(json.dumps([list(r) for r in rows], default=str).encode()).hexdigest()[:16]
 
     def first_chunk_vectors(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The served vector of each document's first chunk (the queryable probe's query)."""

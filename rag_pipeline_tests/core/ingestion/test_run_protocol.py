@@ -145,3 +145,20 @@ def test_an_index_file_of_the_first_layout_is_migrated(tmp_path):
         con.execute("DELETE FROM schema_version WHERE version <> 99")
     with pytest.raises(RuntimeError, match="newer than this rag_pipeline"):
         duckdb_store(path).staging.previous_manifest("kb")
+
+
+def test_a_metadata_only_change_is_a_new_served_version_in_the_counts_and_the_ledger(source, store):
+    (source.path / "page.html").write_text("<html><body><h1>Bands</h1><p>Salary bands for every level.</p></body></html>")
+    (source.path / "page.html.meta.yaml").write_text("visibility: internal\nroles: [hr]\n")
+    _stages(source, store, "r1")
+    state = store.served.manifest_hash("kb")
+    # Not one byte of the page changes; its sidecar makes it public.
+    (source.path / "page.html.meta.yaml").write_text("visibility: public\n")
+    switch = _stages(source, store, "r2")["indexed"]
+    assert switch.switched and switch.counts["indexed"] == 1
+    served = {d["doc_id"]: d for d in store.served.indexed_documents("kb")}["kb:page.html"]
+    assert served["visibility"] == "public"
+    [row] = [r for r in store.ledger.rows("kb") if r["doc_id"] == "kb:page.html" and r["stage"] == "indexed"]
+    assert row["run_id"] == "r2" and row["reason"] == "served with new metadata: visibility, roles"
+    # The index state an evaluation records moves with it: it is another index for the callers.
+    assert store.served.manifest_hash("kb") != state
