@@ -32,8 +32,10 @@ COUNT_SOURCES: dict[str, tuple[str, str]] = {
     "embedded": ("chunk_embeddings", "embedded"),
     "cache_hits": ("chunk_embeddings", "cache_hits"),
     "indexed": ("search_index", "indexed"),
-    "queryable": ("search_index", "queryable"),  # state: served documents proven queryable
+    "queryable": ("search_index", "queryable"),  # state: documents whose current version is served and proven queryable
     "probed": ("search_index", "probed"),  # this run: documents whose queryable probe ran
+    # state: documents whose current version failed and whose last good version stays served
+    "kept_previous": ("search_index", "kept_previous"),
 }
 
 

@@ -119,7 +119,7 @@ def test_a_new_version_that_fails_keeps_the_served_one(source, store):
     # (Not b"\xff\xfe...": that is UTF-16's byte-order mark, and the text then decodes.)
     (source.path / "invoices.md").write_bytes("caf\xe9 not utf-8".encode("latin-1"))
     switch = _stages(source, store, "r2")["indexed"]
-    assert switch.switched
+    assert switch.switched and switch.counts["kept_previous"] == 1
     assert _served(store)["kb:invoices.md"] == before  # the last good version stays
     [failure] = coverage_report(store, "kb").failed
     assert (failure["doc_id"], failure["stage"]) == ("kb:invoices.md", "parsed")
