@@ -1,7 +1,8 @@
 """The text of a text document's bytes (Markdown, plain text, HTML), decoded by what the file says.
 
 In order: a byte-order mark (UTF-8, UTF-16 LE or BE) decides and is removed, so front matter
-after it is still front matter; an HTML page's declared charset (`<meta charset=...>`, or the
+after it is still front matter (UTF-16 must then read as text: any even run of bytes decodes, so
+a text without a space or line break is refused); an HTML page's declared charset (`<meta charset=...>`, or the
 `content` of an http-equiv Content-Type) within its first 4 KB; else UTF-8. Bytes that do not
 decode, or NUL bytes in a file without a UTF-16 mark, are a `TextEncodingError` whose message
 says where and what to do.
@@ -36,7 +37,12 @@ def decode_text(data: bytes, file_type: str) -> str:
     """The document's text (see the module docstring); raises TextEncodingError."""
     for mark, codec in _BOMS:
         if data.startswith(mark):
-            return _decode(data[len(mark):], codec, f"{codec} (its byte-order mark says so)")
+            text = _decode(data[len(mark):], codec, f"{codec} (its byte-order mark says so)")
+            if codec != "utf-8" and text.strip() and not any(ch in text for ch in " \t\n"):
+                # Any even run of bytes decodes as UTF-16; real text has spaces or line breaks.
+                raise TextEncodingError(f"starts with a {codec} byte-order mark but does not read as {codec} text "
+                                        "(no space or line break in it): re-save the file as UTF-8")
+            return text
     if b"\x00" in data[:8192]:
         raise TextEncodingError("binary content (NUL bytes) in a text file: wrong extension, or UTF-16 without a "
                                 "byte-order mark? rename or remove it, or re-save it as UTF-8")

@@ -68,6 +68,7 @@ def test_html_headings(tmp_path):
         ("empty.md", b"", "empty file"),
         ("blank.md", b"   \n\t\n", r"no text: the file holds only white space \(6 bytes\)"),
         ("binary.md", b"\x00\x01\x02PK\x03\x04" * 20, "binary content"),
+        ("bom-garbage.md", b"\xff\xfe\x00bad", "starts with a utf-16-le byte-order mark but does not read as utf-16-le"),
         ("junk.docx", b"PK\x05\x06" + b"\x00" * 18, "not a Word .docx document"),
         ("renamed.docx", b"just some text, not a Word file", r"not a readable Word .docx document \(not a complete zip"),
         ("latin1.md", "# Caf\xe9\n\nna\xefve text\n".encode("latin-1"), "not valid UTF-8"),
