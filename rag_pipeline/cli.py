@@ -34,6 +34,14 @@ def _load(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, str]]:
     return load_config(args.config, sources=overrides, golden_set=getattr(args, "golden", None)), overrides
 
 
+def _load_sources(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, str]]:
+    """`_load`, for a command that ingests: with no source at all it would do nothing and say nothing."""
+    config, overrides = _load(args)
+    if not config.sources:
+        raise ConfigError("no sources to ingest: list them under sources: in the config, or pass --source NAME=PATH")
+    return config, overrides
+
+
 def _store(config: PipelineConfig):
     from rag_pipeline.core.storage import open_store
 
@@ -88,7 +96,7 @@ def _all_unchanged(config: PipelineConfig, force: bool):
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    config, overrides = _load(args)
+    config, overrides = _load_sources(args)
     runs = _all_unchanged(config, args.force)
     if runs is None:
         from rag_pipeline.runner import ingest
@@ -138,7 +146,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Ingest (incrementally) the configured sources, then evaluate the golden set."""
     from rag_pipeline.runner import evaluate_golden, ingest
 
-    config, overrides = _load(args)
+    config, overrides = _load_sources(args)
     with _instance() as instance:
         runs = ingest(config, instance, overrides=overrides)
         if not all(r.success for r in runs) and not args.json:

@@ -63,6 +63,11 @@ def test_human_summary_and_invalid_config(tmp_path):
     out = _cli("ingest", "--config", str(bad))
     assert out.returncode == 2
     assert "chunking.strategy" in out.stderr and str(bad) in out.stderr
+    # A config with no source would ingest nothing and say nothing: it is refused, with the way out.
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("sources: []\nembedding:\n  kind: hashing\n")
+    out = _cli("ingest", "--config", str(empty))
+    assert out.returncode == 2 and "no sources to ingest" in out.stderr and "--source NAME=PATH" in out.stderr
 
 
 def test_unmounted_source_fails_the_run_and_keeps_the_index(tmp_path):
