@@ -13,7 +13,8 @@
              prohibited_claims, reviewer, and decision (accept | reject).
     accept   `accept_reviewed` reads one or more reviewed queue files (two reviewers may each fill a
              copy), reports their agreement by slice and lists disagreements (answerable, gold
-             documents, slice, reference or decision differ: not accepted until reconciled),
+             documents or spans, slice, split, reference, prohibited claims or decision differ:
+             not accepted until reconciled),
              records every reviewer of an accepted item, flags near duplicates of golden cases
              (cosine >= `duplicate_threshold`; accepted only with `duplicate_ok: true`; a near
              duplicate of a holdout case is held back always and named only as "a holdout
@@ -57,9 +58,9 @@ from rag_pipeline.core.vectors import normalise_rows
 
 REVIEW_FIELDS = {"reference": "", "gold_docs": [], "gold_spans": [], "slice": "", "split": "", "answerable": None,
                  "prohibited_claims": [], "reviewer": "", "decision": ""}
-# Agreement is judged on what changes a metric: whether the corpus answers, where, the slice, and
-# the reference answers are graded against.
-AGREEMENT_FIELDS = ("answerable", "gold_docs", "slice", "reference")
+# Agreement is judged on what changes a metric: whether the corpus answers, where (documents and
+# spans), the slice and split, the reference answers are graded against, the claims they must not make.
+AGREEMENT_FIELDS = ("answerable", "gold_docs", "slice", "reference", "split", "gold_spans", "prohibited_claims")
 DECISIONS = ("accept", "reject")
 DUPLICATE_THRESHOLD = 0.9
 
@@ -232,6 +233,9 @@ def _agreement_values(item: dict) -> dict[str, str]:
     """What reviewers must agree on, each as comparable text (a reference up to its white space)."""
     values = {"answerable": item.get("answerable"), "gold_docs": sorted(item.get("gold_docs") or []),
               "slice": item.get("slice"), "reference": " ".join(str(item.get("reference") or "").split()),
+              # Which aggregate the case joins (holdout or not), what span metrics and answer checks grade.
+              "split": item.get("split") or "", "gold_spans": item.get("gold_spans") or [],
+              "prohibited_claims": sorted(" ".join(str(c).split()) for c in item.get("prohibited_claims") or []),
               "decision": item["decision"]}
     return {name: json.dumps(value, sort_keys=True) for name, value in values.items()}
 

@@ -146,3 +146,16 @@ def test_an_invalid_accepted_item_is_named_in_the_file_it_would_join(tmp_path, g
     assert f"{golden} (as accepting would write it)" in message and "(tri-item00000001)" in message
     assert "hb:no-such-page.md" in message and f"correct the reviewed items ({path})" in message
     assert golden.read_text() == before
+
+
+@pytest.mark.parametrize(("field", "ana", "ben"), [
+    ("split", "dev", "holdout"),
+    ("gold_spans", [], [{"doc_id": "hb:bikes.md", "heading": "Bikes"}]),
+    ("prohibited_claims", [], ["Bikes may be parked in the lobby."]),
+])
+def test_reviewers_must_agree_on_split_spans_and_prohibited_claims(tmp_path, golden, embedder, store, field, ana, ben):
+    item = _item(1, "is there a bike storage room")
+    result = _accept(tmp_path, golden, embedder, store, _reviewed(tmp_path, "ana", [{**item, field: ana}]),
+                     _reviewed(tmp_path, "ben", [{**item, field: ben, "reviewer": "ben"}]))
+    assert result.disagreements == [{"item_id": "item00000001", "reviewers": ["ana", "ben"], "fields": [field]}]
+    assert not result.accepted
