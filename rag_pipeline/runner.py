@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -42,7 +43,15 @@ COUNT_SOURCES: dict[str, tuple[str, str]] = {
 OPEN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                  dg.DagsterRunStatus.STARTED]
 # Dagster's console logger at ERROR: the command line prints its own summary (failed documents included).
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+# The command line prints each run's outcome and reason itself, so Dagster's console logger only
+# speaks up for what it alone knows: the stack of an unexpected error (`_show_unexpected_error`).
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# Errors whose message is the whole story (the outcome line shows it): no stack trace for them.
+EXPECTED_ERRORS = frozenset({
+    "SourceUnavailableError", "SourceBusyError", "DocumentReadError", "GoldenSetError", "EvaluationError",
+    "ConfigError", "HoldoutError", "Failure", "DagsterAssetCheckFailedError", "DagsterExecutionInterruptedError",
+    "KeyboardInterrupt",
+})
 CLI_TAGS = {TRIGGER_TAG: "cli"}
 
 
@@ -143,13 +152,25 @@ def _materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]
 
 
 def _step_error(result: dg.ExecuteInProcessResult) -> str | None:
-    """`step: innermost error` of the first failed step, or None when the run succeeded."""
+    """`step: innermost error` of the first failed step, or None when the run succeeded; an
+    unexpected error's stack goes to stderr as well (`_show_unexpected_error`)."""
     if result.success:
         return None
-    return next(
-        (f"{e.step_key}: {_root_cause(e.step_failure_data.error)}" for e in result.all_events if e.is_step_failure),
-        "run failed",
-    )
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    if failure is None:
+        return "run failed"
+    _show_unexpected_error(failure.step_key, failure.step_failure_data.error)
+    return f"{failure.step_key}: {_root_cause(failure.step_failure_data.error)}"
+
+
+def _show_unexpected_error(step_key: str, error) -> None:
+    """The full stack of an error the code did not foresee (a bug, to report), on stderr."""
+    innermost = error
+    while getattr(innermost, "cause", None) is not None:
+        innermost = innermost.cause
+    if innermost.cls_name not in EXPECTED_ERRORS:
+        print(f"step {step_key} failed with an unexpected {innermost.cls_name}; its stack, for a bug report:\n"
+              f"{error.to_string()}", file=sys.stderr)
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:

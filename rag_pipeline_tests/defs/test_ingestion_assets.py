@@ -99,3 +99,32 @@ def test_broken_files_fail_alone_with_reasons(httpx_run):
     # A failed document is not retried while its bytes are unchanged.
     again = _run(httpx_run, force=True)
     assert again.counts["parsed"] == 0 and len(again.failures) == 4
+
+
+def test_only_an_unexpected_error_shows_its_stack(tmp_path, write_config, monkeypatch, capsys):
+    import yaml
+
+    from rag_pipeline.config import load_config
+    from rag_pipeline.core.ingestion import stages
+    from rag_pipeline_tests.conftest import write_tree
+
+    instance = dg.DagsterInstance.ephemeral()
+    # An outage of the source: its reason is the whole story, the outcome line carries it.
+    (tmp_path / "outage").mkdir()
+    (tmp_path / "outage" / "pipeline.yaml").write_text(yaml.safe_dump({
+        "sources": [{"name": "gone", "path": str(tmp_path / "nowhere")}], "embedding": {"kind": "hashing"},
+        "storage": {"path": str(tmp_path / "outage" / "index.duckdb")}}))
+    [run] = ingest(load_config(tmp_path / "outage" / "pipeline.yaml"), instance)
+    assert not run.success and "does not exist" in run.error
+    assert "stack" not in capsys.readouterr().err
+    config = write_config({"kb": write_tree(tmp_path / "kb", {"a.md": "# A\n\nSome text about refunds.\n"})})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the parse stage")
+
+    monkeypatch.setattr(stages, "parse_source", broken)
+    [run] = ingest(config, instance)
+    err = capsys.readouterr().err
+    assert not run.success and "a bug in the parse stage" in run.error
+    assert "step parsed_documents failed with an unexpected RuntimeError; its stack, for a bug report" in err
+    assert 'File "' in err and "in broken" in err
