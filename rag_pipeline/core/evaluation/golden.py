@@ -31,6 +31,7 @@ import hashlib
 import io
 import json
 import math
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -301,7 +302,10 @@ def stale_labels(cases: Iterable[GoldenCase], served_hashes: Mapping[str, str]) 
 
 
 def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
+    """None, or a string with nothing visible in it: white space and format characters (a
+    zero-width space, a byte-order mark) do not make a question."""
+    return value is None or (isinstance(value, str)
+                             and not any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in value))
 
 
 def _json_type(value: object) -> str:

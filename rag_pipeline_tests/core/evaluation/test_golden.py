@@ -25,6 +25,7 @@ def _write(tmp_path, lines):
         ("{not json", "line 2: invalid JSON"),
         (_case(id="c1"), "field 'id': duplicate id 'c1' (first on line 1)"),
         (_case(id="c2", question="  "), "field 'question': missing or empty"),
+        (_case(id="c2", question="\u200b \ufeff"), "field 'question': missing or empty"),  # only invisible characters
         (_case(id="c2", reference=""), "field 'reference': missing or empty"),
         (_case(id="c2", gold_docs=[]), "field 'gold_docs': an answerable case needs at least one gold document"),
         (_case(id="c2", answerable=False), "field 'gold_docs': an unanswerable case must have no gold documents"),
