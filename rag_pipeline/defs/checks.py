@@ -15,11 +15,11 @@ import dagster as dg
 from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,  # not exported; needed to tie a runless evaluation to its materialization
 )
-from sqlalchemy.exc import IntegrityError
 
 from rag_pipeline.core import render
 from rag_pipeline.core.verdicts import Verdict
 from rag_pipeline.defs.metadata import numbers
+from rag_pipeline.defs.runs import report_runless_check
 
 
 @dataclass(frozen=True)
@@ -123,23 +123,4 @@ def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) 
         asset_key=asset_key, check_name=check.check_name, passed=True, metadata=check.metadata, severity=check.severity,
         description=check.description, target_materialization_data=target, partition=revision,
     )
-    try:
-        instance.report_runless_asset_event(evaluation)
-    except IntegrityError:
-        # Dagster's check index keeps one run-less row per (asset, check, partition) and inserts
-        # without replacing, so a revision's second promotion collides with its first. The events
-        # themselves stay in the event log; the index row of the earlier promotion makes way.
-        _forget_runless_check_row(instance, asset_key, check.check_name, revision)
-        instance.report_runless_asset_event(evaluation)
-
-
-def _forget_runless_check_row(instance: dg.DagsterInstance, asset_key: dg.AssetKey, check_name: str,
-                              partition: str) -> None:
-    """Delete the run-less execution row of one check and partition from Dagster's check index."""
-    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
-
-    table = AssetCheckExecutionsTable
-    with instance.event_log_storage.index_connection() as connection:
-        connection.execute(table.delete().where(
-            (table.c.asset_key == asset_key.to_string()) & (table.c.check_name == check_name)
-            & (table.c.run_id == "") & (table.c.partition == partition)))
+    report_runless_check(instance, evaluation)

@@ -12,6 +12,10 @@ frees a slot when the step ends, and a SIGKILL ends none. Every later step of th
 source, evaluation or monitoring, would then wait for ever. So before any run, the slots held or
 awaited by runs that can no longer free them (finished runs, and STARTED runs whose process is
 gone, closed first) are freed.
+
+And a check evaluation reported outside any run (a promotion's) must not collide with the one
+before it: this module is the one place that touches Dagster's own storage tables, through
+SQLAlchemy, so on a SQLite and a PostgreSQL instance alike.
 """
 
 from __future__ import annotations
@@ -112,3 +116,25 @@ def _alive_since(pid: int, started: float | None) -> bool:
     process_start = boot + ticks / os.sysconf("SC_CLK_TCK")
     # A process that started after the run did cannot be the one running it.
     return process_start <= started + 1.0
+
+
+def report_runless_check(instance: dg.DagsterInstance, evaluation: dg.AssetCheckEvaluation) -> None:
+    """Report a check evaluation outside any run, replacing the previous run-less one of its partition.
+
+    Dagster's check index keeps one run-less row per (asset, check, partition) and inserts without
+    replacing, so a second report (a revision's second promotion) fails with a UNIQUE constraint.
+    The earlier events stay in the event log; only the earlier index row makes way."""
+    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        instance.report_runless_asset_event(evaluation)
+        return
+    except IntegrityError:
+        pass
+    table = AssetCheckExecutionsTable
+    with instance.event_log_storage.index_connection() as connection:
+        connection.execute(table.delete().where(
+            (table.c.asset_key == evaluation.asset_key.to_string()) & (table.c.check_name == evaluation.check_name)
+            & (table.c.run_id == "") & (table.c.partition == evaluation.partition)))
+    instance.report_runless_asset_event(evaluation)
