@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, check_budgets, compare, render_gate
+from rag_pipeline.core.evaluation.golden import golden_lines
 from rag_pipeline.core.evaluation.suites import FULL
 from rag_pipeline.core.render import inline
 from rag_pipeline.core.storage import Store
@@ -99,15 +100,8 @@ def unchanged_cases(old_text: str | None, new_text: str | None) -> set[str] | No
 
 
 def _scored_fields(text: str) -> dict[str, str]:
-    cases = {}
-    for line in text.lstrip("\ufeff").splitlines():
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(raw, dict) and isinstance(raw.get("id"), str):
-            cases[raw["id"].strip()] = json.dumps([raw.get(f) for f in SCORED_FIELDS], sort_keys=True)
-    return cases
+    return {line.record["id"].strip(): json.dumps([line.record.get(f) for f in SCORED_FIELDS], sort_keys=True)
+            for line in golden_lines(text) if line.record is not None and isinstance(line.record.get("id"), str)}
 
 
 def promote_if_better(store: Store, eval_id: str, policy: GatePolicy, note: str = "") -> tuple[bool, str]:

@@ -91,11 +91,16 @@ class GoldenLine:
 
 
 def read_golden_lines(path: Path | str) -> Iterator[GoldenLine]:
-    """Every line of a golden JSONL file, blank and `#` lines marked `skipped`, a UTF-8 BOM ignored.
+    """Every line of a golden JSONL file, blank and `#` lines marked `skipped`, a UTF-8 BOM ignored."""
+    return golden_lines(Path(path).read_text(encoding="utf-8-sig"))
+
+
+def golden_lines(text: str) -> Iterator[GoldenLine]:
+    """`read_golden_lines` of a golden file's text (a kept snapshot, say).
 
     Lines end at "\n" only: a question may hold U+2028 and the like, which `str.splitlines` would
     break a JSON line at."""
-    text = Path(path).read_text(encoding="utf-8-sig")
+    text = text.removeprefix("\ufeff")
     for number, line in enumerate(io.StringIO(text, newline="\n"), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
