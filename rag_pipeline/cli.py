@@ -95,8 +95,28 @@ def _all_unchanged(config: PipelineConfig, force: bool):
     return runs
 
 
+def _start_parser_early(config: PipelineConfig) -> None:
+    """Files changed (their size or time differ from the committed manifest): a run is coming.
+    Start the parser process for their types now, so that its imports run on the other core
+    while this process decides and imports Dagster."""
+    from rag_pipeline.core.ingestion.inputs import types_likely_to_parse
+    from rag_pipeline.core.ingestion.parse_worker import start_parser_early
+
+    store = _store(config)
+    types: set[str] = set()
+    for source in config.sources:
+        try:
+            with store.db.session():
+                manifest = store.staging.manifest_rows(source.source_id)
+            types |= types_likely_to_parse(source, manifest)
+        except Exception:  # noqa: BLE001 - only a head start: the run itself reports any problem
+            continue
+    start_parser_early(types)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     config, overrides = _load_sources(args)
+    _start_parser_early(config)
     runs = _all_unchanged(config, args.force)
     if runs is None:
         from rag_pipeline.runner import ingest

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1", "UNSTRUCTURED_DISABLE_NOTICE": "1"}
@@ -26,12 +27,14 @@ def unprivileged_prefix() -> list[str]:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: int = 600,
-            unprivileged: bool = False) -> subprocess.CompletedProcess:
+            unprivileged: bool = False, python_options: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """`python [python_options] -m rag_pipeline.cli args` offline (options such as `-X importtime`
+    apply to that interpreter only, not to the processes it starts)."""
     full_env = {**os.environ, **OFFLINE, **(env or {})}
     if env is None or "DAGSTER_HOME" not in env:
         full_env.pop("DAGSTER_HOME", None)
     prefix = unprivileged_prefix() if unprivileged else []
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "rag_pipeline.cli", *args],
+        [*prefix, sys.executable, *python_options, "-m", "rag_pipeline.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=full_env, timeout=timeout,
     )

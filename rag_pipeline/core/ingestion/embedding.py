@@ -23,6 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from rag_pipeline.config import DEFAULT_MODEL, EmbeddingConfig
+from rag_pipeline.core.ingestion.numpy_bert import NumpyBert, unsupported_reason
 from rag_pipeline.core.vectors import normalise_rows
 
 _WORD = re.compile(r"\w+")
@@ -39,8 +40,9 @@ class Embedder(Protocol):
         """float32 matrix, one row per text (L2-normalised when the config says so)."""
         ...
 
-    def prefetch(self) -> None:
-        """Start loading the model in the background: the caller knows texts to encode are coming."""
+    def prefetch(self, texts_expected: int | None = None) -> None:
+        """Start loading what encoding about `texts_expected` texts needs (None: many), in the
+        background: the caller knows texts to encode are coming."""
         ...
 
 
@@ -149,21 +151,32 @@ def import_sentence_transformers():
 # Models loaded in this process, by (folder or name, max_seq_length): every embedder of one model
 # shares one load (and a command forked from the warm process finds the model loaded).
 _loaded_models: dict[tuple[str, int | None], object] = {}
+_loaded_numpy_models: dict[tuple[str, int | None], NumpyBert | None] = {}
+
+# Up to this many texts, and while the library's model is not loaded, the model runs in numpy
+# (`numpy_bert`): no torch to import for a one-page edit or a search. Numpy encodes long
+# passages at about a third of torch's rate, and the library costs 5 to 8 s to import; past a few
+# dozen passages torch is faster, import included.
+LIGHT_MAX_TEXTS = 32
 
 
 class SentenceTransformerEmbedder:
     """The real model, loaded offline on first use (importing torch costs seconds)."""
 
     _lock = threading.Lock()
+    _numpy_lock = threading.Lock()
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
         self.model_path = resolve_model_path(config.model)
         self._loading: threading.Thread | None = None
 
-    def prefetch(self) -> None:
-        """Load the model in a background thread (imports cost seconds of CPU the caller can overlap
-        with other work, such as waiting for the parser); `encode` then waits for it if needed."""
+    def prefetch(self, texts_expected: int | None = None) -> None:
+        """Load the library's model in a background thread (imports cost seconds of CPU the caller
+        can overlap with other work, such as waiting for the parser); `encode` then waits for it if
+        needed. A job small enough for numpy loads nothing here."""
+        if texts_expected is not None and texts_expected <= LIGHT_MAX_TEXTS and self._numpy_model_for(0) is not None:
+            return
         if "model" not in self.__dict__ and self._loading is None:
             self._loading = threading.Thread(target=lambda: self.model, name="model-prefetch", daemon=True)
             self._loading.start()
@@ -194,6 +207,25 @@ class SentenceTransformerEmbedder:
             return model
 
     @cached_property
+    def numpy_model(self) -> NumpyBert | None:
+        """The same model run by numpy, or None when `numpy_bert` cannot run it as the library would."""
+        key = (self.model_path, self.max_seq_length)
+        with self._numpy_lock:
+            if key not in _loaded_numpy_models:
+                runnable = self.max_seq_length and Path(self.model_path).is_dir() and not unsupported_reason(self.model_path)
+                _loaded_numpy_models[key] = NumpyBert(self.model_path, self.max_seq_length) if runnable else None
+            return _loaded_numpy_models[key]
+
+    def _library_model_wanted(self) -> bool:
+        """The library's model is loaded or loading (then it encodes everything: one model's vectors)."""
+        return "model" in self.__dict__ or self._loading is not None or (self.model_path, self.config.max_seq_length) in _loaded_models
+
+    def _numpy_model_for(self, count: int) -> NumpyBert | None:
+        if count > LIGHT_MAX_TEXTS or self._library_model_wanted():
+            return None
+        return self.numpy_model
+
+    @cached_property
     def identity(self) -> str:
         folder = Path(self.model_path)
         revision = _folder_revision(folder) if folder.is_dir() else "hub"
@@ -211,9 +243,13 @@ class SentenceTransformerEmbedder:
 
     @property
     def dimension(self) -> int:
-        return int(self.model.get_embedding_dimension())
+        light = self._numpy_model_for(0)
+        return light.dimension if light is not None else int(self.model.get_embedding_dimension())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        light = self._numpy_model_for(len(texts))
+        if light is not None:
+            return light.encode(texts, normalize=self.config.normalize)
         model = self.model
         if len(texts) == 1:
             # One query: a thread team costs more than it saves (measured when the issue was
@@ -253,7 +289,7 @@ class HashingEmbedder:
     def identity(self) -> str:
         return f"hashing-{self.config.dimension}:normalize={self.config.normalize}"
 
-    def prefetch(self) -> None:
+    def prefetch(self, texts_expected: int | None = None) -> None:
         """Nothing to load."""
 
     @property

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rag_pipeline.config import ChunkingConfig, SourceConfig
-from rag_pipeline.core.ingestion.discovery import SourceTree, TreeEntry
+from rag_pipeline.core.ingestion.discovery import SUPPORTED_TYPES, SourceTree, TreeEntry
 from rag_pipeline.core.ingestion.parsing import parser_version
 
 
@@ -60,3 +60,17 @@ def current_fingerprint(source: SourceConfig, settings: str) -> str:
         return inputs_fingerprint(source, file_digest(Path(source.path)), settings)
     entries, unreadable = source_tree(source).walk()
     return inputs_fingerprint(source, tree_digest(entries, unreadable), settings)
+
+
+def types_likely_to_parse(source: SourceConfig, manifest: Sequence[dict]) -> set[str]:
+    """The file types of the documents whose size or modification time differ from the committed
+    `manifest` rows, or that it lacks: what a run will probably parse (nothing is read; a file
+    touched without a change of content is counted too)."""
+    if source.kind != "files":
+        return set()
+    known = {row["rel_path"]: (row["size"], row["mtime_ns"]) for row in manifest}
+    entries, _ = source_tree(source).walk()
+    return {SUPPORTED_TYPES[suffix] for entry in entries
+            if entry.skip_reason is None and entry.error is None
+            and (suffix := Path(entry.rel_path).suffix.lower()) in SUPPORTED_TYPES
+            and known.get(entry.rel_path) != (entry.size, entry.mtime_ns)}

@@ -22,9 +22,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from typing import BinaryIO
 
-from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
+from rag_pipeline.core.ingestion.parsing import WARM_UP_TYPES, ParseError, ParseJob
 from rag_pipeline.core.models import ParsedDocument
 
 _HEADER = struct.Struct(">Q")
@@ -78,14 +79,21 @@ class ParserProcess:
             raise ParseError(f"the parser failed while {what}: {payload}")
         return status, payload
 
-    def _ensure_started(self) -> subprocess.Popen | ForkedWorker:
+    def _ensure_started(self, warm_file_types: Iterable[str] = ()) -> subprocess.Popen | ForkedWorker:
         if self._process is None or self._process.poll() is not None:
             self._warm.clear()
+            # The worker warms these parsers up on its own, before it reads its first request.
+            warm = ["--warm", ",".join(sorted(warm_file_types))] if warm_file_types else []
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "rag_pipeline.core.ingestion.parse_worker"],
+                [sys.executable, "-m", "rag_pipeline.core.ingestion.parse_worker", *warm],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
             )
         return self._process
+
+    def start(self, warm_file_types: Iterable[str]) -> None:
+        """Start the worker now, warming up the parsers of `warm_file_types` while the caller goes on."""
+        with self._lock:
+            self._ensure_started(warm_file_types)
 
     def adopt(self, worker: ForkedWorker, warm_file_types: set[str]) -> None:
         """Use an already started worker whose parsers for `warm_file_types` are loaded."""
@@ -149,6 +157,14 @@ def shared_parsers(count: int) -> list[ParserProcess]:
             atexit.register(worker.close)
             _shared.append(worker)
         return _shared[:count]
+
+
+def start_parser_early(file_types: set[str]) -> None:
+    """Start the first process-wide worker now, importing the parsers of `file_types` on the other
+    core while this process imports Dagster (each takes about 2 s): for a command that knows it
+    will parse documents of these types."""
+    if file_types:
+        shared_parsers(1)[0].start(file_types & set(WARM_UP_TYPES))
 
 
 # A new worker costs an interpreter's start with unstructured and spaCy (about 2 s of CPU, while
@@ -265,11 +281,11 @@ def _read_frame(stream: BinaryIO, deadline: float | None = None):
     return pickle.loads(_read_exactly(fd, size, deadline))
 
 
-def _serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None) -> None:
+def _serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None, warm: Sequence[str] = ()) -> None:
     """The worker's loop: one request in, one reply out, until the parent closes the pipe.
 
     Started as its own interpreter (`python -m`), it reads stdin and answers on stdout; forked
-    (`ForkedWorker`), it is handed its two pipe ends."""
+    (`ForkedWorker`), it is handed its two pipe ends. The parsers of `warm` are warmed up first."""
     import logging
 
     if requests is None:
@@ -291,6 +307,11 @@ def _serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None) ->
         logging.root.removeHandler(handler)
     logging.basicConfig(handlers=[logging.NullHandler()], level=logging.WARNING)
     logging.captureWarnings(True)
+    for file_type in warm:
+        try:
+            parsing.warm_up(file_type)
+        except Exception:  # noqa: BLE001 - the parent's own warm-up request reports it
+            pass
     while True:
         try:
             kind, payload = _read_frame(requests)
@@ -310,4 +331,5 @@ def _serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None) ->
 
 
 if __name__ == "__main__":
-    _serve()
+    _arguments = sys.argv[1:]
+    _serve(warm=_arguments[1].split(",") if _arguments[:1] == ["--warm"] and len(_arguments) > 1 else ())

@@ -168,6 +168,10 @@ def _check_docx(data: bytes) -> None:
                          "Word as .docx, or give it its real extension")
 
 
+# The file types whose parser runs in the parser process (a BEIR corpus is read directly).
+WARM_UP_TYPES = ("md", "html", "txt", "pdf", "docx")
+
+
 def warm_up(file_type: str) -> None:
     """Import the partitioner of a file type, and for text formats run it once on a tiny page
     (spaCy loads on first use), so no document pays for it in its time limit."""

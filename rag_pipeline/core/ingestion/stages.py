@@ -51,6 +51,9 @@ from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
 WRITE_BATCH = 500
 EMBED_BATCH = 2048
+# The httpx docs give 6 chunks per page, the sample corpus 4 (a guess that errs high loads the
+# embedding library early, beside the parser; one that errs low loads it after parsing).
+CHUNKS_PER_DOCUMENT_GUESS = 8
 MIN_EMBED_BATCH = 64
 
 
@@ -196,7 +199,9 @@ def parse_source(
     todo = documents_to_parse(source, store)
     if todo and embedder is not None:
         # New text will need vectors: the model loads while the parser works (in its own process).
-        embedder.prefetch()
+        # How many chunks is known only after parsing; a guess per document decides whether the
+        # library's model is worth loading (a few documents' chunks are encoded by numpy).
+        embedder.prefetch(texts_expected=CHUNKS_PER_DOCUMENT_GUESS * len(todo))
     report = StageReport(source_id, "parsed")
     ledger: list[dict] = []
     batch: list = []
@@ -409,6 +414,8 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     # cached batch by batch, so that an interrupted run keeps what it already embedded.
     hashes = sorted(misses, key=lambda h: len(misses[h]))
     per_call = batch_size(len(hashes), EMBED_BATCH, MIN_EMBED_BATCH)
+    if hashes:
+        embedder.prefetch(texts_expected=len(hashes))
     done = Progress(f"{source_id}: embedding", len(hashes), progress)
     for start in range(0, len(hashes), per_call):
         batch = hashes[start : start + per_call]

@@ -16,11 +16,14 @@ import duckdb
 import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.database import Database, arrow_to_numpy
 from rag_pipeline.core.storage.locks import exclusive_source
 from rag_pipeline.core.storage.schema import column_types
 
 _LOCK_WAIT_SECONDS = 120.0
+# Up to this many rows, vectors go in and out as Python lists: importing pyarrow costs about 2 s,
+# more than a few rows' vectors as Python floats (a one-page edit writes one to a few).
+SMALL_VECTOR_ROWS = 256
 
 
 class DuckDBDatabase(Database):
@@ -64,10 +67,14 @@ class DuckDBDatabase(Database):
         if not rows:
             return
         types = column_types(table, self.vector_type)
-        if vectors is None:
+        if vectors is None or len(rows) <= SMALL_VECTOR_ROWS:
             # One statement, a list parameter per column: no per-row round trip, no DataFrame.
             selects = ", ".join(f"unnest(?::{types[c]}[])" for c in columns)
-            values = [[row[i] for row in rows] for i in range(len(columns))]
+            scalar_columns = len(columns) if vectors is None else len(columns) - 1  # the vector column comes last
+            values = [[row[i] for row in rows] for i in range(scalar_columns)]
+            if vectors is not None:
+                # float32 -> Python float -> FLOAT is exact both ways.
+                values.append(np.asarray(vectors, dtype=np.float32).tolist())
             self.execute(f"INSERT INTO {into or table} ({', '.join(columns)}) SELECT {selects}", values)
             return
         import pyarrow as pa
@@ -111,15 +118,16 @@ class DuckDBDatabase(Database):
             stamps.append((stat.st_size, stat.st_mtime_ns))
         return tuple(stamps)
 
-    def read_vectors(self, sql: str, params: Sequence = ()) -> tuple[list, np.ndarray]:
+    def read_vectors(self, sql: str, params: Sequence = (), most_rows: int | None = None) -> tuple[list, np.ndarray]:
+        if most_rows is not None and most_rows <= SMALL_VECTOR_ROWS:
+            return super().read_vectors(sql, params)  # a few rows: not worth importing pyarrow
         # Through Arrow: one float32 buffer, not a Python list of floats per vector (25x faster).
         with self.connection() as connection:
             table = connection.sql(sql, params=list(params)).to_arrow_table()
         if table.num_rows == 0:
             return [], np.zeros((0, 0), dtype=np.float32)
         keys = table.column(0).to_pylist()
-        values = table.column(1).combine_chunks()
-        matrix = values.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        matrix = arrow_to_numpy(table.column(1).combine_chunks().flatten()).astype(np.float32, copy=False)
         return keys, matrix.reshape(table.num_rows, -1)
 
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage.database import arrow_to_numpy
 from rag_pipeline.core.vectors import near_top, rank
 
 if TYPE_CHECKING:
@@ -188,11 +189,11 @@ def load_served_copy(db, version: tuple) -> ServedCopy:
 
         def coded(name: str) -> tuple[list, np.ndarray]:
             encoded = pc.dictionary_encode(postings.column(name)).combine_chunks()
-            return encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            return encoded.dictionary.to_pylist(), arrow_to_numpy(encoded.indices).astype(np.int64)
 
         term_list, term_rows = coded("term")
         posting_chunks, chunk_codes = coded("chunk_id")
-        counts = postings.column("tf").to_numpy().astype(np.float64)
+        counts = arrow_to_numpy(postings.column("tf").combine_chunks()).astype(np.float64)
         del postings
     places = np.fromiter((position.get(c, -1) for c in posting_chunks), dtype=np.int64, count=len(posting_chunks))
     columns = places[chunk_codes] if len(chunk_codes) else np.zeros(0, dtype=np.int64)

@@ -221,6 +221,7 @@ class ServedIndex:
             ) firsts WHERE position = 1
             """,
             [list(doc_ids)],
+            most_rows=len(doc_ids),
         )
         return dict(zip(keys, matrix))
 

@@ -17,7 +17,7 @@ from rag_pipeline.core.ingestion.embedding import HashingEmbedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage import SourceBusyError, Store
-from rag_pipeline.core.storage.duckdb import DuckDBDatabase
+from rag_pipeline.core.storage.duckdb import SMALL_VECTOR_ROWS, DuckDBDatabase
 from rag_pipeline.core.storage.postgres import PostgresDatabase
 from rag_pipeline.core.storage.schema import SCHEMA_VERSION, SchemaError
 from rag_pipeline_tests.conftest import BACKENDS, make_store, new_pg_schema, write_tree
@@ -71,15 +71,18 @@ def test_a_store_at_this_version_missing_a_table_gets_it_back(store, tmp_path):
         reopened.close()
 
 
-def test_vectors_come_back_bit_for_bit(store, tmp_path):
+@pytest.mark.parametrize("rows", [5, SMALL_VECTOR_ROWS + 1])
+def test_vectors_come_back_bit_for_bit(store, tmp_path, rows):
+    # A few rows go in and out as lists, more through Arrow: both paths, on both backends.
     rng = np.random.default_rng(7)
-    vectors = rng.standard_normal((5, 384)).astype(np.float32)
-    store.staging.cache_vectors("model@1", [(f"h{i}", v) for i, v in enumerate(vectors)])
-    keys, matrix = store.db.read_vectors(
-        f"SELECT text_hash, {store.db.vector_expression('vector')} FROM embedding_cache ORDER BY text_hash")
-    assert keys == [f"h{i}" for i in range(5)]
-    assert matrix.dtype == np.float32 and np.array_equal(matrix, vectors)
-    assert store.staging.cached_hashes("model@1", ["h1", "h4", "nope"]) == {"h1", "h4"}
+    vectors = rng.standard_normal((rows, 384)).astype(np.float32)
+    store.staging.cache_vectors("model@1", [(f"h{i:04d}", v) for i, v in enumerate(vectors)])
+    sql = f"SELECT text_hash, {store.db.vector_expression('vector')} FROM embedding_cache ORDER BY text_hash"
+    for most_rows in (None, rows):
+        keys, matrix = store.db.read_vectors(sql, most_rows=most_rows)
+        assert keys == [f"h{i:04d}" for i in range(rows)]
+        assert matrix.dtype == np.float32 and np.array_equal(matrix, vectors)
+    assert store.staging.cached_hashes("model@1", ["h0001", "h0004", "nope"]) == {"h0001", "h0004"}
 
 
 def test_an_ingested_source_is_served_ledgered_and_searchable(store, tmp_path):
