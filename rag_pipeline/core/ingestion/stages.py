@@ -51,8 +51,9 @@ from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
 WRITE_BATCH = 500
 EMBED_BATCH = 2048
-# The httpx docs give 6 chunks per page, the sample corpus 4 (a guess that errs high loads the
-# embedding library early, beside the parser; one that errs low loads it after parsing).
+# Chunks per parsed document, guessed before parsing: the httpx docs give about 12 per page, the
+# sample corpus about 7. A guess that errs high loads the embedding library early, beside the
+# parser; one that errs low loads it after parsing (the embed stage knows the real count).
 CHUNKS_PER_DOCUMENT_GUESS = 8
 MIN_EMBED_BATCH = 64
 

@@ -29,6 +29,7 @@ class Database(ABC):
     def __init__(self) -> None:
         self._active = None
         self._held = None
+        self._in_session = False
         self._prepared = False
 
     # ---- connections and transactions -----------------------------------------------------
@@ -53,6 +54,14 @@ class Database(ABC):
         connection = self._connect()
         try:
             self._ensure_schema(connection)
+        except BaseException:
+            self._release(connection)
+            raise
+        if self._in_session:
+            self._held = connection  # the session's first call: later ones share it, its end releases it
+            yield connection
+            return
+        try:
             yield connection
         finally:
             self._release(connection)
@@ -61,17 +70,20 @@ class Database(ABC):
     def session(self) -> Iterator[None]:
         """Calls inside the block share one connection, each still in its own transaction (or in
         the block's transactions): for a run of reads and writes with no long work between them,
-        since a DuckDB connect costs 15 to 30 ms. Keep parsing and encoding outside: on DuckDB an
-        open connection holds the file's lock, which other processes wait for."""
-        if self._active is not None or self._held is not None:
+        since a DuckDB connect costs 15 to 30 ms. The connection opens at the first call (a block
+        with nothing to write opens none). Keep parsing and encoding outside: on DuckDB an open
+        connection holds the file's lock, which other processes wait for."""
+        if self._active is not None or self._in_session:
             yield
             return
-        with self.connection() as connection:
-            self._held = connection
-            try:
-                yield
-            finally:
-                self._held = None
+        self._in_session = True
+        try:
+            yield
+        finally:
+            self._in_session = False
+            held, self._held = self._held, None
+            if held is not None:
+                self._release(held)
 
     @contextmanager
     def transaction(self) -> Iterator:

@@ -292,6 +292,9 @@ def test_a_session_shares_one_connection_and_leaves_transactions_whole(store, mo
     store.db.execute("CREATE TABLE IF NOT EXISTS session_probe (n INTEGER)")
     opened.clear()
     with store.db.session():
+        pass
+    assert not opened  # a block with nothing to do connects to nothing
+    with store.db.session():
         store.db.execute("INSERT INTO session_probe VALUES (1)")
         with pytest.raises(RuntimeError):
             with store.db.transaction():
