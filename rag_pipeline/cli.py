@@ -135,6 +135,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 INTERRUPTED_EXIT = 128 + signal.SIGINT  # the shell's code for a command stopped by Ctrl-C
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE  # and for one whose reader closed its output
 
 
 def _interrupted(runs) -> bool:
@@ -790,6 +791,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, GoldenSetError, FileNotFoundError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`rag-pipeline search ... | head`): stop quietly, as a shell tool
+        # does; what is left unflushed goes nowhere rather than into a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":  # always in this process; `python -m rag_pipeline` also tries the warm one

@@ -139,3 +139,19 @@ def test_a_second_ingest_of_unchanged_sources_runs_nothing_and_imports_no_dagste
     out = _cli("ingest", "--config", str(config), "--json")
     report = json.loads(out.stdout)["sources"]
     assert report["a"]["not_run"] is None and report["a"]["changed"] == 1
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    # `rag-pipeline search ... | head -1`: here the reader is gone before the first line.
+    config = _config(tmp_path, {"a": _docs(tmp_path / "a", 3, "a")})
+    assert _cli("ingest", "--config", str(config)).returncode == 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    env.pop("DAGSTER_HOME", None)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "search", "--config", str(config), "topic"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
