@@ -74,7 +74,21 @@ def _instance():
     return dg.DagsterInstance.ephemeral()
 
 
-def _all_unchanged(config: PipelineConfig, force: bool):
+def _walks(config: PipelineConfig) -> dict:
+    """Each source's walk (names, sizes, times), made once for the two decisions below; a source
+    whose root cannot be walked has none (its run says why)."""
+    from rag_pipeline.core.ingestion.inputs import walk_source
+
+    walks = {}
+    for source in config.sources:
+        try:
+            walks[source.source_id] = walk_source(source)
+        except (OSError, RuntimeError):
+            continue
+    return walks
+
+
+def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     """Every source's outcome when none of them needs a run, decided before Dagster is imported
     (which alone costs seconds); None otherwise. With $DAGSTER_HOME set, the runner decides (it
     also checks the instance for runs left open)."""
@@ -84,40 +98,41 @@ def _all_unchanged(config: PipelineConfig, force: bool):
     from rag_pipeline.core.ingestion.inputs import settings_fingerprint
     from rag_pipeline.outcomes import unchanged_run
 
-    store = _store(config)
     settings = settings_fingerprint(config.chunking, make_embedder(config.embedding).identity)
     runs = []
     for source in config.sources:
-        run = unchanged_run(source, store, settings)
+        if source.source_id not in walks:
+            return None
+        run = unchanged_run(source, store, settings, walks[source.source_id])
         if run is None:
             return None
         runs.append(run)
     return runs
 
 
-def _start_parser_early(config: PipelineConfig) -> None:
+def _start_parser_early(store, walks: dict) -> None:
     """Files changed (their size or time differ from the committed manifest): a run is coming.
     Start the parser process for their types now, so that its imports run on the other core
     while this process decides and imports Dagster."""
-    from rag_pipeline.core.ingestion.inputs import types_likely_to_parse
     from rag_pipeline.core.ingestion.parse_worker import start_parser_early
 
-    store = _store(config)
     types: set[str] = set()
-    for source in config.sources:
+    for source_id, walk in walks.items():
         try:
-            with store.db.session():
-                manifest = store.staging.manifest_rows(source.source_id)
-            types |= types_likely_to_parse(source, manifest)
+            manifest = store.staging.manifest_rows(source_id)
         except Exception:  # noqa: BLE001 - only a head start: the run itself reports any problem
             continue
+        types |= walk.types_likely_to_parse(manifest)
     start_parser_early(types)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     config, overrides = _load_sources(args)
-    _start_parser_early(config)
-    runs = _all_unchanged(config, args.force)
+    walks = _walks(config)
+    store = _store(config)
+    with store.db.session():
+        _start_parser_early(store, walks)
+        runs = _all_unchanged(config, store, args.force, walks)
     if runs is None:
         from rag_pipeline.runner import ingest
 

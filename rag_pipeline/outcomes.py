@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from rag_pipeline.config import SourceConfig
 from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.inputs import current_fingerprint
+from rag_pipeline.core.ingestion.inputs import SourceWalk, walk_source
 from rag_pipeline.core.storage import Store
 
 # What a run of a source counts, in pipeline order: every outcome carries all of them.
@@ -38,16 +38,17 @@ class SourceRun:
                 "not_run": self.not_run, "interrupted": self.interrupted}
 
 
-def unchanged_run(source: SourceConfig, store: Store, settings: str) -> SourceRun | None:
+def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: SourceWalk | None = None) -> SourceRun | None:
     """A run's outcome without running it, when the source's inputs are those of its last committed
-    switch and that switch was not refused since; None when it must run."""
+    switch and that switch was not refused since; None when it must run. `walk`: the source's
+    walk, when the caller made one just now."""
     with store.db.session():
         committed = store.staging.committed_inputs(source.source_id)
         refused = store.ledger.last_failure(source.source_id)
     if committed is None or refused is not None:
         return None
     try:
-        current = current_fingerprint(source, settings)
+        current = (walk or walk_source(source)).fingerprint(settings)
     except (OSError, RuntimeError):
         return None  # an unreadable root: the run says why
     if current != committed:

@@ -13,7 +13,7 @@ import yaml
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core.ingestion.embedding import HashingEmbedder, resolve_model_path
-from rag_pipeline.core.ingestion.inputs import types_likely_to_parse
+from rag_pipeline.core.ingestion.inputs import walk_source
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline_tests.conftest import write_tree
@@ -66,15 +66,15 @@ def test_the_types_to_parse_are_those_of_changed_new_files(tmp_path):
     write_tree(root, PAGES)
     source = SourceConfig(name="docs", path=root)
     store = duckdb_store(tmp_path / "index.duckdb")
-    assert types_likely_to_parse(source, []) == {"md", "txt", "html"}  # nothing committed yet
+    assert walk_source(source).types_likely_to_parse([]) == {"md", "txt", "html"}  # nothing committed yet
     ingest_source(source, store, HashingEmbedder(EmbeddingConfig(kind="hashing")), ChunkingConfig(), LifecycleConfig(), "r1")
     manifest = store.staging.manifest_rows("docs")
-    assert types_likely_to_parse(source, manifest) == set()
+    assert walk_source(source).types_likely_to_parse(manifest) == set()
     (root / "notes.txt").write_text("Release notes, edited.\n")
-    assert types_likely_to_parse(source, manifest) == {"txt"}
+    assert walk_source(source).types_likely_to_parse(manifest) == {"txt"}
     write_tree(root, {"more/new.md": "# New\n\nA new page.\n", "image.png": "not a document"})
-    assert types_likely_to_parse(source, manifest) == {"txt", "md"}
-    assert types_likely_to_parse(source.model_copy(update={"kind": "beir"}), manifest) == set()
+    assert walk_source(source).types_likely_to_parse(manifest) == {"txt", "md"}
+    assert walk_source(source.model_copy(update={"kind": "beir", "path": root / "notes.txt"})).types_likely_to_parse(manifest) == set()
 
 
 @pytest.mark.slow
@@ -87,7 +87,7 @@ def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_p
     config = write_config({"docs": root})
     parser = shared_parsers(1)[0]
     parser.close()
-    cli._start_parser_early(config)
+    cli._start_parser_early(cli._store(config), cli._walks(config))
     assert parser.running() and parser._process.args[-2:] == ["--warm", "md"]
     doc = parser.parse(ParseJob("docs:a.md", "a.md", "md", b"# A\n\nThe parser reads this page.\n", "h", None, None), timeout_s=120)
     assert [e.category for e in doc.elements] == ["Title", "NarrativeText"]

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rag_pipeline.config import ChunkingConfig, SourceConfig
@@ -54,23 +55,37 @@ def source_tree(source: SourceConfig) -> SourceTree:
                       source.exclude)
 
 
+@dataclass(frozen=True)
+class SourceWalk:
+    """One walk of a source's names with their sizes and times (no file opened): what decides
+    whether it must run, and which parsers a run would need."""
+
+    source: SourceConfig
+    files_digest: str
+    entries: tuple[TreeEntry, ...] = ()
+
+    def fingerprint(self, settings: str) -> str:
+        return inputs_fingerprint(self.source, self.files_digest, settings)
+
+    def types_likely_to_parse(self, manifest: Sequence[dict]) -> set[str]:
+        """The file types of the documents whose size or time differ from the committed `manifest`
+        rows, or that it lacks: what a run will probably parse (a file touched without a change of
+        content is counted too; a BEIR corpus is not parsed by the parser process)."""
+        known = {row["rel_path"]: (row["size"], row["mtime_ns"]) for row in manifest}
+        return {SUPPORTED_TYPES[suffix] for entry in self.entries
+                if entry.skip_reason is None and entry.error is None
+                and (suffix := Path(entry.rel_path).suffix.lower()) in SUPPORTED_TYPES
+                and known.get(entry.rel_path) != (entry.size, entry.mtime_ns)}
+
+
+def walk_source(source: SourceConfig) -> SourceWalk:
+    """The source's walk now (OSError or RuntimeError for a root that cannot be read)."""
+    if source.kind == "beir":
+        return SourceWalk(source, file_digest(Path(source.path)))
+    entries, unreadable = source_tree(source).walk()
+    return SourceWalk(source, tree_digest(entries, unreadable), tuple(entries))
+
+
 def current_fingerprint(source: SourceConfig, settings: str) -> str:
     """The source's fingerprint now, from a walk that opens no file."""
-    if source.kind == "beir":
-        return inputs_fingerprint(source, file_digest(Path(source.path)), settings)
-    entries, unreadable = source_tree(source).walk()
-    return inputs_fingerprint(source, tree_digest(entries, unreadable), settings)
-
-
-def types_likely_to_parse(source: SourceConfig, manifest: Sequence[dict]) -> set[str]:
-    """The file types of the documents whose size or modification time differ from the committed
-    `manifest` rows, or that it lacks: what a run will probably parse (nothing is read; a file
-    touched without a change of content is counted too)."""
-    if source.kind != "files":
-        return set()
-    known = {row["rel_path"]: (row["size"], row["mtime_ns"]) for row in manifest}
-    entries, _ = source_tree(source).walk()
-    return {SUPPORTED_TYPES[suffix] for entry in entries
-            if entry.skip_reason is None and entry.error is None
-            and (suffix := Path(entry.rel_path).suffix.lower()) in SUPPORTED_TYPES
-            and known.get(entry.rel_path) != (entry.size, entry.mtime_ns)}
+    return walk_source(source).fingerprint(settings)
