@@ -1,5 +1,8 @@
 """Embedders: the real sentence-transformers model and a small deterministic one for fast tests.
 
+The real model runs in its library (torch) or, for a few texts while the library is not
+loaded, in numpy from the same weights (`numpy_bert`), whichever costs less.
+
 Both expose `identity` (model name, revision and the settings that change vectors): it is the
 embedding cache's key, so a vector is reused only where the same model would produce it again.
 """
@@ -157,7 +160,7 @@ _loaded_numpy_models: dict[tuple[str, int | None], NumpyBert | None] = {}
 # (`numpy_bert`): no torch to import for a one-page edit or a search. Numpy encodes long
 # passages at about a third of torch's rate, and the library costs 5 to 8 s to import; past a few
 # dozen passages torch is faster, import included.
-LIGHT_MAX_TEXTS = 32
+NUMPY_MAX_TEXTS = 32
 
 
 class SentenceTransformerEmbedder:
@@ -175,7 +178,7 @@ class SentenceTransformerEmbedder:
         """Load the library's model in a background thread (imports cost seconds of CPU the caller
         can overlap with other work, such as waiting for the parser); `encode` then waits for it if
         needed. A job small enough for numpy loads nothing here."""
-        if texts_expected is not None and texts_expected <= LIGHT_MAX_TEXTS and self._numpy_model_for(0) is not None:
+        if texts_expected is not None and texts_expected <= NUMPY_MAX_TEXTS and self._numpy_model_for(0) is not None:
             return
         if "model" not in self.__dict__ and self._loading is None:
             self._loading = threading.Thread(target=lambda: self.model, name="model-prefetch", daemon=True)
@@ -221,7 +224,8 @@ class SentenceTransformerEmbedder:
         return "model" in self.__dict__ or self._loading is not None or (self.model_path, self.config.max_seq_length) in _loaded_models
 
     def _numpy_model_for(self, count: int) -> NumpyBert | None:
-        if count > LIGHT_MAX_TEXTS or self._library_model_wanted():
+        """The numpy model when it should encode `count` texts now, else None (the library does)."""
+        if count > NUMPY_MAX_TEXTS or self._library_model_wanted():
             return None
         return self.numpy_model
 
@@ -243,13 +247,13 @@ class SentenceTransformerEmbedder:
 
     @property
     def dimension(self) -> int:
-        light = self._numpy_model_for(0)
-        return light.dimension if light is not None else int(self.model.get_embedding_dimension())
+        numpy_model = self._numpy_model_for(0)
+        return numpy_model.dimension if numpy_model is not None else int(self.model.get_embedding_dimension())
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        light = self._numpy_model_for(len(texts))
-        if light is not None:
-            return light.encode(texts, normalize=self.config.normalize)
+        numpy_model = self._numpy_model_for(len(texts))
+        if numpy_model is not None:
+            return numpy_model.encode(texts, normalize=self.config.normalize)
         model = self.model
         if len(texts) == 1:
             # One query: a thread team costs more than it saves (measured when the issue was

@@ -18,7 +18,7 @@ The computation, for a BERT encoder followed by mean or CLS pooling (and an opti
 with the tokenizer of the model's own `tokenizer.json`, truncated at max_seq_length (special
 tokens included), as the library does. Tests compare its vectors with the library's
 (`core/ingestion/test_numpy_bert.py`): they agree within 1e-6. Throughput is about a third of
-torch's on long batches, so the embedder only uses it for small jobs (`LIGHT_MAX_TEXTS`).
+torch's on long batches, so the embedder only uses it for small jobs (`NUMPY_MAX_TEXTS`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import pytest
 
 from rag_pipeline.config import EmbeddingConfig
 from rag_pipeline.core.ingestion import embedding, numpy_bert
-from rag_pipeline.core.ingestion.embedding import LIGHT_MAX_TEXTS, SentenceTransformerEmbedder, resolve_model_path
+from rag_pipeline.core.ingestion.embedding import NUMPY_MAX_TEXTS, SentenceTransformerEmbedder, resolve_model_path
 
 MODEL = Path(resolve_model_path(EmbeddingConfig().model))
 
@@ -110,19 +110,19 @@ PROBE = textwrap.dedent("""
     import json, sys
     import numpy as np
     from rag_pipeline.config import EmbeddingConfig
-    from rag_pipeline.core.ingestion.embedding import LIGHT_MAX_TEXTS, make_embedder
+    from rag_pipeline.core.ingestion.embedding import NUMPY_MAX_TEXTS, make_embedder
     embedder = make_embedder(EmbeddingConfig())
     report = {}
-    embedder.prefetch(texts_expected=LIGHT_MAX_TEXTS)
+    embedder.prefetch(texts_expected=NUMPY_MAX_TEXTS)
     small = embedder.encode(["one page's new chunk", "a search"])
     report["small_imported_torch"] = "torch" in sys.modules
     report["dimension"] = embedder.dimension
-    large = embedder.encode([f"text number {i}" for i in range(LIGHT_MAX_TEXTS + 1)])
+    large = embedder.encode([f"text number {i}" for i in range(NUMPY_MAX_TEXTS + 1)])
     report["large_imported_torch"] = "torch" in sys.modules
     report["library_now"] = embedder._numpy_model_for(2) is None  # loaded: the library encodes everything
     again = embedder.encode(["one page's new chunk", "a search"])
     report["paths_agree"] = bool(np.abs(again - small).max() < 1e-6)
-    report["same_shape"] = small.shape == again.shape and large.shape == (LIGHT_MAX_TEXTS + 1, small.shape[1])
+    report["same_shape"] = small.shape == again.shape and large.shape == (NUMPY_MAX_TEXTS + 1, small.shape[1])
     print(json.dumps(report))
 """)
 
@@ -139,6 +139,6 @@ def test_small_jobs_skip_torch_and_large_ones_load_the_library():
 def test_once_the_library_is_loaded_it_encodes_everything(monkeypatch):
     embedder = SentenceTransformerEmbedder(EmbeddingConfig())
     assert embedder._numpy_model_for(1) is not None
-    assert embedder._numpy_model_for(LIGHT_MAX_TEXTS + 1) is None
+    assert embedder._numpy_model_for(NUMPY_MAX_TEXTS + 1) is None
     monkeypatch.setitem(embedding._loaded_models, (embedder.model_path, None), object())
     assert embedder._numpy_model_for(1) is None
