@@ -11,10 +11,10 @@ in order over N rounds (3 unless told), medians reported; `--parse-only` stops t
 
 What a user pays is timed too, end to end in fresh processes: `rag-pipeline ingest` on a copy of
 the httpx 0.23 docs (a new store: the full build; again: no change; after appending a paragraph
-to one page: a one-page edit), each `--cli-rounds` times (3 unless told), medians and each case
-as a share of the full build on its own (of the medians, and the median of each round's share);
-each command on its own and through a warm process (`rag-pipeline warm start`), alternating;
-`--cli-only` runs just that.
+to one page: a one-page edit; then `rag-pipeline search` of one question), each `--cli-rounds`
+times (3 unless told), medians and each case as a share of the full build on its own (of the
+medians, and the median of each round's share); each command on its own and through a warm
+process (`rag-pipeline warm start`), alternating; `--cli-only` runs just that.
 """
 
 from __future__ import annotations
@@ -152,21 +152,25 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     }
 
 
-def _cli_ingest(config: Path, env: dict, entry: str = "rag_pipeline.cli") -> float:
+def _cli_ingest(config: Path, env: dict, entry: str = "rag_pipeline.cli", *command: str) -> float:
+    """Seconds of one `rag-pipeline` command in a fresh process (`ingest` unless told)."""
+    command = command or ("ingest",)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", entry, "ingest", "--config", str(config)], env=env,
+    done = subprocess.run([sys.executable, "-m", entry, command[0], "--config", str(config), *command[1:]], env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        raise RuntimeError(f"rag-pipeline ingest failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"rag-pipeline {command[0]} failed: {done.stderr[-2000:]}")
     return seconds
 
 
-CLI_CASES = ("full build", "no change", "one page edited")
+CLI_CASES = ("full build", "no change", "one page edited", "search, one question")
+SEARCH_QUESTION = "how do I set a timeout on a client"
 
 
 def _cli_round(env: dict, entry: str, cases: dict[str, list[float]], suffix: str = "") -> None:
-    """A full build of a fresh copy of the httpx docs, a no-change run, then a one-page edit."""
+    """A full build of a fresh copy of the httpx docs, a no-change run, a one-page edit, then a
+    search of one question."""
     import yaml
 
     with tempfile.TemporaryDirectory() as folder:
@@ -181,6 +185,7 @@ def _cli_round(env: dict, entry: str, cases: dict[str, list[float]], suffix: str
         page = docs / "quickstart.md"
         page.write_text(page.read_text() + "\n\nA paragraph added to time a one-page edit.\n")
         cases["one page edited" + suffix].append(_cli_ingest(config, env, entry))
+        cases["search, one question" + suffix].append(_cli_ingest(config, env, entry, "search", SEARCH_QUESTION))
 
 
 def bench_cli(rounds: int) -> dict:
