@@ -14,8 +14,8 @@ awaited by runs that can no longer free them (finished runs, and STARTED runs wh
 gone, closed first) are freed.
 
 And a check evaluation reported outside any run (a promotion's) must not collide with the one
-before it: this module is the one place that touches Dagster's own storage tables, through
-SQLAlchemy, so on a SQLite and a PostgreSQL instance alike.
+before it: the statement that makes way for it is `core/storage/check_index.py`, with the rest of
+the project's SQL.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import socket
 import dagster as dg
 
 from rag_pipeline.core.render import printable
+from rag_pipeline.core.storage.check_index import delete_runless_check_row
 
 # Tags of the runs the command line starts: they run on this host, in this process.
 PID_TAG = "rag_pipeline/pid"
@@ -132,9 +133,7 @@ def report_runless_check(instance: dg.DagsterInstance, evaluation: dg.AssetCheck
         return
     except IntegrityError:
         pass
-    table = AssetCheckExecutionsTable
     with instance.event_log_storage.index_connection() as connection:
-        connection.execute(table.delete().where(
-            (table.c.asset_key == evaluation.asset_key.to_string()) & (table.c.check_name == evaluation.check_name)
-            & (table.c.run_id == "") & (table.c.partition == evaluation.partition)))
+        delete_runless_check_row(connection, AssetCheckExecutionsTable, evaluation.asset_key.to_string(),
+                                 evaluation.check_name, evaluation.partition)
     instance.report_runless_asset_event(evaluation)
