@@ -93,7 +93,7 @@ def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_p
     assert [e.category for e in doc.elements] == ["Title", "NarrativeText"]
     parser.close()
 
-    # Warming up a parser that fails to load is the worker's own affair: the parse says why.
+    # A type the worker has no parser for is warmed as nothing: it still starts and serves.
     broken = ParserProcess()
     broken.start({"no-such-type"})
     assert broken.parse(ParseJob("docs:b.md", "b.md", "md", b"# B\n\nText.\n", "h", None, None), timeout_s=120).elements
