@@ -75,8 +75,9 @@ def deletion_report(
         encoded = iter(embedder.encode(missing)) if missing else iter(())
         vectors = np.stack([known[t["doc_id"]] if t["doc_id"] in known else next(encoded) for t in probes])
         unfiltered = SearchFilters(unrestricted=True)
-        dense = store.search.dense_search(vectors, DELETION_PROBE_DEPTH, unfiltered)
-        lexical = store.search.bm25_search([analyze(q) for q in queries], DELETION_PROBE_DEPTH, unfiltered, 0.9, 0.4)
+        search = store.search.in_database()  # inside the switch: see Search.in_database
+        dense = search.dense_search(vectors, DELETION_PROBE_DEPTH, unfiltered)
+        lexical = search.bm25_search([analyze(q) for q in queries], DELETION_PROBE_DEPTH, unfiltered, 0.9, 0.4)
         for tombstone, dense_hits, bm25_hits in zip(probes, dense, lexical):
             for name, hits in (("dense", dense_hits), ("bm25", bm25_hits)):
                 rank = next((h.rank for h in hits if h.doc_id == tombstone["doc_id"]), None)

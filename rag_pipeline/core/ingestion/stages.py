@@ -556,14 +556,15 @@ def _reconcile_ledger(
 def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:
     """Search, with no filter, for each document's opening chunk; queryable if it comes back in the
     top k, or if the k-th hit scores as high as the chunk itself (it is tied with identical chunks
-    of other documents, and only the tie-break by chunk id left it out)."""
+    of other documents, and only the tie-break by chunk id left it out). In the database: the
+    switch calls it on a state not yet committed (`Search.in_database`)."""
     vectors = store.served.first_chunk_vectors(doc_ids)
     missing = {d: "indexed without any chunk vector" for d in doc_ids if d not in vectors}
     ids = [d for d in doc_ids if d in vectors]
     if not ids:
         return set(), missing
     matrix = np.stack([vectors[d] for d in ids])
-    results = store.search.dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
+    results = store.search.in_database().dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
     queryable = set()
     for doc_id, query, hits in zip(ids, matrix, results):
         own = 1.0 if np.any(query) else 0.0  # the cosine of the chunk with itself

@@ -267,6 +267,25 @@ def test_the_in_memory_copy_follows_every_switch(store, tmp_path):
     assert copy is not first and not [c for c in copy.chunk_ids if c.startswith("kb:c.md")]
 
 
+def test_a_switch_probes_in_the_database_and_builds_no_copy(store, tmp_path, monkeypatch):
+    """A switch searches, once, a state not yet committed (its queryable and deletion probes):
+    it does so in the database; the copy is built by the first search after it."""
+    from rag_pipeline.core.storage import search
+
+    loaded = []
+    load = search.load_served_copy
+    monkeypatch.setattr(search, "load_served_copy", lambda db, version: loaded.append(version) or load(db, version))
+    root = write_tree(tmp_path / "src", PAGES)
+    (reports, _) = _ingest(store, root)
+    (root / "c.md").unlink()
+    (deletion, _) = _ingest(store, root, "r2")
+    assert reports["indexed"].counts["probed"] == 3 and deletion["indexed"].deletions.passed
+    assert deletion["indexed"].deletions.checked == ["kb:c.md"]
+    assert loaded == []
+    [hits] = store.search.bm25_search([["alpha"]], 5, SearchFilters(unrestricted=True), k1=0.9, b=0.4)
+    assert [h.doc_id for h in hits] == ["kb:a.md"] and len(loaded) == 1
+
+
 def test_a_page_copied_into_more_sources_than_the_probe_sees_stays_queryable(store, tmp_path):
     """Twelve sources hold the same page: a search returns ten of the twelve identical chunks, and
     the tie at the cut-off, not the page, keeps the other two out; they are queryable."""
