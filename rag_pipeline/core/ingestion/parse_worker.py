@@ -298,6 +298,8 @@ def _serve(requests: BinaryIO | None = None, replies: BinaryIO | None = None, wa
     os.dup2(2, 1)
     from rag_pipeline.core.ingestion import parsing
 
+    parsing.defer_unused_imports()
+
     # Offline and quiet wherever the parser runs (it is started by tests and tools too).
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
         os.environ.setdefault(name, "1")

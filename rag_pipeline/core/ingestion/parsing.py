@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
+import importlib.util
 import io
 import logging
 import re
+import sys
+import types
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -170,6 +174,49 @@ def _check_docx(data: bytes) -> None:
 
 # The file types whose parser runs in the parser process (a BEIR corpus is read directly).
 WARM_UP_TYPES = ("md", "html", "txt", "pdf", "docx")
+
+# Modules unstructured imports whole for work the pipeline's options turn off: iso639 (language
+# codes, for language detection and OCR) builds its tables at import, 0.3 s of every parser
+# process's start. Deferred, a module's body runs at the first use of one of its names: never,
+# on these options.
+DEFERRED_IMPORTS = ("iso639",)
+
+
+class _DeferredModule(types.ModuleType):
+    """Stands in for a module until one of its names is used; then imports it and takes its names.
+
+    importlib's LazyLoader would not do on Python 3.11: `import` itself reads `__spec__` of a
+    module found in sys.modules, which makes LazyLoader run the body there and then. The stand-in
+    has what the import system and tools read without using the module (`inspect.getmodule`
+    looks for `__file__` in every module there is)."""
+
+    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
+        super().__init__(spec.name)
+        self.__spec__, self.__loader__, self.__package__ = spec, spec.loader, spec.parent
+        if spec.has_location:
+            self.__file__ = spec.origin
+        if spec.submodule_search_locations is not None:
+            self.__path__ = list(spec.submodule_search_locations)
+
+    def __getattr__(self, name: str):
+        # Only names the stand-in lacks get here: the module's own.
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        module = importlib.import_module(self.__name__)
+        self.__dict__.update(module.__dict__)
+        return getattr(module, name)
+
+
+def defer_unused_imports() -> None:
+    """Put a `_DeferredModule` in sys.modules for each of `DEFERRED_IMPORTS` not yet imported
+    (call before unstructured is imported)."""
+    for name in DEFERRED_IMPORTS:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue
+        sys.modules[name] = _DeferredModule(spec)
 
 
 def warm_up(file_type: str) -> None:

@@ -103,3 +103,25 @@ def test_a_forked_worker_keeps_only_its_pipes_and_standard_streams(tmp_path):
     finally:
         process.close()
         held.close()
+
+
+def test_a_deferred_import_runs_only_when_used():
+    """The worker defers iso639 (language codes): parsing with the pipeline's options never runs it;
+    a partition that detects languages still gets it, whole."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from rag_pipeline.core.ingestion import parsing
+parsing.defer_unused_imports()
+page = "# Plans\\n\\nGrowth costs 49 dollars a month, billed yearly.\\n"
+fast = parsing._partition("md", page.encode(), page)
+print(type(sys.modules["iso639"]).__name__, [e.category for e in fast])
+detected = parsing._partition("md", page.encode(), page, parser_defaults=True)
+print(type(sys.modules["iso639"]).__name__, sorted({l for e in detected for l in e.metadata.languages}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # Used, the module took the stand-in's place in sys.modules.
+    assert done.stdout.splitlines() == ["_DeferredModule ['Title', 'NarrativeText']", "module ['eng']"]

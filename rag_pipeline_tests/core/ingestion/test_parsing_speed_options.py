@@ -147,3 +147,40 @@ def test_a_long_page_is_tagged_a_window_at_a_time(monkeypatch):
     plain, batched, batched_singles, _ = _plain_and_batched("md", page)
     assert _raw(batched) == _raw(plain) and len(batched) == 300
     assert batched_singles == 0 and max(held) == batched_classification.SPACY_BATCH
+
+
+def _conversions(monkeypatch) -> list[str]:
+    """The texts Python-Markdown converts from now on, in this test."""
+    import markdown
+
+    converted = []
+    convert = markdown.markdown
+
+    def counted(text, **options):
+        converted.append(text)
+        return convert(text, **options)
+
+    monkeypatch.setattr(markdown, "markdown", counted)
+    return converted
+
+
+def test_a_markdown_page_is_converted_once_for_both_passes(monkeypatch):
+    import unstructured.partition.md as partition_md
+
+    converted = _conversions(monkeypatch)
+    page = "# Plans\n\nGrowth costs 49 dollars a month.\n\n| plan | price |\n|---|---|\n| Growth | 49 |\n"
+    plain, batched, batched_singles, _ = _plain_and_batched("md", page)
+    assert _raw(batched) == _raw(plain) and "Table" in [e.category for e in batched]
+    # The batched partition converted once, the plain one once: two passes would have made three.
+    assert converted == [page, page] and batched_singles == 0
+    assert partition_md.markdown.__name__ == "markdown"  # the module is unstructured's own again
+
+
+def test_without_the_converters_name_each_pass_converts(monkeypatch):
+    from rag_pipeline.core.ingestion import batched_classification
+
+    monkeypatch.setitem(batched_classification._CONVERTERS, "md", ("unstructured.partition.md", "renamed", "markdown"))
+    converted = _conversions(monkeypatch)
+    page = "# Plans\n\nGrowth costs 49 dollars a month.\n"
+    plain, batched, _, _ = _plain_and_batched("md", page)
+    assert _raw(batched) == _raw(plain) and len(converted) == 3
