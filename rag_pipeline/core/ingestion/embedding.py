@@ -173,12 +173,19 @@ class SentenceTransformerEmbedder:
         self.config = config
         self.model_path = resolve_model_path(config.model)
         self._loading: threading.Thread | None = None
+        self._numpy_loading: threading.Thread | None = None
 
     def prefetch(self, texts_expected: int | None = None) -> None:
-        """Load the library's model in a background thread (imports cost seconds of CPU the caller
-        can overlap with other work, such as waiting for the parser); `encode` then waits for it if
-        needed. A job small enough for numpy loads nothing here."""
-        if texts_expected is not None and texts_expected <= NUMPY_MAX_TEXTS and self._numpy_model_for(0) is not None:
+        """Load, in a background thread, the model that will encode about `texts_expected` texts
+        (None: many): numpy's for a few while the library's is not loaded, else the library's
+        (imports cost seconds of CPU). The caller overlaps it with other work, such as waiting
+        for the parser; `encode` waits for it if needed."""
+        if texts_expected is not None and texts_expected <= NUMPY_MAX_TEXTS and self._numpy_runnable \
+                and not self._library_model_wanted():
+            if "numpy_model" not in self.__dict__ and self._numpy_loading is None:
+                self._numpy_loading = threading.Thread(target=lambda: self.numpy_model, name="numpy-model-prefetch",
+                                                       daemon=True)
+                self._numpy_loading.start()
             return
         if "model" not in self.__dict__ and self._loading is None:
             self._loading = threading.Thread(target=lambda: self.model, name="model-prefetch", daemon=True)
@@ -210,13 +217,17 @@ class SentenceTransformerEmbedder:
             return model
 
     @cached_property
+    def _numpy_runnable(self) -> bool:
+        """Whether `numpy_bert` runs this model as the library would (read from its small config files)."""
+        return bool(self.max_seq_length) and Path(self.model_path).is_dir() and not unsupported_reason(self.model_path)
+
+    @cached_property
     def numpy_model(self) -> NumpyBert | None:
         """The same model run by numpy, or None when `numpy_bert` cannot run it as the library would."""
         key = (self.model_path, self.max_seq_length)
         with self._numpy_lock:
             if key not in _loaded_numpy_models:
-                runnable = self.max_seq_length and Path(self.model_path).is_dir() and not unsupported_reason(self.model_path)
-                _loaded_numpy_models[key] = NumpyBert(self.model_path, self.max_seq_length) if runnable else None
+                _loaded_numpy_models[key] = NumpyBert(self.model_path, self.max_seq_length) if self._numpy_runnable else None
             return _loaded_numpy_models[key]
 
     def _library_model_wanted(self) -> bool:

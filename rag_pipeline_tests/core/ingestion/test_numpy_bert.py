@@ -114,6 +114,7 @@ PROBE = textwrap.dedent("""
     embedder = make_embedder(EmbeddingConfig())
     report = {}
     embedder.prefetch(texts_expected=NUMPY_MAX_TEXTS)
+    report["numpy_loading_in_background"] = embedder._numpy_loading is not None and embedder._loading is None
     small = embedder.encode(["one page's new chunk", "a search"])
     report["small_imported_torch"] = "torch" in sys.modules
     report["dimension"] = embedder.dimension
@@ -132,7 +133,7 @@ def test_small_jobs_skip_torch_and_large_ones_load_the_library():
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"small_imported_torch": False, "dimension": 384, "large_imported_torch": True,
+    assert report == {"numpy_loading_in_background": True, "small_imported_torch": False, "dimension": 384, "large_imported_torch": True,
                       "library_now": True, "paths_agree": True, "same_shape": True}
 
 
