@@ -14,7 +14,8 @@ the httpx 0.23 docs (a new store: the full build; again: no change; after append
 to one page: a one-page edit; then `rag-pipeline search` of one question), each `--cli-rounds`
 times (3 unless told), medians and each case as a share of the full build on its own (of the
 medians, and the median of each round's share); each command on its own and through a warm
-process (`rag-pipeline warm start`), alternating; `--cli-only` runs just that.
+process (`rag-pipeline warm start`), alternating; then, untimed, the DuckDB connections each
+case opens on its own (`duckdb.connect` counted); `--cli-only` runs just that.
 """
 
 from __future__ import annotations
@@ -168,11 +169,12 @@ CLI_CASES = ("full build", "no change", "one page edited", "search, one question
 SEARCH_QUESTION = "how do I set a timeout on a client"
 
 
-def _cli_round(env: dict, entry: str, cases: dict[str, list[float]], suffix: str = "") -> None:
+def _cli_round(env: dict, entry: str, cases: dict[str, list], suffix: str = "", run=None) -> None:
     """A full build of a fresh copy of the httpx docs, a no-change run, a one-page edit, then a
-    search of one question."""
+    search of one question; each case's `run(config, env, entry, *command)` (its seconds unless told)."""
     import yaml
 
+    run = run or _cli_ingest
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         docs = work / "docs"
@@ -180,12 +182,46 @@ def _cli_round(env: dict, entry: str, cases: dict[str, list[float]], suffix: str
         config = work / "pipeline.yaml"
         config.write_text(yaml.safe_dump({"sources": [{"name": "httpx", "path": str(docs)}],
                                           "storage": {"path": str(work / "index.duckdb")}}))
-        cases["full build" + suffix].append(_cli_ingest(config, env, entry))
-        cases["no change" + suffix].append(_cli_ingest(config, env, entry))
+        cases["full build" + suffix].append(run(config, env, entry))
+        cases["no change" + suffix].append(run(config, env, entry))
         page = docs / "quickstart.md"
         page.write_text(page.read_text() + "\n\nA paragraph added to time a one-page edit.\n")
-        cases["one page edited" + suffix].append(_cli_ingest(config, env, entry))
-        cases["search, one question" + suffix].append(_cli_ingest(config, env, entry, "search", SEARCH_QUESTION))
+        cases["one page edited" + suffix].append(run(config, env, entry))
+        cases["search, one question" + suffix].append(run(config, env, entry, "search", SEARCH_QUESTION))
+
+
+# The command line in an interpreter whose `duckdb.connect` is counted; the count is its last line.
+_COUNTING_CLI = """
+import atexit, runpy, sys, duckdb
+opened = []
+connect = duckdb.connect
+def counted(*args, **kwargs):
+    opened.append(args[0] if args else kwargs.get("database"))
+    return connect(*args, **kwargs)
+duckdb.connect = counted
+atexit.register(lambda: print(f"duckdb connects: {len(opened)}", file=sys.stderr))
+sys.argv[0] = "rag-pipeline"
+runpy.run_module("rag_pipeline.cli", run_name="__main__")
+"""
+
+
+def _cli_connects(config: Path, env: dict, entry: str, *command: str) -> int:
+    """DuckDB connections one `rag-pipeline` command opens (an untimed run)."""
+    command = command or ("ingest",)
+    done = subprocess.run([sys.executable, "-c", _COUNTING_CLI, command[0], "--config", str(config), *command[1:]],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"rag-pipeline {command[0]} failed: {done.stderr[-2000:]}")
+    return int(done.stderr.strip().splitlines()[-1].removeprefix("duckdb connects: "))
+
+
+def cli_connection_counts() -> dict[str, int]:
+    """DuckDB connections each command-line case opens, in one untimed round on its own."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1", "RAG_PIPELINE_WARM": "0"}
+    env.pop("DAGSTER_HOME", None)
+    cases: dict[str, list] = {name: [] for name in CLI_CASES}
+    _cli_round(env, "rag_pipeline.cli", cases, run=_cli_connects)
+    return {name: counts[0] for name, counts in cases.items()}
 
 
 def bench_cli(rounds: int) -> dict:
@@ -232,14 +268,17 @@ def main() -> int:
     parser.add_argument("--cli-rounds", type=int, default=3, help="fresh-process rounds of each command-line case")
     args = parser.parse_args()
     cli = bench_cli(args.cli_rounds) if args.cli_rounds else {}  # --cli-rounds 0: skip them
+    if cli:
+        for name, count in cli_connection_counts().items():
+            cli[name]["duckdb_connects"] = count
     if cli and not args.json:
         print("| `rag-pipeline ingest`, httpx 0.23 docs, fresh process | median s | share of the full build on its own"
-              " | median of each round's share | runs |")
-        print("|---|---|---|---|---|")
+              " | median of each round's share | DuckDB connections | runs |")
+        print("|---|---|---|---|---|---|")
         for name, row in cli.items():
             paired = f"{row['paired_share_pct']:.1f}%" if "paired_share_pct" in row else ""
             print(f"| {name} | {row['median_s']:.2f} | {row['share_of_full_pct']:.1f}% | {paired} |"
-                  f" {', '.join(map(str, row['runs_s']))} |")
+                  f" {row.get('duckdb_connects', '')} | {', '.join(map(str, row['runs_s']))} |")
         print()
     if args.cli_only:
         if args.json:
