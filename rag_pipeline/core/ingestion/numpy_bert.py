@@ -180,9 +180,11 @@ class NumpyBert:
 
 
 def _erf(values: np.ndarray) -> np.ndarray:
-    """erf by Abramowitz and Stegun 7.1.26 (absolute error under 1.5e-7, about float32's own
-    rounding near 1), in float64: numpy has no erf, and scipy's costs 0.3 s to import."""
-    x = np.abs(values.astype(np.float64))
+    """erf by Abramowitz and Stegun 7.1.26 (absolute error under 1.5e-7), evaluated in float32:
+    with its rounding, under 6.5e-7 (a grid of 2 million points gives 6.1e-7). numpy has no erf,
+    and scipy's costs 0.3 s to import. float64 would cost a 256-token text 40 of its 140 ms, for
+    vectors no closer to the library's (both within 2.5e-7 of them on the test texts and 12 httpx passages)."""
+    x = np.abs(values)
     t = 1.0 / (1.0 + 0.3275911 * x)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return (np.sign(values) * (1.0 - poly * np.exp(-x * x))).astype(np.float32)
+    return np.sign(values) * (1.0 - poly * np.exp(-x * x))
