@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
@@ -153,16 +154,29 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     }
 
 
-def _cli_ingest(config: Path, env: dict, entry: str = "rag_pipeline.cli", *command: str) -> float:
-    """Seconds of one `rag-pipeline` command in a fresh process (`ingest` unless told)."""
+def _cli_env() -> dict:
+    """The environment of the command-line cases: offline, on a throwaway Dagster instance."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+    env.pop("DAGSTER_HOME", None)
+    return env
+
+
+def _run_cli(interpreter: Sequence[str], config: Path, env: dict, command: Sequence[str]) -> str:
+    """Run one `rag-pipeline` command (`ingest` unless told) in a fresh `python *interpreter`;
+    its standard error, or an error that quotes it."""
     command = command or ("ingest",)
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", entry, command[0], "--config", str(config), *command[1:]], env=env,
+    done = subprocess.run([sys.executable, *interpreter, command[0], "--config", str(config), *command[1:]], env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"rag-pipeline {command[0]} failed: {done.stderr[-2000:]}")
-    return seconds
+    return done.stderr
+
+
+def _cli_ingest(config: Path, env: dict, entry: str = "rag_pipeline.cli", *command: str) -> float:
+    """Seconds of one `rag-pipeline` command in a fresh process (`ingest` unless told)."""
+    started = time.perf_counter()
+    _run_cli(["-m", entry], config, env, command)
+    return time.perf_counter() - started
 
 
 CLI_CASES = ("full build", "no change", "one page edited", "search, one question")
@@ -196,7 +210,7 @@ import atexit, runpy, sys, duckdb
 opened = []
 connect = duckdb.connect
 def counted(*args, **kwargs):
-    opened.append(args[0] if args else kwargs.get("database"))
+    opened.append(1)
     return connect(*args, **kwargs)
 duckdb.connect = counted
 atexit.register(lambda: print(f"duckdb connects: {len(opened)}", file=sys.stderr))
@@ -207,20 +221,14 @@ runpy.run_module("rag_pipeline.cli", run_name="__main__")
 
 def _cli_connects(config: Path, env: dict, entry: str, *command: str) -> int:
     """DuckDB connections one `rag-pipeline` command opens (an untimed run)."""
-    command = command or ("ingest",)
-    done = subprocess.run([sys.executable, "-c", _COUNTING_CLI, command[0], "--config", str(config), *command[1:]],
-                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"rag-pipeline {command[0]} failed: {done.stderr[-2000:]}")
-    return int(done.stderr.strip().splitlines()[-1].removeprefix("duckdb connects: "))
+    stderr = _run_cli(["-c", _COUNTING_CLI], config, env, command)
+    return int(stderr.strip().splitlines()[-1].removeprefix("duckdb connects: "))
 
 
 def cli_connection_counts() -> dict[str, int]:
     """DuckDB connections each command-line case opens, in one untimed round on its own."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1", "RAG_PIPELINE_WARM": "0"}
-    env.pop("DAGSTER_HOME", None)
     cases: dict[str, list] = {name: [] for name in CLI_CASES}
-    _cli_round(env, "rag_pipeline.cli", cases, run=_cli_connects)
+    _cli_round({**_cli_env(), "RAG_PIPELINE_WARM": "0"}, "rag_pipeline.cli", cases, run=_cli_connects)
     return {name: counts[0] for name, counts in cases.items()}
 
 
@@ -228,8 +236,7 @@ def bench_cli(rounds: int) -> dict:
     """Full build, no-change run and one-page edit of the httpx docs, each command a fresh process:
     on its own (`RAG_PIPELINE_WARM=0`), and through a warm process (`rag-pipeline warm start`,
     once, in a cache folder of its own), the two alternating round by round."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
-    env.pop("DAGSTER_HOME", None)
+    env = _cli_env()
     alone = {**env, "RAG_PIPELINE_WARM": "0"}
     cases: dict[str, list[float]] = {name + suffix: [] for suffix in ("", ", warm") for name in CLI_CASES}
     with tempfile.TemporaryDirectory() as cache:

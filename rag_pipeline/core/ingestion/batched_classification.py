@@ -15,11 +15,11 @@ compares them with a plain partition on real pages.
 
 This leans on three names inside unstructured 0.27: the classifier of each format (below),
 `nlp.tokenize._process_cached` and `nlp.tokenize._get_nlp`. When one is missing (another version
-of unstructured), the plain partition runs: slower, never different. A Markdown page is converted
-to HTML once for both passes (through the name `partition.md.markdown`; without it, twice). The stand-ins are set on
-unstructured's modules, so for the process: every partition of a text format takes `PARTITION_LOCK`
-(the parser worker parses one document at a time anyway; a thread parsing beside it must not
-meet the recorder).
+of unstructured), the plain partition runs: slower, never different. A Markdown page is
+converted to HTML once for both passes (through the name `partition.md.markdown`; without it,
+twice). The stand-ins are set on unstructured's modules, so for the process: every partition of a
+text format takes `PARTITION_LOCK` (the parser worker parses one document at a time anyway; a
+thread parsing beside it must not meet the recorder).
 """
 
 from __future__ import annotations

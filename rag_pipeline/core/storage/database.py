@@ -233,7 +233,8 @@ class Database(ABC):
         other's staging."""
 
     def close(self) -> None:
-        """Release what the database holds open between calls (nothing, for DuckDB)."""
+        """Release what the database holds open between calls (PostgreSQL: its connection;
+        DuckDB: a released connection still waiting for the next call)."""
 
     @abstractmethod
     def describe(self) -> str:

@@ -77,16 +77,14 @@ class DuckDBDatabase(Database):
                 delay = min(delay * 2, _LOCK_RETRY_MAX_SECONDS)
 
     def _release(self, connection) -> None:
-        timer = threading.Timer(LINGER_SECONDS, self._close_idle, args=(connection,))
-        timer.daemon = True
         with self._idle_lock:
-            keep = self._idle is None
-            if keep:
+            if self._idle is None:
+                timer = threading.Timer(LINGER_SECONDS, self._close_idle, args=(connection,))
+                timer.daemon = True
                 self._idle = (connection, timer, os.getpid())
-        if keep:
-            timer.start()
-        else:
-            connection.close()  # one connection waits at a time; a second (another thread's) closes
+                timer.start()
+                return
+        connection.close()  # one connection waits at a time; a second (another thread's) closes
 
     def _close_idle(self, connection=None) -> None:
         """Close the waiting connection (only if it is still `connection`, when given)."""

@@ -61,7 +61,9 @@ def test_calls_close_together_share_one_connection(store, connects):
 
 
 def test_the_file_is_freed_after_the_linger(store, monkeypatch):
-    monkeypatch.setattr(duckdb_backend, "LINGER_SECONDS", 0.2)
+    # Long enough for another interpreter to start and try within it, short enough to wait out.
+    monkeypatch.setattr(duckdb_backend, "LINGER_SECONDS", 3.0)
+    store.close()
     store.db.execute("INSERT INTO linger_probe VALUES (1)")
     # Right after the call the connection still holds the file: another process is refused...
     held = _other_process_writes(store.db.path)
@@ -74,7 +76,9 @@ def test_the_file_is_freed_after_the_linger(store, monkeypatch):
     assert store.db.value("SELECT sum(n) FROM linger_probe") == 3  # this process reads the other's row
 
 
-def test_close_frees_the_file_at_once(store):
+def test_close_frees_the_file_at_once(store, monkeypatch):
+    monkeypatch.setattr(duckdb_backend, "LINGER_SECONDS", 600.0)  # only close() can free it in time
+    store.close()
     store.db.execute("INSERT INTO linger_probe VALUES (1)")
     store.close()
     assert _other_process_writes(store.db.path).returncode == 0
