@@ -1,0 +1,57 @@
+"""docs/performance.md is written by the benchmarks, never by hand: each script owns one section.
+
+A section sits between two HTML comments naming the script (`<!-- benchmarks/ingest.py -->` and
+`<!-- /benchmarks/ingest.py -->`); `write_section` replaces it (or appends it the first time) and
+stamps it with the date, the machine and the command that produced it. Sections of other scripts
+are left as they are, so one benchmark can be re-run on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "performance.md"
+_HEADER = """# Performance
+
+Every figure on this page was written by a script in `benchmarks/` (the command is under each
+heading), on the machine named there. Re-run a script to refresh its section; `make bench` runs
+the ingestion benchmark. Nothing here is edited by hand.
+"""
+
+
+def machine() -> str:
+    """One line naming the machine: CPUs this process may use, memory, OS and Python."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        with open("/proc/meminfo") as handle:
+            kib = int(next(line for line in handle if line.startswith("MemTotal")).split()[1])
+        memory = f"{kib / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        memory = "memory unknown"
+    return f"{cpus} CPUs, {memory}, {platform.system()} {platform.machine()}, Python {platform.python_version()}"
+
+
+def write_section(title: str, body: str, script: str | None = None, command: str | None = None,
+                  page: Path = PAGE) -> None:
+    """Replace the section of `script` (default: the running script) on `page` with `title` and
+    `body` (markdown), stamped with today's date, the machine and `command` (default: the running
+    command line)."""
+    script = script or f"benchmarks/{Path(sys.argv[0]).name}"
+    command = command or "python " + " ".join([script, *map(shlex.quote, sys.argv[1:])])
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (f"<!-- {script} -->\n## {title}\n\n`{command}`, {stamp}, on {machine()}.\n\n"
+               f"{body.strip()}\n<!-- /{script} -->")
+    text = page.read_text() if page.exists() else _HEADER
+    pattern = re.compile(rf"<!-- {re.escape(script)} -->.*?<!-- /{re.escape(script)} -->", re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text)
