@@ -188,6 +188,16 @@ class MonitoringConfig(_Strict):
     recorded_log: bool = False
 
 
+class AutomationConfig(_Strict):
+    """When the nightly suite starts, and how often the sensors look for work."""
+
+    nightly_cron: str = Field(default="0 2 * * *", pattern=r"^\S+( \S+){4}$",
+                              description="five-field cron expression of the nightly ingestion")
+    timezone: str = "UTC"
+    sensor_interval_seconds: int = Field(default=60, ge=5, le=86400,
+                                         description="the least time between two evaluations of a sensor")
+
+
 class EvaluationConfig(_Strict):
     """Evaluation suites: the full golden set, and the pull-request subset's size."""
 
@@ -278,6 +288,7 @@ class PipelineConfig(_Strict):
     monitoring: MonitoringConfig = MonitoringConfig()
     answers: AnswersConfig = AnswersConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
+    automation: AutomationConfig = AutomationConfig()
     golden_set: Path | None = None
     gate_policy: Path | None = None
     config_path: Path | None = Field(default=None, exclude=True)

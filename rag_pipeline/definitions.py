@@ -8,7 +8,7 @@ from datetime import timedelta
 import dagster as dg
 
 from rag_pipeline.config import PipelineConfig, load_config
-from rag_pipeline.defs.automation import automation_jobs, automation_schedules, automation_sensors
+from rag_pipeline.defs.automation import automation_for, automation_jobs
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets, search_index
 from rag_pipeline.defs.monitoring import monitoring_assets
@@ -43,11 +43,12 @@ def build_definitions(
 ) -> dg.Definitions:
     """Definitions wired to one config (and the command line's `--source` overrides); tests pass a
     fast embedder, production the configured one."""
+    schedules, sensors = automation_for(config.automation)
     return dg.Definitions(
         assets=assets_for(config),
         jobs=automation_jobs,
-        sensors=automation_sensors,
-        schedules=automation_schedules,
+        sensors=sensors,
+        schedules=schedules,
         resources=resources_for(config, embedder, overrides),
         executor=executor_for(config),
     )

@@ -17,7 +17,7 @@ from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, mo
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource
-from rag_pipeline.defs.runs import free_slots_of_dead_runs, process_tags
+from rag_pipeline.defs.runs import close_dead_runs, process_tags
 from rag_pipeline.outcomes import SourceRun, unchanged_run
 
 # The counts the command line reports per source, and the asset each comes from.
@@ -70,6 +70,8 @@ def ingest(
     are passed on to the assets.
     """
     source_ids = source_ids or config.source_ids
+    # A run of these sources left STARTED by a process that died would read as in flight for ever.
+    close_dead_runs(instance, source_ids)
     existing = set(instance.get_dynamic_partitions(source_partitions.name))
     new = [s for s in source_ids if s not in existing]
     if new:
@@ -118,7 +120,7 @@ def _interrupted(result: dg.ExecuteInProcessResult) -> bool:
 
 
 def _unchanged(source, store: Store, settings: str, instance: dg.DagsterInstance) -> SourceRun | None:
-    """`unchanged_run`, unless a run of the source is left open (a real run closes the runs of dead processes)."""
+    """`unchanged_run`, unless a run of the source is in flight elsewhere (this one then waits its turn)."""
     open_runs = instance.get_runs(filters=dg.RunsFilter(statuses=OPEN_STATUSES, tags={"dagster/partition": source.source_id}),
                                   limit=1)
     return None if open_runs else unchanged_run(source, store, settings)
@@ -228,7 +230,7 @@ def evaluate_golden(
     if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
         instance.add_dynamic_partitions(golden_partitions.name, [revision])
     run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or "", "suite": suite}}}}
-    free_slots_of_dead_runs(instance)  # golden_eval waits in pool `store`: no dead run may hold it
+    close_dead_runs(instance, [revision])
     result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
         instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
         tags={**CLI_TAGS, GOLDEN_TAG: revision},
@@ -268,7 +270,7 @@ def monitor(
     embedder: EmbedderResource | None = None,
 ) -> MonitorRun:
     """Materialize production_sample and drift_report for one day partition."""
-    free_slots_of_dead_runs(instance)  # both wait in pool `store`: no dead run may hold it
+    close_dead_runs(instance, [day])
     result = _job(config, monitoring_job.name, embedder).execute_in_process(
         instance=instance, partition_key=day, raise_on_error=False, run_config=QUIET_LOGS,
         tags={**CLI_TAGS, DAY_TAG: day},

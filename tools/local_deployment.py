@@ -145,11 +145,6 @@ class Deployment:
         wait for it, and return its status, the wall time from launch, and each run's timeline."""
         with self.instance() as instance:
             instance.add_dynamic_partitions("sources", partitions)
-            # The pool's limit recorded before runs start, as deploy/README.md asks of a deployment,
-            # rather than initialized by whichever step claims the pool first.
-            limit = yaml.safe_load((self.home / "dagster.yaml").read_text()).get("concurrency", {}).get("pools", {})
-            if "default_limit" in limit:
-                instance.event_log_storage.set_concurrency_slots("store", int(limit["default_limit"]))
         started = time.time()
         result = self.graphql(_LAUNCH, {"params": {
             "partitionNames": partitions, "assetSelection": [{"path": [a]} for a in assets], "fromFailure": False,

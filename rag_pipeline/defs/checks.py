@@ -12,14 +12,10 @@ import warnings
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,  # not exported; needed to tie a runless evaluation to its materialization
-)
 
 from rag_pipeline.core import render
 from rag_pipeline.core.verdicts import Verdict
-from rag_pipeline.defs.metadata import numbers
-from rag_pipeline.defs.runs import report_runless_check
+from rag_pipeline.defs.metadata import numbers, table
 
 
 @dataclass(frozen=True)
@@ -96,31 +92,31 @@ def specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetC
 
 
 def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
-    """The check's result from core's verdict: its line, its numbers (plotted by the UI), its tables."""
+    """The check's result from core's verdict: its line (plain text: Dagster shows a check's
+    description as text), its numbers (plotted by the UI), its tables (Dagster's table view)."""
     doc = CHECKS[name]
     severity = dg.AssetCheckSeverity.WARN if verdict.severity == "WARN" else doc.severity
     metadata: dict = (numbers(verdict.numbers) if doc.plot_numbers
                       else {key: dg.MetadataValue.text(render.number(value)) for key, value in verdict.numbers.items()})
-    metadata |= {key: dg.MetadataValue.md(render.table(t.rows, t.columns)) for key, t in verdict.tables.items()}
+    metadata |= {key: table(t.rows, t.columns) for key, t in verdict.tables.items()}
     metadata |= {key: dg.MetadataValue.md(text) for key, text in verdict.markdown.items()}
     return dg.AssetCheckResult(check_name=name, asset_key=doc.asset, passed=verdict.passed, severity=severity,
-                               description=render.inline(verdict.summary, 1000), metadata=metadata)
+                               description=render.cut(render.printable(verdict.summary), 1000), metadata=metadata)
 
 
 def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) -> None:
-    """Record `gate_vs_baseline` as passed on the revision's latest evaluation right after it was
-    promoted: the check then reads as what it is (the baseline against itself), not as a stale
-    "no baseline promoted yet" from before the promotion."""
+    """Record a promotion in Dagster, where the on-call person looks: an observation of
+    `golden_eval` for the revision, naming the evaluation that is now its baseline.
+
+    An observation, not a second evaluation of `gate_vs_baseline`: Dagster 1.13 keeps one run-less
+    check row per (asset, check, partition) and refuses a second report on it, and the check's
+    result was true of its evaluation when it was made; the next evaluation is gated against this
+    baseline."""
     from rag_pipeline.core.evaluation.baselines import promotion_verdict
 
-    asset_key = dg.AssetKey(CHECKS["gate_vs_baseline"].asset)
-    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key, asset_partitions=[revision]), limit=1).records
-    target = (AssetCheckEvaluationTargetMaterializationData(
-        storage_id=records[0].storage_id, run_id=records[0].run_id, timestamp=records[0].timestamp)
-              if records else None)
-    check = result("gate_vs_baseline", promotion_verdict(eval_id, revision))
-    evaluation = dg.AssetCheckEvaluation(
-        asset_key=asset_key, check_name=check.check_name, passed=True, metadata=check.metadata, severity=check.severity,
-        description=check.description, target_materialization_data=target, partition=revision,
-    )
-    report_runless_check(instance, evaluation)
+    verdict = promotion_verdict(eval_id, revision)
+    instance.report_runless_asset_event(dg.AssetObservation(
+        asset_key=CHECKS["gate_vs_baseline"].asset, partition=revision,
+        description=render.printable(verdict.summary),
+        metadata={"promoted_eval_id": dg.MetadataValue.text(eval_id), "golden_revision": dg.MetadataValue.text(revision)},
+    ))

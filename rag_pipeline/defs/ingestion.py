@@ -7,12 +7,13 @@ from rag_pipeline.core.ingestion import stages
 from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
+from rag_pipeline.core.storage import Store
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import OWNERS, STORE_POOL
-from rag_pipeline.defs.metadata import stage_metadata
+from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_trigger
+from rag_pipeline.defs.failures import explained
+from rag_pipeline.defs.metadata import stage_metadata, table
 from rag_pipeline.defs.partitions import source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
-from rag_pipeline.defs.runs import close_abandoned_runs, free_slots_of_dead_runs
 
 _common = dict(partitions_def=source_partitions, group_name="ingestion", owners=OWNERS)
 
@@ -32,6 +33,16 @@ def _materialized(context: dg.AssetExecutionContext, report: stages.StageReport,
     return dg.MaterializeResult(metadata={**metadata, **stage_metadata(report)})
 
 
+def _served_state(db: Store, source_id: str, root: object = None) -> dict[str, dg.MetadataValue]:
+    """What a failed run leaves served for the source, for its failure's metadata."""
+    last = db.ledger.last_success(source_id)
+    state = {"still_served_documents": dg.MetadataValue.int(len(db.served.indexed_documents(source_id))),
+             "last_committed_switch": dg.MetadataValue.text(last.isoformat(timespec="seconds") if last else "never")}
+    if root is not None:
+        state["root"] = dg.MetadataValue.path(str(root))
+    return state
+
+
 @dg.asset(kinds={"python", "duckdb"}, **_common)
 def source_documents(
     context: dg.AssetExecutionContext, config: DiscoveryConfig, settings: PipelineSettings, store: StoreResource,
@@ -39,16 +50,14 @@ def source_documents(
 ) -> dg.MaterializeResult:
     """Every file of the source with its hash and metadata (links resolved inside the root only),
     diffed against the manifest the served index was built from."""
-    for run_id in close_abandoned_runs(context.instance, context.partition_key, context.run.run_id):
-        context.log.warning(f"closed run {run_id} of this source, left STARTED by a process that died")
-    for run_id in free_slots_of_dead_runs(context.instance, context.run.run_id):
-        context.log.warning(f"freed the pool slot of run {run_id}, whose process died or which ended without freeing it")
-    pipeline = settings.load()
-    source = pipeline.source(context.partition_key)
-    lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
-        else pipeline.lifecycle
-    report = stages.discover_source(source, store.get(), lifecycle, context.run.run_id,
-                                    settings_fingerprint(pipeline.chunking, embedder.get().identity))
+    tag_trigger(context)
+    pipeline, db = settings.load(), store.get()
+    with explained(context, lambda: _served_state(db, context.partition_key, pipeline.source(context.partition_key).path)):
+        source = pipeline.source(context.partition_key)
+        lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
+            else pipeline.lifecycle
+        report = stages.discover_source(source, db, lifecycle, context.run.run_id,
+                                        settings_fingerprint(pipeline.chunking, embedder.get().identity))
     return _materialized(context, report, root=dg.MetadataValue.path(str(source.path)))
 
 
@@ -58,8 +67,10 @@ def parsed_documents(
 ) -> dg.MaterializeResult:
     """unstructured elements of the added and changed documents, parsed in a worker process under the
     source's limits; failures recorded per document with the parser's reason."""
-    source = settings.load().source(context.partition_key)
-    report = stages.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get(), progress=context.log.info)
+    with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+        source = settings.load().source(context.partition_key)
+        report = stages.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get(),
+                                     progress=context.log.info)
     return _materialized(context, report, parser=parser_version())
 
 
@@ -67,8 +78,9 @@ def parsed_documents(
 def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource) -> dg.MaterializeResult:
     """Chunks of the configured strategy for documents whose content or chunking changed."""
     config = settings.load()
-    source = config.source(context.partition_key)
-    report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id, progress=context.log.info)
+    with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+        source = config.source(context.partition_key)
+        report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id, progress=context.log.info)
     chunking = source.effective_chunking(config.chunking)
     return _materialized(context, report, strategy=chunking.strategy, chunking_fingerprint=chunking.fingerprint())
 
@@ -77,7 +89,9 @@ def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSetting
 def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dg.MaterializeResult:
     """Vectors of new chunk texts, through the cache keyed by model identity and text hash."""
     model = embedder.get()
-    report = stages.embed_source(context.partition_key, store.get(), model, context.run.run_id, progress=context.log.info)
+    with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+        report = stages.embed_source(context.partition_key, store.get(), model, context.run.run_id,
+                                     progress=context.log.info)
     return _materialized(context, report, model=model.identity)
 
 
@@ -88,19 +102,30 @@ def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, em
 def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource, embedder: EmbedderResource):
     """The served rows of the source, switched in one transaction only when coverage and deletion
     propagation are proven on the new version; otherwise the previous version stays served."""
-    config = settings.load()
-    source, db = config.source(context.partition_key), store.get()
-    report = stages.index_source(source, db, embedder.get(), context.run.run_id)
-    proofs = [checks.result("coverage", report.coverage.verdict()),
-              checks.result("deletions_propagated", report.deletions.verdict())]
+    config, db = settings.load(), store.get()
+    with explained(context, lambda: _served_state(db, context.partition_key)):
+        source = config.source(context.partition_key)
+        report = stages.index_source(source, db, embedder.get(), context.run.run_id)
+        # All four are evaluated whether the switch committed or not: a refused switch leaves the
+        # previous version served, and freshness and failed documents say what that means.
+        proofs = [checks.result("coverage", report.coverage.verdict()),
+                  checks.result("deletions_propagated", report.deletions.verdict()),
+                  checks.result("sources_fresh", freshness_report(db, source, config.lifecycle.max_staleness_hours).verdict()),
+                  checks.result("no_failed_documents", report.coverage.failed_documents_verdict(context.run.run_id))]
+    failed = len(report.coverage.failed)
+    if failed:
+        # The runs list shows tags: a green run with failed documents is visible there, not only in its log.
+        context.instance.add_run_tags(context.run.run_id, {FAILED_DOCUMENTS_TAG: str(failed)})
     if not report.switched:
         yield from proofs
-        raise dg.Failure(description=f"switch refused, the previous version of {source.source_id!r} stays served: "
-                                     f"{render.printable(report.refusal)}")
-    yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id))
+        raise dg.Failure(
+            description=f"switch refused, the previous version of {source.source_id!r} stays served: "
+                        f"{render.printable(report.refusal)}",
+            metadata=_served_state(db, source.source_id), allow_retries=False,
+        )
+    failures = {"failed_documents": table(report.coverage.failed, ["doc_id", "stage", "reason", "since"])} if failed else {}
+    yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id), **failures)
     yield from proofs
-    yield checks.result("sources_fresh", freshness_report(db, source, config.lifecycle.max_staleness_hours).verdict())
-    yield checks.result("no_failed_documents", report.coverage.failed_documents_verdict(context.run.run_id))
 
 
 ingestion_assets = [source_documents, parsed_documents, document_chunks, chunk_embeddings, search_index]

@@ -1,10 +1,11 @@
-"""Turning core results into Dagster metadata: numbers as numbers (so the UI plots them), lists as
-tables through the one renderer (which escapes what others wrote)."""
+"""Turning core results into Dagster metadata: numbers as numbers (so the UI plots them), rows as
+Dagster tables with a schema, text as plain text (escaped by the one renderer); markdown only where
+Dagster renders markdown (reports, plots)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
@@ -14,8 +15,26 @@ from rag_pipeline.core.ingestion.stages import StageReport
 FAILURE_COLUMNS = ["doc_id", "stage", "reason"]
 
 
-def md_table(rows, columns, **options) -> dg.MetadataValue:
-    return dg.MetadataValue.md(render.table(rows, columns, **options))
+# A table's rows shown in Dagster's table view, at most (the counts beside it say how many there are).
+MAX_TABLE_ROWS = 500
+
+
+def table(rows: Sequence[Mapping | Sequence], columns: Sequence[str], limit: int = MAX_TABLE_ROWS) -> dg.MetadataValue:
+    """Rows as Dagster's table metadata, with a schema: numbers stay numbers (the table view sorts
+    them), text is shown as plain text (control characters escaped, long cells cut)."""
+    records = [dict(zip(columns, row)) if not isinstance(row, Mapping) else {c: row.get(c) for c in columns}
+               for row in rows[:limit]]
+    schema = []
+    for column in columns:
+        kind = _column_type([r[column] for r in records if r[column] is not None])
+        schema.append(dg.TableColumn(column, kind))
+        if kind == "string":
+            for record in records:
+                value = record[column]
+                if value is not None:
+                    text = ", ".join(map(str, value)) if isinstance(value, (list, tuple, set)) else str(value)
+                    record[column] = render.cut(render.printable(text), render.MAX_CELL_CHARS)
+    return dg.MetadataValue.table([dg.TableRecord(r) for r in records], dg.TableSchema(schema))
 
 
 def numbers(values: Mapping[str, object], digits: int = 6) -> dict[str, dg.MetadataValue]:
@@ -32,10 +51,22 @@ def numbers(values: Mapping[str, object], digits: int = 6) -> dict[str, dg.Metad
     return out
 
 
+def _column_type(values: Sequence[object]) -> str:
+    """The table view's type of a column: bool, int, float when every value is one, else string."""
+    if values and all(isinstance(v, bool) for v in values):
+        return "bool"
+    numeric = values and not any(isinstance(v, bool) for v in values)
+    if numeric and all(isinstance(v, int) for v in values):
+        return "int"
+    if numeric and all(isinstance(v, (int, float)) for v in values):
+        return "float"
+    return "string"
+
+
 def stage_metadata(report: StageReport) -> dict:
     metadata: dict = {**numbers(report.counts), "failed": dg.MetadataValue.int(len(report.failures))}
     if report.failures:
-        metadata["failures"] = md_table(report.failure_rows(), FAILURE_COLUMNS)
+        metadata["failures"] = table(report.failure_rows(), FAILURE_COLUMNS)
     for key, values in report.details.items():
         if values:
             metadata[f"{key}_documents"] = dg.MetadataValue.md(render.bullets(values))

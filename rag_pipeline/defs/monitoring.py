@@ -15,7 +15,7 @@ from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import OWNERS, STORE_POOL
 from rag_pipeline.defs.evaluation import golden_eval
 from rag_pipeline.defs.ingestion import search_index
-from rag_pipeline.defs.metadata import md_table, numbers
+from rag_pipeline.defs.metadata import numbers, table
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
 
@@ -33,7 +33,7 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
         malformed = [{"where": f"{m['file']}:{m['line']}", "reason": m["reason"]} for m in log.malformed]
         return dg.MaterializeResult(metadata={
             **numbers(measures),
-            "malformed": md_table(malformed, ["where", "reason"]),
+            "malformed": table(malformed, ["where", "reason"]),
             "no_result_queries": dg.MetadataValue.md(
                 render.bullets([f"{r.query.query} ({r.query.tenant})" for r in report.results if r.no_result])),
         })
@@ -55,7 +55,7 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
             **numbers(verdict.numbers),
             "overview": dg.MetadataValue.md(markdown_image(drift.plot, "drift overview")),
             "report": dg.MetadataValue.md(drift.markdown()),
-            "candidates": md_table(drift.report.candidates, ["excess_density", "distance", "query", "nearest_golden"]),
+            "candidates": table(drift.report.candidates, ["excess_density", "distance", "query", "nearest_golden"]),
             "unseen_terms": dg.MetadataValue.md(render.inline(", ".join(t for t, _ in drift.report.unseen_terms))),
             "report_file": dg.MetadataValue.path(str(drift.path)),
         })

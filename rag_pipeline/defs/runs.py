@@ -1,34 +1,36 @@
-"""Runs left STARTED by a process that died: found and closed by the next run of the same partition.
+"""Runs left STARTED by a process that died: found and marked failed, through Dagster's public API.
 
-A run killed with SIGKILL never writes its failure, so the instance shows it STARTED forever and
-the tag limit on `dagster/partition` (dagster.yaml) would keep later runs of that source queued.
-Dagster's run monitoring (dagster.yaml) closes such runs only for launchers that can check a run
-worker's health (Kubernetes, ECS, Docker); the local launcher and the command line cannot. So
-before a source runs, its STARTED runs whose process is gone on this machine are marked failed,
-with the reason.
+A run whose process is killed (SIGKILL, the OOM killer, a pulled plug) never writes its failure:
+the instance shows it STARTED for ever. Until it is closed, the tag limit on `dagster/partition`
+(dagster.yaml) keeps later runs of its source queued, and the `store` pool (run granularity) keeps
+every later run that needs the store queued. Dagster's run monitoring closes such runs only where
+the run launcher can check a run worker's health (Kubernetes, ECS, Docker): Dagster 1.13's
+`DefaultRunLauncher` cannot, so on one machine a dead run would wait for `max_runtime_seconds`.
 
-A killed run also keeps the pool slot its step claimed (pool `store`, limit 1 on DuckDB): Dagster
-frees a slot when the step ends, and a SIGKILL ends none. Every later step of the pool, of any
-source, evaluation or monitoring, would then wait for ever. So before any run, the slots held or
-awaited by runs that can no longer free them (finished runs, and STARTED runs whose process is
-gone, closed first) are freed.
+So the command line (before it runs anything) and `source_change_sensor` (every minute) close them:
+a STARTED run on this machine whose process is gone is reported failed with the reason
+(`DagsterInstance.report_run_failed`). The process of a run is known from run tags this project
+sets itself when it executes a run in its own process (the command line), or else from the
+`pid` Dagster records on the run's RUN_START event (`DagsterEvent.pid`, a documented field), for
+runs the default launcher started on this machine. Nothing here reads Dagster's tables or
+private fields, and nothing runs inside a step: a fault in this repair can fail no run.
 
-And a check evaluation reported outside any run (a promotion's) must not collide with the one
-before it: the statement that makes way for it is `core/storage/check_index.py`, with the rest of
-the project's SQL.
+Pool slots need no repair: the pools are enforced per run (`granularity: run` in dagster.yaml), so
+a step never holds a slot that its death could leak; a run counts against its pool while it is
+in progress, and stops counting once it is closed.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 
 import dagster as dg
 
 from rag_pipeline.core.render import printable
-from rag_pipeline.core.storage.check_index import delete_runless_check_row
 
-# Tags of the runs the command line starts: they run on this host, in this process.
+# Tags of the runs this project executes in its own process (the command line's).
 PID_TAG = "rag_pipeline/pid"
 HOST_TAG = "rag_pipeline/host"
 
@@ -38,63 +40,47 @@ def process_tags() -> dict[str, str]:
     return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
 
 
-def close_abandoned_runs(instance: dg.DagsterInstance, partition_key: str, current_run_id: str | None = None) -> list[str]:
-    """Mark failed the STARTED runs of this partition whose process died on this machine; return their ids."""
+def close_dead_runs(instance: dg.DagsterInstance, partitions: Iterable[str] | None = None) -> list[str]:
+    """Mark failed the STARTED runs (of these partitions, or all) whose process died on this
+    machine; return their ids. A run whose process cannot be known here is left to Dagster's run
+    monitoring."""
+    keys = sorted(set(partitions)) if partitions is not None else [None]
     closed = []
-    runs = instance.get_runs(filters=dg.RunsFilter(
-        statuses=[dg.DagsterRunStatus.STARTED], tags={"dagster/partition": partition_key},
-    ))
-    for run in runs:
-        if run.run_id == current_run_id:
-            continue
-        pid, started = _run_process(instance, run)
-        if pid is None or _alive_since(pid, started):
-            continue
-        instance.report_run_failed(run, message=(
-            f"closed by a later run of partition {printable(partition_key)!r}: the process running it "
-            f"(pid {pid}) is gone, most likely killed; its work is redone by the next run"
-        ))
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        closed.append(run.run_id)
+    for key in keys:
+        tags = {"dagster/partition": key} if key is not None else None
+        for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED], tags=tags)):
+            process = _run_process(instance, run)
+            if process is None or _alive_since(*process):
+                continue
+            where = f" of partition {printable(run.tags['dagster/partition'])!r}" if "dagster/partition" in run.tags else ""
+            instance.report_run_failed(run, message=(
+                f"closed: the process running this run{where} (pid {process[0]}) is gone, most likely killed "
+                "(out of memory, a signal, a reboot); nothing it staged was served, and the next run of its "
+                "partition redoes its work"
+            ))
+            closed.append(run.run_id)
     return closed
 
 
-def free_slots_of_dead_runs(instance: dg.DagsterInstance, current_run_id: str | None = None) -> list[str]:
-    """Free the pool slots held or awaited by runs that can no longer free them: finished runs, and
-    STARTED runs whose process died on this machine (marked failed first). Returns their ids."""
-    storage = instance.event_log_storage
-    freed = []
-    for run_id in sorted(storage.get_concurrency_run_ids()):
-        if run_id == current_run_id:
-            continue
-        run = instance.get_run_by_id(run_id)
-        if run is not None and not run.is_finished:
-            if run.status != dg.DagsterRunStatus.STARTED:
-                continue  # queued or starting: its launcher and the daemon's run monitoring are in charge
-            pid, started = _run_process(instance, run)
-            if pid is None or _alive_since(pid, started):
-                continue
-            instance.report_run_failed(run, message=(
-                f"closed by a later run: the process running it (pid {pid}) is gone, most likely killed, "
-                "and it still held a slot of a pool; its work is redone by the next run of its partition"
-            ))
-        storage.free_concurrency_slots_for_run(run_id)
-        freed.append(run_id)
-    return freed
-
-
-def _run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[int | None, float | None]:
-    """(pid, start time) of the process that runs `run`, if it runs on this machine."""
+def _run_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[int, float | None] | None:
+    """(pid, start time) of the process that runs `run`, when it runs on this machine."""
     host = run.tags.get(HOST_TAG)
-    if host is not None and host != socket.gethostname():
-        return None, None
-    if host is None and not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
-        return None, None  # launched elsewhere: that launcher's run monitoring is in charge
+    if host is not None:
+        if host != socket.gethostname():
+            return None
+        return int(run.tags[PID_TAG]), _run_start_time(instance, run.run_id)
+    if not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
+        return None  # launched elsewhere (Kubernetes, Docker...): that launcher's run monitoring is in charge
     records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
-    started = records[0].timestamp if records else None
-    if PID_TAG in run.tags:
-        return int(run.tags[PID_TAG]), started
-    return (records[0].event_log_entry.pid if records else None), started
+    event = records[0].event_log_entry.dagster_event if records else None
+    if event is None or event.pid is None:
+        return None  # not started yet as far as the log knows
+    return event.pid, records[0].timestamp
+
+
+def _run_start_time(instance: dg.DagsterInstance, run_id: str) -> float | None:
+    record = instance.get_run_record_by_id(run_id)
+    return record.start_time if record is not None else None
 
 
 def _alive_since(pid: int, started: float | None) -> bool:
@@ -117,23 +103,3 @@ def _alive_since(pid: int, started: float | None) -> bool:
     process_start = boot + ticks / os.sysconf("SC_CLK_TCK")
     # A process that started after the run did cannot be the one running it.
     return process_start <= started + 1.0
-
-
-def report_runless_check(instance: dg.DagsterInstance, evaluation: dg.AssetCheckEvaluation) -> None:
-    """Report a check evaluation outside any run, replacing the previous run-less one of its partition.
-
-    Dagster's check index keeps one run-less row per (asset, check, partition) and inserts without
-    replacing, so a second report (a revision's second promotion) fails with a UNIQUE constraint.
-    The earlier events stay in the event log; only the earlier index row makes way."""
-    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable
-    from sqlalchemy.exc import IntegrityError
-
-    try:
-        instance.report_runless_asset_event(evaluation)
-        return
-    except IntegrityError:
-        pass
-    with instance.event_log_storage.index_connection() as connection:
-        delete_runless_check_row(connection, AssetCheckExecutionsTable, evaluation.asset_key.to_string(),
-                                 evaluation.check_name, evaluation.partition)
-    instance.report_runless_asset_event(evaluation)

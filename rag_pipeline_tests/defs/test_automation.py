@@ -6,13 +6,20 @@ from datetime import UTC, datetime
 import dagster as dg
 import pytest
 
+from rag_pipeline.config import AutomationConfig
 from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import (
-    golden_eval_sensor,
-    nightly_full_suite,
-    source_change_sensor,
+    golden_eval_sensor_for,
+    monitoring_sensor_for,
+    nightly_schedule_for,
+    source_change_sensor_for,
 )
 from rag_pipeline.defs.resources import PipelineSettings
+
+source_change_sensor = source_change_sensor_for(60)
+golden_eval_sensor = golden_eval_sensor_for(60)
+monitoring_after_evaluation = monitoring_sensor_for(60)
+nightly_full_suite = nightly_schedule_for(AutomationConfig())
 
 
 @pytest.fixture
@@ -49,7 +56,7 @@ def test_source_sensor_new_changed_unchanged_removed(two_sources, write_config):
         assert sorted(instance.get_dynamic_partitions("sources")) == ["alpha", "beta"]
 
         unchanged = _tick(instance, config, first.cursor)
-        assert unchanged.run_requests == []
+        assert unchanged.run_requests == [] and "no source changed" in unchanged.skip_reason.skip_message
 
         (roots["beta"] / "b.md").write_text("# new page\n")
         changed = _tick(instance, config, unchanged.cursor)
@@ -188,3 +195,49 @@ def test_assets_carry_owners_kinds_code_references_and_the_freshness_policy(two_
         node = graph.get(key)
         assert node.owners == ["team:rag-platform"] and node.kinds, key
         assert "dagster/code_references" in node.metadata, key
+
+
+def test_the_nightly_schedule_runs_at_the_configured_time(two_sources):
+    config = two_sources[0].model_copy(update={"automation": AutomationConfig(nightly_cron="30 23 * * 1-5",
+                                                                             timezone="Europe/Berlin")})
+    [schedule] = build_definitions(config).schedules
+    assert schedule.cron_schedule == "30 23 * * 1-5" and schedule.execution_timezone == "Europe/Berlin"
+
+
+def test_a_cron_of_the_wrong_shape_is_a_config_error():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="nightly_cron"):
+        AutomationConfig(nightly_cron="every night")
+
+
+def _finished_evaluation(instance, status: dg.DagsterRunStatus, tags: dict | None = None) -> str:
+    import uuid
+
+    run = instance.add_run(dg.DagsterRun(job_name="evaluate_golden_revision", run_id=str(uuid.uuid4()), status=status,
+                                         tags=tags or {}))
+    return run.run_id
+
+
+def test_monitoring_follows_an_evaluation_whatever_its_gate_said(two_sources):
+    config = two_sources[0]
+    resources = {"settings": PipelineSettings.from_config(config)}
+
+    def tick(instance, cursor=None):
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
+            return monitoring_after_evaluation(context)
+
+    with dg.instance_for_test() as instance:
+        nothing = tick(instance)
+        assert isinstance(nothing, dg.SkipReason) and "no golden evaluation has finished" in nothing.skip_message
+        # The gate failed: the evaluation run is red, and the day is monitored all the same.
+        failed = _finished_evaluation(instance, dg.DagsterRunStatus.FAILURE, {"rag_pipeline/day": "2026-11-20"})
+        after_failure = tick(instance)
+        [request] = after_failure.run_requests
+        assert request.partition_key == "2026-11-20" and request.tags["rag_pipeline/evaluation_status"] == "FAILURE"
+        assert request.tags["rag_pipeline/after_evaluation"] == failed
+        again = tick(instance, after_failure.cursor)
+        assert isinstance(again, dg.SkipReason) and failed in again.skip_message
+        passed = _finished_evaluation(instance, dg.DagsterRunStatus.SUCCESS, {"rag_pipeline/day": "2026-11-21"})
+        [request] = tick(instance, after_failure.cursor).run_requests
+        assert request.partition_key == "2026-11-21" and request.run_key.endswith(passed)

@@ -58,7 +58,12 @@ def test_failed_documents_are_a_warn_check_and_a_warning_each(setup):
     check = next(e for e in result.get_asset_check_evaluations() if e.check_name == "no_failed_documents")
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN  # ...with a warning
     assert "2 document(s) failed (2 in this run)" in check.description
-    assert "kb:broken.md" in check.metadata["failures"].value
+    # A table with a schema (the UI's table view), ids as plain text.
+    failures = check.metadata["failures"].value
+    assert [c.name for c in failures.schema.columns] == ["doc_id", "stage", "reason", "since"]
+    assert sorted(r.data["doc_id"] for r in failures.records) == ["kb:broken.md", "kb:empty.md"]
+    run = instance.get_run_by_id(result.run_id)
+    assert run.tags["rag_pipeline/failed_documents"] == "2"  # visible in the runs list
     warnings = [e.user_message for e in instance.all_logs(result.run_id)
                 if e.level == 30 and "document failed" in (e.user_message or "")]
     assert len(warnings) == 2 and any("kb:empty.md" in w and "empty file" in w for w in warnings)

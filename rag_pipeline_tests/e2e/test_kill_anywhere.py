@@ -105,7 +105,8 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
     assert served in (v023, v028), f"after a kill at {point} the index serves a mix of the two releases"
     assert not (_deleted_in_ledger(db) & set(served)), "the ledger calls a served page deleted"
 
-    # A slot left claimed by the killed run made this hang for ever: a bound turns that into a failure.
+    # A run of the killed process left open would hold its partition and the store pool: a bound
+    # turns a hang into a failure.
     again = run_cli("ingest", "--config", str(config), "--json", env=env, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     report = json.loads(again.stdout)["sources"]["httpx"]
@@ -120,7 +121,5 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
 
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         statuses = [r.status for r in instance.get_runs()]
-        held = instance.event_log_storage.get_concurrency_run_ids()
     assert dg.DagsterRunStatus.STARTED not in statuses, "the killed run was left STARTED"
     assert statuses.count(dg.DagsterRunStatus.FAILURE) == 1  # the killed run, closed with its reason
-    assert not held, "a run still holds or awaits a slot of pool store"
