@@ -518,7 +518,10 @@ def _print_monitoring(run: MonitorRun) -> None:
           f"superseded hits {m.get('superseded_hit_share', 0.0):.2f} | stale hits {m.get('stale_hit_share', 0.0):.2f}")
     print(f"drift: MMD² {m['mmd2_distance']:.4f} against the golden-calibrated threshold {m['drift_threshold']:.4f}: "
           + ("DRIFT (WARN)" if run.drifted else "within threshold"))
-    print("\ncandidates for new golden cases:\n" + m["candidates"])
+    print("\ncandidates for new golden cases:")
+    for record in m["candidates"].records:
+        row = record.data
+        print(f"  {row['excess_density']:.3f}  {row['query']}  (nearest golden: {row['nearest_golden']})")
     print(f"\nreport: {m['report_file']}")
 
 
@@ -565,7 +568,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 print("\n== gate against the promoted baseline")
                 print(_demo_gate(config, evaluation.summary["eval_id"], instance))
         monitoring = None
-        if config.monitoring.query_log is not None and evaluation is not None and evaluation.success:
+        # Monitoring whatever the gate said: a regression must not hide the day's drift.
+        if config.monitoring.query_log is not None and config.golden_set is not None:
             day = _monitoring_day(config, None)
             print(f"\n== production monitoring of {config.monitoring.query_log}, day {day} (the log's last)")
             monitoring = monitor(config, instance, day)

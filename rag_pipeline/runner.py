@@ -194,11 +194,21 @@ def _failed_errors(result: dg.ExecuteInProcessResult) -> list[str]:
     ]
 
 
+INTERRUPTED = "interrupted (Ctrl-C or a termination signal)"
+
+
 def _root_cause(error) -> str:
-    """The innermost error message: Dagster wraps the user's exception in its own."""
+    """The innermost error's own words: Dagster wraps the user's exception in its own, and prefixes
+    its message with the exception's class path (`dagster._core.definitions.events.Failure: ...`)."""
     while getattr(error, "cause", None) is not None:
         error = error.cause
-    return error.message.strip()
+    if error.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+        return INTERRUPTED
+    message = error.message.strip()
+    head, separator, rest = message.partition(": ")
+    if separator and head.rsplit(".", 1)[-1] == error.cls_name:
+        return rest.strip()
+    return message
 
 
 @dataclass

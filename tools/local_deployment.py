@@ -40,6 +40,32 @@ mutation($params: LaunchBackfillParams!) {
     ... on PythonError { message }
   }
 }"""
+_LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+_REPOSITORY = "{ repositoriesOrError { ... on RepositoryConnection { nodes { name location { name } } } } }"
+_START = {
+    "schedule": """mutation($s: ScheduleSelector!) { startSchedule(scheduleSelector: $s) {
+        __typename ... on PythonError { message } } }""",
+    "sensor": """mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+        __typename ... on PythonError { message } } }""",
+}
+_STOP = {
+    "schedule": """mutation($id: String!) { stopRunningSchedule(id: $id) { __typename ... on PythonError { message } } }""",
+    "sensor": """mutation($id: String!) { stopSensor(id: $id) { __typename ... on PythonError { message } } }""",
+}
+_STATE = {
+    "schedule": """query($s: ScheduleSelector!) { scheduleOrError(scheduleSelector: $s) {
+        ... on Schedule { scheduleState { id status } } } }""",
+    "sensor": """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
+        ... on Sensor { sensorState { id status } } } }""",
+}
 _AUTOMATION = (("sensor", "source_change_sensor"), ("sensor", "golden_eval_sensor"),
                ("sensor", "monitoring_after_evaluation"), ("schedule", "nightly_full_suite"))
 
@@ -123,6 +149,48 @@ class Deployment:
         if body.get("errors"):
             raise RuntimeError(body["errors"])
         return body["data"]
+
+    def repository(self) -> dict[str, str]:
+        """The selector of the pipeline's repository, as the UI addresses it."""
+        [node] = self.graphql(_REPOSITORY)["repositoriesOrError"]["nodes"]
+        return {"repositoryLocationName": node["location"]["name"], "repositoryName": node["name"]}
+
+    def launch_run(self, job: str, partition: str | None = None, tags: dict[str, str] | None = None) -> str:
+        """Launch a run of `job` (for `partition`) through GraphQL, as the UI's Launch button does."""
+        tags = {**(tags or {}), **({"dagster/partition": partition} if partition else {})}
+        params = {"selector": {**self.repository(), "jobName": job}, "runConfigData": {},
+                  "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]}}
+        result = self.graphql(_LAUNCH_RUN, {"params": params})["launchRun"]
+        if result["__typename"] != "LaunchRunSuccess":
+            raise RuntimeError(result)
+        return result["run"]["runId"]
+
+    def automation(self, kind: str, name: str, running: bool) -> None:
+        """Start or stop a schedule or sensor through GraphQL, as the UI's toggle does; raise
+        unless the instance then records the state asked for."""
+        selector = {**self.repository(), f"{kind}Name": name}
+
+        def state() -> dict:
+            return self.graphql(_STATE[kind], {"s": selector})[f"{kind}OrError"][f"{kind}State"]
+
+        found = state()
+        if (found["status"] == "RUNNING") == running:
+            return
+        answer = (self.graphql(_START[kind], {"s": selector}) if running
+                  else self.graphql(_STOP[kind], {"id": found["id"]}))
+        if (state()["status"] == "RUNNING") != running:
+            raise RuntimeError(f"{kind} {name} is not {'running' if running else 'stopped'}: {answer}")
+
+    def wait(self, what: str, condition, timeout_s: float = 600, poll_s: float = 1.0):
+        """Poll `condition()` until it returns something true; its value is returned."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not after {timeout_s:.0f} s; logs in {self.work}")
+            time.sleep(poll_s)
 
     @contextmanager
     def instance(self):
@@ -273,6 +341,8 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"dagster-webserver did not answer; see {work / 'webserver.log'}") from None
                 time.sleep(1)
+        for kind, name in _AUTOMATION:  # stopped before the daemon started; checked where the UI reads it
+            running.automation(kind, name, False)
         yield running
     finally:
         for process in running.processes:

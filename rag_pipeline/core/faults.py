@@ -1,4 +1,5 @@
-"""Named points where a test can make the process kill itself, to prove the run protocol survives.
+"""Named points where a test can make the process kill itself (to prove the run protocol survives)
+or wait (to keep a run in flight while others are launched).
 
 A test sets `RAG_PIPELINE_KILL_AT=<point>` for one process; when that process reaches the point
 it sends itself SIGKILL: no cleanup, no `finally`, no flush, exactly as an OOM kill or a pulled
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 KILL_AT_ENV = "RAG_PIPELINE_KILL_AT"
 
@@ -32,3 +34,29 @@ def kill_point(name: str) -> None:
     """SIGKILL this process if the environment names `name` as the kill point."""
     if os.environ.get(KILL_AT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# Hold points: a test that needs a run to stay in flight (holding its pool while others are
+# launched) names the point in the file that RAG_PIPELINE_HOLD_FILE points to; a process reaching
+# it waits while the file exists and names it, at most HOLD_MAX_SECONDS.
+HOLD_FILE_ENV = "RAG_PIPELINE_HOLD_FILE"
+HOLD_POINTS: tuple[str, ...] = ("evaluation", "monitoring")
+HOLD_MAX_SECONDS = 900.0
+
+
+def hold_point(name: str) -> None:
+    """Wait here while the hold file (if this process has one) names `name`."""
+    path = os.environ.get(HOLD_FILE_ENV)
+    if not path:
+        return
+    deadline = time.monotonic() + HOLD_MAX_SECONDS
+    while time.monotonic() < deadline and _holds(path, name):
+        time.sleep(0.2)
+
+
+def _holds(path: str, name: str) -> bool:
+    try:
+        with open(path) as handle:
+            return name in handle.read().split()
+    except OSError:
+        return False

@@ -163,12 +163,13 @@ def nightly_schedule_for(automation: AutomationConfig) -> dg.ScheduleDefinition:
         config = settings.load()
         if not config.sources:
             return dg.SkipReason("no source configured")
-        day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+        # One set of runs per tick: a second tick the same day (an hourly cron, a test's) is a new night.
+        tick = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M")
         existing = set(context.instance.get_dynamic_partitions(source_partitions.name))
         missing = [s for s in config.source_ids if s not in existing]
         if missing:
             context.instance.add_dynamic_partitions(source_partitions.name, missing)
-        return [dg.RunRequest(partition_key=source_id, run_key=f"nightly:{day}:{source_id}",
+        return [dg.RunRequest(partition_key=source_id, run_key=f"nightly:{tick}:{source_id}",
                               tags=source_tags(source_id, "schedule")) for source_id in config.source_ids]
 
     return nightly_full_suite

@@ -17,6 +17,9 @@ GOLDEN_TAG = "rag_pipeline/golden_revision"
 DAY_TAG = "rag_pipeline/day"
 # Documents of the source that fail a stage for their current content (set on runs that have any).
 FAILED_DOCUMENTS_TAG = "rag_pipeline/failed_documents"
+# Why a run failed, in the pipeline's words and without a stack trace: the runs list shows tags.
+FAILURE_TAG = "rag_pipeline/failure"
+MAX_FAILURE_TAG_CHARS = 200
 # Set by Dagster on the runs of a backfill.
 BACKFILL_TAG = "dagster/backfill"
 
@@ -28,3 +31,14 @@ def tag_trigger(context: dg.AssetExecutionContext) -> None:
     if TRIGGER_TAG not in tags:
         trigger = "backfill" if BACKFILL_TAG in tags else "manual"
         context.instance.add_run_tags(context.run.run_id, {TRIGGER_TAG: trigger})
+
+
+def tag_failure(context: dg.AssetExecutionContext, reason: str) -> None:
+    """Name the run's failure in a tag: `<asset>: <reason>`, cut to a line the runs list can show.
+    (Dagster 1.13 shows every step failure with its stack trace in the run's event log; the tag
+    and the partition's observation carry the reason on their own.)"""
+    asset = context.asset_key.to_user_string() if len(context.selected_asset_keys) == 1 else context.op_def.name
+    text = f"{asset}: {reason}"
+    if len(text) > MAX_FAILURE_TAG_CHARS:
+        text = text[: MAX_FAILURE_TAG_CHARS - 1] + "…"
+    context.instance.add_run_tags(context.run.run_id, {FAILURE_TAG: text})

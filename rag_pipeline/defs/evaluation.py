@@ -9,11 +9,13 @@ from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision, head
 from rag_pipeline.core.evaluation.gates import policy_or_default
 from rag_pipeline.core.evaluation.golden import load_golden_set
 from rag_pipeline.core.evaluation.report import answer_section, failed_cases_table, slice_table, write_report
+from rag_pipeline.core.faults import hold_point
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import OWNERS, STORE_POOL
+from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_failure, tag_trigger
+from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.ingestion import search_index
-from rag_pipeline.defs.metadata import numbers
+from rag_pipeline.defs.metadata import numbers, source_rows, table
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -38,9 +40,12 @@ def _golden_file(settings: PipelineSettings, store: StoreResource, revision: str
 def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource):
     """The validated, frozen cases of one golden-set revision; gold ids checked against every
     document the sources ever held."""
+    tag_trigger(context)
+    hold_point("evaluation")
     db = store.get()
-    golden = load_golden_set(_golden_file(settings, store, context.partition_key), served_hashes=db.served.document_hashes(),
-                             known_documents=db.ledger.document_history())
+    with explained(context):
+        golden = load_golden_set(_golden_file(settings, store, context.partition_key),
+                                 served_hashes=db.served.document_hashes(), known_documents=db.ledger.document_history())
     context.log.info(render.printable(golden.summary()))
     slices: dict[str, int] = {}
     for case in golden.cases:
@@ -63,17 +68,20 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
     """Retrieval (and answer) metrics by slice and split on one golden revision, with per-case traces,
     a report and a plot of each slice against the promoted baseline, which the gate compares with."""
     pipeline, db = settings.load(), store.get()
-    path = _golden_file(settings, store, context.partition_key)
-    _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
-                                      pipeline.source_ids, config.mode or None, pipeline.answers,
-                                      config.suite, pipeline.evaluation.pr_subset_size)
-    report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports)
+    with explained(context):
+        path = _golden_file(settings, store, context.partition_key)
+        _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
+                                          pipeline.source_ids, config.mode or None, pipeline.answers,
+                                          config.suite, pipeline.evaluation.pr_subset_size)
+        report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,
         "suite": f"{result.suite} ({len(result.cases)} cases)",
         "config_fingerprint": result.config_fingerprint,
         "index_state": dg.MetadataValue.json(result.index_state),
+        # The night in one table: what each source served this evaluation, and which documents failed.
+        "sources": table(source_rows(db, pipeline.source_ids), ["source", "queryable_documents", "failed_documents", "failed"]),
         "slice_table": dg.MetadataValue.md(slice_table(result)),
         "slices_against_baseline": dg.MetadataValue.md(markdown_image(report.plot, "slices against the baseline")),
         "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result)) or "_no generator configured_"),
@@ -83,7 +91,19 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         # Numbers as numeric metadata, so the Dagster UI plots their trend.
         **numbers(headline_numbers(result)),
     })
-    yield checks.result("gate_vs_baseline", report.comparison.verdict())
+    comparison = report.comparison
+    yield checks.result("gate_vs_baseline", comparison.verdict())
+    if comparison.gate is not None and comparison.gate.errors:
+        # The run's failure headline says what regressed, not only that a blocking check failed.
+        regressed = "; ".join(render.printable(f.message) for f in comparison.gate.errors)
+        tag_failure(context, f"gate_vs_baseline: {regressed}")
+        raise dg.Failure(
+            description=f"gate_vs_baseline: {regressed} (eval {result.eval_id} against "
+                        f"{render.printable(comparison.against)})",
+            metadata={"eval_id": result.eval_id, "baseline_eval": comparison.baseline_id or "",
+                      "report_file": dg.MetadataValue.path(str(report.path))},
+            allow_retries=False,
+        )
 
 
 evaluation_assets = [golden_set, golden_eval]

@@ -4,7 +4,8 @@ A source that vanished, a golden file with a bad line, a store that is busy: the
 the data and the deployment, and the on-call person needs their words, not the code's. Inside
 `explained`, such an error becomes a `dg.Failure` whose description is the error's text (the
 run's failure headline) and whose metadata says where; the asset partition also gets an
-observation carrying the same reason, so its page says why it failed, not only "Run failed".
+observation carrying the same reason, so its page says why it failed, not only "Run failed", and
+the run a tag with it (`rag_pipeline/failure`), which the runs list shows.
 Any other exception is a bug and keeps its stack trace.
 """
 
@@ -24,6 +25,7 @@ from rag_pipeline.core.render import cut, printable
 from rag_pipeline.core.storage import SourceBusyError
 from rag_pipeline.core.storage.schema import SchemaError
 from rag_pipeline.core.storage.store import StoreConfigError
+from rag_pipeline.defs.common import tag_failure
 
 # Errors that describe the data or the deployment. Core raises ValueError (and its subclasses)
 # for bad input by convention, and FileNotFoundError/PermissionError for files it was told to
@@ -65,4 +67,5 @@ def explained(context: dg.AssetExecutionContext,
                 asset_key=key, partition=context.partition_key if context.has_partition_key else None,
                 description=f"failed: {reason}", metadata=metadata,
             ))
+        tag_failure(context, reason)
         raise dg.Failure(description=reason, metadata=metadata, allow_retries=False) from None

@@ -9,7 +9,7 @@ from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.core.storage import Store
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_trigger
+from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.metadata import stage_metadata, table
 from rag_pipeline.defs.partitions import source_partitions
@@ -118,9 +118,10 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         context.instance.add_run_tags(context.run.run_id, {FAILED_DOCUMENTS_TAG: str(failed)})
     if not report.switched:
         yield from proofs
+        refusal = f"switch refused, the previous version of {source.source_id!r} stays served: {render.printable(report.refusal)}"
+        tag_failure(context, refusal)
         raise dg.Failure(
-            description=f"switch refused, the previous version of {source.source_id!r} stays served: "
-                        f"{render.printable(report.refusal)}",
+            description=refusal,
             metadata=_served_state(db, source.source_id), allow_retries=False,
         )
     failures = {"failed_documents": table(report.coverage.failed, ["doc_id", "stage", "reason", "since"])} if failed else {}

@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 import dagster as dg
 
 from rag_pipeline.core import render
+from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.stages import StageReport
+from rag_pipeline.core.storage import Store
 
 FAILURE_COLUMNS = ["doc_id", "stage", "reason"]
 
@@ -71,3 +73,14 @@ def stage_metadata(report: StageReport) -> dict:
         if values:
             metadata[f"{key}_documents"] = dg.MetadataValue.md(render.bullets(values))
     return metadata
+
+
+def source_rows(store: Store, source_ids: Sequence[str]) -> list[dict]:
+    """Per source: the documents queryable in their current version, and those whose current version failed a stage (named)."""
+    rows = []
+    for source_id in source_ids:
+        coverage = coverage_report(store, source_id)
+        rows.append({"source": source_id, "queryable_documents": coverage.counts_by_stage.get("queryable", 0),
+                     "failed_documents": len(coverage.failed),
+                     "failed": "; ".join(f"{f['doc_id']} at {f['stage']}: {f['reason']}" for f in coverage.failed)})
+    return rows

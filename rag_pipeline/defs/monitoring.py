@@ -9,11 +9,13 @@ from datetime import date
 import dagster as dg
 
 from rag_pipeline.core import render
+from rag_pipeline.core.faults import hold_point
 from rag_pipeline.core.monitoring.daily import drift_day, sample_day
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import OWNERS, STORE_POOL
+from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_trigger
 from rag_pipeline.defs.evaluation import golden_eval
+from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.ingestion import search_index
 from rag_pipeline.defs.metadata import numbers, table
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
@@ -29,7 +31,11 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
     ) -> dg.MaterializeResult:
         """A deterministic, tenant-stratified sample of the day's queries, run through retrieval with
         each query's own caller context; reference-free measures (no-result rate, latency, stale hits)."""
-        report, measures, log = sample_day(settings.load(), store.get(), embedder.get(), date.fromisoformat(context.partition_key))
+        tag_trigger(context)
+        hold_point("monitoring")
+        with explained(context):
+            report, measures, log = sample_day(settings.load(), store.get(), embedder.get(),
+                                               date.fromisoformat(context.partition_key))
         malformed = [{"where": f"{m['file']}:{m['line']}", "reason": m["reason"]} for m in log.malformed]
         return dg.MaterializeResult(metadata={
             **numbers(measures),
@@ -48,8 +54,9 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
         """Production against the golden set: distance and threshold, slice mix, unseen vocabulary,
         candidates for new golden cases; the report with its plot."""
         config = settings.load()
-        drift = drift_day(config, store.get(), embedder.get(), date.fromisoformat(context.partition_key),
-                          config.storage.reports)
+        with explained(context):
+            drift = drift_day(config, store.get(), embedder.get(), date.fromisoformat(context.partition_key),
+                              config.storage.reports)
         verdict = drift.report.verdict()
         yield dg.MaterializeResult(metadata={
             **numbers(verdict.numbers),

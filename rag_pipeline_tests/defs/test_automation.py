@@ -99,7 +99,7 @@ def test_nightly_schedule_requests_every_source_partition(two_sources):
         ) as context:
             requests = nightly_full_suite(context)
         assert [r.partition_key for r in requests] == ["alpha", "beta"]
-        assert requests[0].run_key == "nightly:2026-12-01:alpha"
+        assert requests[0].run_key == "nightly:2026-12-01T02:00:alpha"
         assert sorted(instance.get_dynamic_partitions("sources")) == ["alpha", "beta"]
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from dagster._serdes import serialize_value
 
 from rag_pipeline.cli import main as cli
 from rag_pipeline.config import load_config
@@ -58,7 +57,7 @@ def test_no_holdout_question_in_any_report_event_or_trace(sample):
     runs = instance.get_runs()
     assert len(runs) >= 5
     for run in runs:
-        texts[f"run {run.job_name} {run.run_id}"] = "\n".join(serialize_value(e) for e in instance.all_logs(run.run_id))
+        texts[f"run {run.job_name} {run.run_id}"] = "\n".join(dg.serialize_value(e) for e in instance.all_logs(run.run_id))
     store = open_store(config.storage)
     texts["stored traces"] = "\n".join(t for (t,) in store.db.rows("SELECT trace FROM eval_cases"))
     assert any("Golden evaluation" in t for t in texts.values()), "the report was written"

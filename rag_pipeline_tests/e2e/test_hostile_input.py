@@ -56,6 +56,7 @@ SKIPPED = {
 }
 # Raw markup that must appear in no report file and no metadata value.
 LIVE_MARKUP = re.compile(r"<script|<img|onerror\s*=|javascript:", re.I)
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x1b]")
 
 
 def _build_corpus(tmp: Path) -> Path:
@@ -216,9 +217,11 @@ def test_an_unreadable_folder_keeps_its_served_pages(hostile):
         assert con.execute("SELECT count(*) FROM documents WHERE doc_id = 'hostile:team/roster.md'").fetchall() == [(1,)]
 
 
-def _metadata_texts(home: Path) -> list[str]:
-    """Every text a person sees in Dagster for these runs: metadata values, check descriptions, failures."""
-    texts = []
+def _metadata_texts(home: Path) -> tuple[list[str], list[str]]:
+    """Every text a person sees in Dagster for these runs, split by how the UI shows it: markdown
+    (rendered, so it must carry no live markup) and plain text (table cells, descriptions, failures:
+    shown as typed, so escaping them would show `&lt;` literally)."""
+    markdown, plain = [], []
     os.environ["DAGSTER_HOME"] = str(home)
     try:
         with dg.DagsterInstance.get() as instance:
@@ -229,13 +232,18 @@ def _metadata_texts(home: Path) -> list[str]:
                         continue
                     data = event.event_specific_data
                     metadata = getattr(getattr(data, "materialization", None), "metadata", None) or getattr(data, "metadata", None) or {}
-                    texts += [json.dumps(v.value, default=str) if isinstance(v.value, (dict, list)) else str(v.value)
-                              for v in metadata.values()]
-                    texts.append(getattr(data, "description", None) or "")
-                    texts.append(entry.user_message or "")
+                    for value in metadata.values():
+                        if isinstance(value, dg.MarkdownMetadataValue):
+                            markdown.append(value.value)
+                        elif isinstance(value, dg.TableMetadataValue):
+                            plain += [str(cell) for record in value.records for cell in record.data.values()]
+                        else:
+                            plain.append(json.dumps(value.value, default=str) if isinstance(value.value, (dict, list)) else str(value.value))
+                    plain.append(getattr(data, "description", None) or "")
+                    plain.append(entry.user_message or "")
     finally:
         os.environ.pop("DAGSTER_HOME", None)
-    return texts
+    return markdown, plain
 
 
 def _table_rows_are_whole(markdown: str) -> None:
@@ -260,8 +268,11 @@ def test_reports_and_metadata_carry_no_live_markup(hostile):
         _table_rows_are_whole(text)
     evaluation_report = next(p for p in reports if not p.name.startswith("drift-")).read_text()
     assert "evil&lt;img src=x onerror&#61;alert(9)&gt;\\|x.html" in evaluation_report  # shown, escaped
-    texts = _metadata_texts(hostile["home"])
-    assert any("onerror&#61;" in t for t in texts)  # the hostile names did reach the metadata...
-    for text in texts:
+    markdown, plain = _metadata_texts(hostile["home"])
+    assert any("onerror&#61;" in t for t in markdown)  # the hostile names did reach the markdown...
+    for text in markdown:
         assert not LIVE_MARKUP.search(text), text[:500]  # ...but never live
         _table_rows_are_whole(text)
+    assert any("<script>" in t for t in plain)  # plain text shows the query as it was typed...
+    for text in plain:
+        assert not CONTROL_CHARACTERS.search(text), repr(text[:500])  # ...with nothing that moves the cursor

@@ -1,0 +1,166 @@
+"""The nightly suite on a real deployment of the bundled sample: what the end-to-end test asserts and
+what `tools/ui_screenshots.py` photographs.
+
+    with sample_deployment(work, "duckdb") as night:
+        clean = night.clean_night()        # launched by the daemon while the store pool is held
+        faulted = night.faulted_night()    # a broken page, a vanished source, a regression
+        backfill = night.backfill_failed() # the source back, its partition backfilled as the UI does
+
+Every run comes from the daemon: the schedule's tick (a cron of every minute, stopped after one tick),
+the sensors that chain evaluation and monitoring, a backfill launched through GraphQL. The command
+line only prepares the instance (first index, first evaluation, its promotion), as a team would.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tools.local_deployment import INGESTION_ASSETS, Deployment, deployment, pipeline_config, postgres_server
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = ("handbook", "helpcenter", "product_docs")
+BROKEN_PAGE = "policies/remote-work.md"
+VANISHED_SOURCE = "helpcenter"
+RECORDED_DAY = "2026-11-29"  # the sample query log's last day
+FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+@dataclass
+class Night:
+    running: Deployment
+    data: Path
+    hold: Path
+    revision: str
+    # The runs of the last night, by source and "evaluation" / "monitoring".
+    runs: dict[str, str] = field(default_factory=dict)
+    tick_id: str = ""
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rag_pipeline.cli", *args], env=self.running.env, cwd=REPO,
+                              capture_output=True, text=True, timeout=900)
+
+    def clean_night(self) -> dict:
+        """A night whose tick comes while an evaluation run and a monitoring run hold the store pool
+        (each waits at its hold point until released). Returns the statuses seen."""
+        import dagster as dg
+
+        self.hold.write_text("evaluation\nmonitoring\n")
+        since = time.time()
+        held = {"evaluation": self.running.launch_run("evaluate_golden_revision", self.revision),
+                "monitoring": self.running.launch_run("monitor_production", RECORDED_DAY)}
+        with self.running.instance() as instance:
+            self.running.wait("the held evaluation to start", lambda: instance.get_run_by_id(
+                held["evaluation"]).status == dg.DagsterRunStatus.STARTED, timeout_s=180)
+        tick = self.tick(since)
+        with self.running.instance() as instance:
+            seen = {"pool_held_at_tick": {k: instance.get_run_by_id(v).status.value for k, v in held.items()},
+                    "ingest_at_tick": {r.tags["dagster/partition"]: instance.get_run_by_id(r.run_id).status.value
+                                       for r in tick}}
+        self.hold.unlink()
+        seen["night"] = self.chain(since)
+        with self.running.instance() as instance:
+            seen["held"] = {k: instance.get_run_by_id(v).status.value for k, v in held.items()}
+        return seen
+
+    def faulted_night(self) -> dict:
+        """A night after three faults in the data: a handbook page that no longer decodes, the
+        helpcenter folder gone, and retrieval switched to dense alone (the hashing embedder), far
+        below the hybrid baseline. Returns the night's statuses."""
+        page = self.data / "corpus" / "handbook" / BROKEN_PAGE
+        page.write_bytes(page.read_bytes() + b"\nA pasted line in latin-1: caf\xe9.\n")
+        shutil.move(str(self.data / "corpus" / VANISHED_SOURCE), self.data / f"{VANISHED_SOURCE}-away")
+        config = yaml.safe_load(self.running.config.read_text())
+        config["retrieval"]["mode"] = "dense"
+        self.running.config.write_text(yaml.safe_dump(config))
+        since = time.time()
+        self.tick(since)
+        return self.chain(since)
+
+    def backfill_failed(self) -> dict:
+        """The vanished source back in place; its failed partition backfilled through GraphQL."""
+        shutil.move(str(self.data / f"{VANISHED_SOURCE}-away"), self.data / "corpus" / VANISHED_SOURCE)
+        return self.running.backfill([VANISHED_SOURCE], INGESTION_ASSETS)
+
+    def tick(self, since: float) -> list:
+        """Start the nightly schedule until its next tick has requested a run per source; stop it."""
+        self.running.automation("schedule", "nightly_full_suite", True)
+        with self.running.instance() as instance:
+            runs = self.running.wait("the schedule's tick", lambda: (
+                found if len(found := self._tick_runs(instance, since)) == len(SOURCES) else None), timeout_s=150)
+        self.running.automation("schedule", "nightly_full_suite", False)
+        self.tick_id = runs[0].tags["dagster/tick"]
+        return runs
+
+    def chain(self, since: float) -> dict[str, str]:
+        """The sensors chain the rest of the night: evaluation once ingestion settled, monitoring
+        once that evaluation finished. Returns each run's status by source, evaluation, monitoring."""
+        import dagster as dg
+
+        def finished(instance, job: str, **tags) -> list:
+            runs = instance.get_runs(filters=dg.RunsFilter(job_name=job, tags={"rag_pipeline/trigger": "sensor", **tags}))
+            return [r for r in runs if _created(instance, r) > since and r.status.value in FINISHED]
+
+        for sensor in ("golden_eval_sensor", "monitoring_after_evaluation"):
+            self.running.automation("sensor", sensor, True)
+        with self.running.instance() as instance:
+            ingest = self.running.wait("the night's ingestion", lambda: (
+                runs if all((runs := [instance.get_run_by_id(r.run_id) for r in self._tick_runs(instance, since)]))
+                and all(r.status.value in FINISHED for r in runs) else None), timeout_s=900)
+            ingested = max(instance.get_run_record_by_id(r.run_id).end_time for r in ingest)
+            evaluation = self.running.wait("the night's evaluation", lambda: [
+                r for r in finished(instance, "evaluate_golden_revision")
+                if _created(instance, r) >= ingested - 1], timeout_s=900)[0]
+            monitored = self.running.wait("the night's monitoring", lambda: finished(
+                instance, "monitor_production", **{"rag_pipeline/after_evaluation": evaluation.run_id}), timeout_s=900)[0]
+        for sensor in ("golden_eval_sensor", "monitoring_after_evaluation"):
+            self.running.automation("sensor", sensor, False)
+        runs = {**{r.tags["dagster/partition"]: r for r in ingest}, "evaluation": evaluation, "monitoring": monitored}
+        self.runs = {name: run.run_id for name, run in runs.items()}
+        return {name: run.status.value for name, run in runs.items()}
+
+    def _tick_runs(self, instance, since: float) -> list:
+        """The runs of the schedule's first tick after `since` (one tick is one night)."""
+        import dagster as dg
+
+        runs = [r for r in instance.get_runs(filters=dg.RunsFilter(tags={"rag_pipeline/trigger": "schedule"}))
+                if _created(instance, r) > since]
+        first = min((int(r.tags["dagster/tick"]) for r in runs), default=None)
+        return [r for r in runs if int(r.tags["dagster/tick"]) == first]
+
+
+def _created(instance, run) -> float:
+    return instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp()
+
+
+@contextmanager
+def sample_deployment(work: Path, backend: str = "duckdb", embedding: dict | None = None) -> Iterator[Night]:
+    """A copy of the bundled sample on a fresh deployment of `backend` (webserver and daemon, all
+    automation stopped), indexed, evaluated and promoted by the command line."""
+    from rag_pipeline.core.evaluation.golden import file_revision
+    from rag_pipeline.core.faults import HOLD_FILE_ENV
+
+    data = work / "data"
+    shutil.copytree(REPO / "data", data)
+    raw = pipeline_config(data / "pipeline.yaml")
+    raw["embedding"] = embedding or {"kind": "hashing"}
+    raw["monitoring"]["bootstrap_samples"] = 200
+    # A tick every minute (stopped after one) and sensors that look every 5 s: a night in minutes.
+    raw["automation"] = {"nightly_cron": "* * * * *", "sensor_interval_seconds": 5}
+    hold = work / "hold"
+    with (postgres_server(work / "pg") if backend == "postgres" else nullcontext()) as dsn:
+        with deployment(work / "deployment", raw, backend, dsn, extra_env={HOLD_FILE_ENV: str(hold)}) as running:
+            night = Night(running, data, hold, file_revision(Path(raw["golden_set"])))
+            for command in (["ingest"], ["eval"], ["promote"]):
+                done = night.cli(*command)
+                if done.returncode != 0:
+                    raise RuntimeError(f"rag-pipeline {' '.join(command)} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+            yield night
