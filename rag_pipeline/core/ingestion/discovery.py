@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import errno
 import fnmatch
 import hashlib
@@ -11,13 +10,17 @@ import os
 import re
 import stat
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from datetime import date
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-import yaml
-
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
+from rag_pipeline.core.ingestion.metadata import (
+    MAX_SIDECAR_BYTES,
+    build_meta,
+    load_mapping,
+    meta_to_json,
+    split_front_matter,
+)
 from rag_pipeline.core.models import DiscoveredFile, DocumentMeta, ManifestDiff
 
 # File types that unstructured parses for us; everything else is recorded as skipped.
@@ -32,10 +35,6 @@ SUPPORTED_TYPES: dict[str, str] = {
 }
 SIDECAR_SUFFIX = ".meta.yaml"
 FRONT_MATTER_TYPES = {"md", "txt"}
-_META_FIELDS = {f for f in DocumentMeta.__dataclass_fields__}
-_STATUSES = {"published", "draft", "superseded"}
-MAX_SIDECAR_BYTES = 1024 * 1024
-_VISIBILITIES = {"public", "internal"}
 
 
 class SourceUnavailableError(RuntimeError):
@@ -52,109 +51,6 @@ def sha256_bytes(data: bytes) -> str:
 def make_doc_id(source_id: str, rel_path: str) -> str:
     """Stable document identity: `<source id>:<relative POSIX path>`."""
     return f"{source_id}:{rel_path}"
-
-
-def split_front_matter(text: str) -> tuple[dict | None, str, int]:
-    """Split YAML front matter from a text file.
-
-    Returns (front matter mapping or None, body, number of lines the front matter occupied),
-    so that line numbers in the body can be mapped back to the file.
-    Raises ValueError with the line of a YAML error.
-    """
-    if not text.startswith("---"):
-        return None, text, 0
-    lines = text.splitlines(keepends=True)
-    if lines[0].strip() != "---":
-        return None, text, 0
-    for index in range(1, len(lines)):
-        if lines[index].strip() in ("---", "..."):
-            raw = "".join(lines[1:index])
-            try:
-                data = yaml.safe_load(raw) or {}
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                where = f" at line {mark.line + 2}" if mark is not None else ""
-                raise ValueError(f"front matter is not valid YAML{where}: {yaml_problem(exc)}") from exc
-            if not isinstance(data, dict):
-                raise ValueError("front matter must be a YAML mapping (key: value lines)")
-            return data, "".join(lines[index + 1 :]), index + 1
-    raise ValueError("front matter opened with '---' on line 1 but never closed")
-
-
-def yaml_problem(error: yaml.YAMLError) -> str:
-    """The one-line gist of a YAML error (PyYAML's own text spans several lines with a caret)."""
-    problem = getattr(error, "problem", None)
-    context = getattr(error, "context", None)
-    if problem:
-        return f"{context}, {problem}" if context else problem
-    return " ".join(str(error).split())
-
-
-# Fields that decide who may read a document: a misspelt one is an error, never ignored (it
-# would leave the document public), and roles on a public document are refused, not dropped.
-_ACCESS_FIELDS = ("tenant", "visibility", "roles")
-
-
-def _check_access_keys(raw: Mapping) -> None:
-    for key in raw:
-        if not isinstance(key, str) or key in _META_FIELDS:
-            continue
-        close = [f for f in _ACCESS_FIELDS if key.strip().lower() == f or difflib.SequenceMatcher(None, key.lower(), f).ratio() >= 0.8]
-        if close:
-            raise ValueError(f"key {key!r} looks like {close[0]!r}, which decides who may read the document: spell it "
-                             f"{close[0]!r} (until then the document is not indexed, so it cannot be served to everyone)")
-
-
-def build_meta(raw: Mapping | None, defaults: Mapping) -> DocumentMeta:
-    """Merge a document's own metadata over the source defaults; raise ValueError on bad values."""
-    _check_access_keys(raw or {})
-    merged = {k: v for k, v in dict(defaults).items() if k in _META_FIELDS}
-    for key, value in (raw or {}).items():
-        if key in _META_FIELDS:
-            merged[key] = value
-    status = merged.get("status", "published") or "published"
-    if status not in _STATUSES:
-        raise ValueError(f"status {status!r} is not one of {sorted(_STATUSES)}")
-    visibility = merged.get("visibility", "public") or "public"
-    if visibility not in _VISIBILITIES:
-        raise ValueError(f"visibility {visibility!r} is not one of {sorted(_VISIBILITIES)}")
-    roles = merged.get("roles") or ()
-    if isinstance(roles, str):
-        roles = (roles,)
-    if visibility == "public" and (raw or {}).get("roles"):
-        raise ValueError(f"roles {list(roles)} on a public document restrict nothing: set visibility: internal to "
-                         "limit it to these roles, or remove roles")
-    if visibility == "internal" and not roles:
-        roles = ("employee",)  # an internal page nobody may read is a bug; employees is the safe floor
-    effective = merged.get("effective_date")
-    if effective is not None and not isinstance(effective, date):
-        try:
-            effective = date.fromisoformat(str(effective))
-        except ValueError as exc:
-            raise ValueError(f"effective_date {effective!r} is not a YYYY-MM-DD date") from exc
-    tenant = merged.get("tenant")
-    return DocumentMeta(
-        title=str(merged["title"]) if merged.get("title") else None,
-        tenant=str(tenant) if tenant not in (None, "") else None,
-        visibility=visibility,
-        roles=tuple(str(r) for r in roles),
-        status=status,
-        effective_date=effective,
-        supersedes=merged.get("supersedes") or None,
-        superseded_by=merged.get("superseded_by") or None,
-    )
-
-
-def meta_to_json(meta: DocumentMeta) -> str:
-    return json.dumps(asdict(meta), sort_keys=True, default=str)
-
-
-def meta_from_json(text: str | None) -> DocumentMeta:
-    """The inverse of `meta_to_json` (for documents carried over from the committed manifest)."""
-    raw = json.loads(text) if text else {}
-    effective = raw.get("effective_date")
-    return DocumentMeta(**{**raw, "roles": tuple(raw.get("roles") or ()),
-                           "effective_date": date.fromisoformat(effective) if effective else None})
 
 
 _CODE_BLOCKS = re.compile(rb"<(pre|code)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
@@ -174,16 +70,18 @@ def _read_meta(
     raw: dict | None = None
     try:
         if tree.exists(sidecar):
+            name = PurePosixPath(sidecar).name
+            size = tree.resolve(sidecar).size
+            if size > MAX_SIDECAR_BYTES:
+                raise ValueError(f"sidecar {name} is {size / 1024:,.0f} KB, over the {MAX_SIDECAR_BYTES // 1024} KB limit for "
+                                 "metadata: not read (a sidecar holds a few key: value lines)")
             try:
                 text = tree.read(sidecar, MAX_SIDECAR_BYTES).decode("utf-8")
             except DocumentReadError as exc:
-                raise ValueError(f"sidecar {PurePosixPath(sidecar).name}: {exc}") from exc
+                raise ValueError(f"sidecar {name}: {exc}") from exc
             except UnicodeDecodeError as exc:
-                raise ValueError(f"sidecar {PurePosixPath(sidecar).name} is not valid UTF-8") from exc
-            loaded = yaml.safe_load(text) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"sidecar {PurePosixPath(sidecar).name} must be a YAML mapping")
-            raw = loaded
+                raise ValueError(f"sidecar {name} is not valid UTF-8") from exc
+            raw = load_mapping(text, f"sidecar {name}")
         elif file_type in FRONT_MATTER_TYPES:
             try:
                 # Decoded as the parser decodes it: a byte-order mark before `---` must not turn the
@@ -193,8 +91,6 @@ def _read_meta(
                 text = ""  # the parser reports the encoding problem with its position
             raw, _, _ = split_front_matter(text)
         return build_meta(raw, defaults), None
-    except yaml.YAMLError as exc:
-        return build_meta(None, defaults), f"metadata: sidecar is not valid YAML: {yaml_problem(exc)}"
     except ValueError as exc:
         return build_meta(None, defaults), f"metadata: {exc}"
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core.faults import kill_point
-from rag_pipeline.core.ingestion import discovery, inputs
+from rag_pipeline.core.ingestion import discovery, inputs, metadata
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
 from rag_pipeline.core.ingestion.embedding import Embedder
@@ -132,7 +132,7 @@ def discover_source(
     discovery.guard_against_mass_deletion(
         source_id, diff, served, lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
     )
-    meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
+    meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
     for f in files:
@@ -177,7 +177,7 @@ def _behind_unreadable_folders(
         kept.append(DiscoveredFile(
             doc_id=row["doc_id"], source_id=source_id, rel_path=row["rel_path"], abs_path="",
             content_hash=row["content_hash"], size=row["size"], file_type=row["file_type"], supported=True,
-            meta=discovery.meta_from_json(row["meta_json"]),
+            meta=metadata.meta_from_json(row["meta_json"]),
             error=f"folder {folder} cannot be listed (permission denied?): its last indexed version stays served",
             mtime_ns=row["mtime_ns"] or 0,
         ))

@@ -53,7 +53,7 @@ def test_source_defaults_apply_and_internal_pages_need_a_role(tmp_path):
 def test_bad_metadata_is_a_per_document_error_with_the_reason(tmp_path):
     write_tree(tmp_path, {"a.md": "---\nstatus: archived\n---\n# A\n", "b.md": "---\ntitle: [unclosed\n---\n", "c.md": "# fine"})
     files = {f.rel_path: f for f in discover_files("s", tmp_path)}
-    assert "status 'archived'" in files["a.md"].error
+    assert "status is 'archived', not one of published" in files["a.md"].error
     assert "not valid YAML at line" in files["b.md"].error
     assert files["c.md"].error is None
 
