@@ -180,6 +180,9 @@ class LifecycleConfig(_Strict):
     """Fail-safes and freshness limits of the corpus lifecycle."""
 
     max_delete_fraction: float = Field(default=0.5, ge=0, le=1)
+    # The limit holds against the most the source served in this many days, not only against the
+    # previous run: nightly slices under the limit cannot empty a source unasked (0: the previous run only).
+    mass_delete_window_days: float = Field(default=7.0, ge=0)
     allow_mass_delete: bool = False
     max_staleness_hours: float = Field(default=24.0, gt=0)
 

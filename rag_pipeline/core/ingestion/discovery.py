@@ -9,7 +9,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -460,35 +460,6 @@ def diff_manifest(
             unchanged.append(item.doc_id)
     deleted = sorted(set(previous) - seen)
     return ManifestDiff(tuple(added), tuple(changed), tuple(unchanged), tuple(deleted))
-
-
-def guard_against_mass_deletion(
-    source_id: str,
-    diff: ManifestDiff,
-    served: Collection[str],
-    max_delete_fraction: float,
-    allow_mass_delete: bool,
-) -> None:
-    """Refuse a run that would empty a source or delete more than the allowed share of it.
-
-    The share is of the source's served documents (`served`, their ids): files that failed and
-    were never served are nothing to lose, and counting them would let a source with many
-    broken files lose most of what it serves. A loader that suddenly returns nothing is far more
-    often an outage than a real deletion.
-    """
-    lost = [d for d in diff.deleted if d in served]
-    if allow_mass_delete or not lost:
-        return
-    current_count = len(diff.added) + len(diff.changed) + len(diff.unchanged)
-    share = len(lost) / len(served)
-    if current_count == 0 or share > max_delete_fraction:
-        sample = ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
-        what = "is suddenly empty" if current_count == 0 else f"would lose {share:.0%} of its served documents"
-        raise SourceUnavailableError(
-            f"source {source_id!r} {what}: {len(lost)} of {len(served)} served documents would be "
-            f"deleted ({sample}). Nothing was deleted. If this is intended, rerun with "
-            f"lifecycle.allow_mass_delete: true (limit: {max_delete_fraction:.0%})"
-        )
 
 
 def source_fingerprint(root: Path, kind: str = "files") -> str:

@@ -34,7 +34,7 @@ from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import term_frequencies
-from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report
+from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report, guard_against_mass_deletion
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
 from rag_pipeline.core.ingestion.parsing import (
     ParseError,
@@ -129,9 +129,7 @@ def discover_source(
         files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
     diff = discovery.diff_manifest(files, previous)
     served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
-    discovery.guard_against_mass_deletion(
-        source_id, diff, served, lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
-    )
+    allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
     meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
@@ -161,6 +159,8 @@ def discover_source(
         "added": list(diff.added), "changed": list(diff.changed), "deleted": list(diff.deleted),
         "skipped": [f"{f.rel_path}: {f.skip_reason}" for f in files if not f.supported],
     }
+    if allowed:
+        report.details["mass_delete_allowed"] = [allowed]
     return report
 
 
@@ -476,6 +476,7 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             served = store.served.indexed_documents(source_id)
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
+            store.ledger.record_served(source_id, run_id, len(served))
             kill_point("switch:verified")
         report.switched = True
         kill_point("switch:committed")

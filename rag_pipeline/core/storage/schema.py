@@ -74,6 +74,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("source_id", _TEXT), ("root", _TEXT), ("last_run_at", _TS), ("last_success_at", _TS), ("manifest_hash", _TEXT),
         ("run_id", _TEXT), ("last_failure", _TEXT), ("last_failure_at", _TS),
     ],
+    # How many documents each committed switch left a source serving, and the runs that were
+    # allowed to delete past the mass-delete limit: the deletion guard's memory over time.
+    "served_history": [
+        ("source_id", _TEXT), ("recorded_at", _TS), ("served_documents", _INT), ("run_id", _TEXT),
+        ("mass_delete_allowed", _BOOL),
+    ],
     # Records: evaluations, baselines, experiments, golden snapshots, production samples.
     "baselines": [("revision", _TEXT), ("eval_id", _TEXT), ("promoted_at", _TS), ("note", _TEXT), ("suite", _TEXT)],
     # Changes to the golden set made by a command (a case released from holdout, say): who, when, why.
@@ -112,6 +118,7 @@ INDEXES = {
     "elements": ["doc_id"], "staged_chunks": ["doc_id", "chunk_id", "source_id"], "staged_postings": ["chunk_id"],
     "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
+    "served_history": ["source_id, recorded_at"],
     "eval_cases": ["eval_id"],
 }
 
@@ -122,7 +129,7 @@ UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
 # Tables whose rows belong to one source; a purge of the source clears them all.
 SOURCE_TABLES = (
     "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
-    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs",
+    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs", "served_history",
 )
 # Tables holding something of a document (checked by the deletion proof).
 DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
