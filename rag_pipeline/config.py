@@ -374,9 +374,11 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     monitoring = raw.get("monitoring")
     if isinstance(monitoring, dict) and monitoring.get("query_log"):
         monitoring["query_log"] = str((base / str(monitoring["query_log"])).resolve())
-    storage = raw.get("storage")
-    if isinstance(storage, dict) and "path" in storage:
-        storage["path"] = str((base / str(storage["path"])).resolve())
+    storage = raw.setdefault("storage", {})
+    if isinstance(storage, dict):
+        # The default path too is the file's (it was the working directory's: a reading command
+        # run elsewhere looked for the index, and created one, in the wrong place).
+        storage["path"] = str((base / str(storage.get("path") or StorageConfig().path)).resolve())
     for key in ("golden_set", "gate_policy"):
         if raw.get(key):
             raw[key] = str((base / str(raw[key])).resolve())

@@ -42,8 +42,8 @@ class DuckDBDatabase(Database):
     dialect = "duckdb"
     vector_type = "FLOAT[]"
 
-    def __init__(self, path: Path | str) -> None:
-        super().__init__()
+    def __init__(self, path: Path | str, read_only: bool = False, create: bool = True) -> None:
+        super().__init__(read_only, create)
         self.path = Path(path)
         # The released connection waiting for the next call: (connection, its closing timer, pid).
         self._idle: tuple[duckdb.DuckDBPyConnection, threading.Timer, int] | None = None
@@ -64,12 +64,15 @@ class DuckDBDatabase(Database):
         if idle is not None:
             idle[1].cancel()
             return idle[0]
+        if not self.create and not self.path.is_file():
+            raise self.missing()  # a reader creates neither the file nor its folder
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + _LOCK_WAIT_SECONDS
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path))
+                # Read-only: no write lock, no write-ahead log; works on a file and folder nobody may write.
+                return duckdb.connect(str(self.path), read_only=self.read_only)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise

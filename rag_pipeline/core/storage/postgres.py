@@ -37,8 +37,9 @@ class PostgresDatabase(Database):
     vector_type = "vector"
 
     def __init__(self, dsn: str, schema: str = "rag_pipeline", vector_index: str = "exact",
-                 hnsw_m: int = 16, hnsw_ef_construction: int = 64, hnsw_ef_search: int = 100) -> None:
-        super().__init__()
+                 hnsw_m: int = 16, hnsw_ef_construction: int = 64, hnsw_ef_search: int = 100,
+                 read_only: bool = False, create: bool = True) -> None:
+        super().__init__(read_only, create)
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
             raise ValueError(f"storage.pg_schema {schema!r}: use lower-case letters, digits and _")
         self.dsn = dsn
@@ -57,6 +58,9 @@ class PostgresDatabase(Database):
         connection.autocommit = True
         with connection.cursor() as cursor:
             cursor.execute(f"SET search_path TO {self.schema}, public")
+            if self.read_only:
+                # The server refuses every write of this session: a reader cannot change the index.
+                cursor.execute("SET default_transaction_read_only = on")
         return connection
 
     def _connect(self):

@@ -131,7 +131,10 @@ class Records:
     # ---- golden snapshots ------------------------------------------------------------------
 
     def snapshot_golden(self, revision: str, path: str, content: str) -> None:
-        """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on."""
+        """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on
+        (a store opened by a reading command keeps none: it writes nothing)."""
+        if self.db.read_only or self.golden_snapshot(revision) is not None:
+            return
         with self.db.transaction():
             if self.golden_snapshot(revision) is None:
                 self.db.insert("golden_snapshots", columns("golden_snapshots"), [(revision, path, content, utcnow())])

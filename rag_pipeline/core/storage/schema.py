@@ -244,6 +244,26 @@ def prepare(db: Database, connection) -> None:
         raise
 
 
+def check_readable(db: Database, connection) -> None:
+    """Before a reader (or a writer that must not create an index) goes on: the index exists, and a
+    reader finds it at this schema version (it writes nothing, so an older index is brought forward
+    by an ingestion first). NoIndexError for a missing, empty or older index; SchemaError for a
+    newer one."""
+    from rag_pipeline.core.storage.database import NoIndexError
+
+    if not db._schema_present(connection):
+        raise db.missing()
+    version, _ = _state(db, connection)
+    if version is None:
+        raise db.missing()
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"{db.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
+                          "upgrade rag_pipeline")
+    if version < SCHEMA_VERSION and db.read_only:
+        raise NoIndexError(f"the index at {db.describe()} was written by an older rag_pipeline (schema version {version}): "
+                           "run `rag-pipeline ingest` once to bring it forward, then this command")
+
+
 def _state(db: Database, connection) -> tuple[int | None, set[str]]:
     """(schema version, table names): version 1 for a DuckDB file from before the version table,
     None when empty."""
