@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the runner imports Dagster: only commands that run somethin
     from rag_pipeline.runner import MonitorRun
 
 # Columns of the human-readable ingestion summary, in pipeline order.
-SUMMARY_COLUMNS = ("discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked",
+SUMMARY_COLUMNS = ("discovered", "skipped", "added", "changed", "unchanged", "unreadable", "deleted", "parsed", "chunked",
                    "embedded", "cache_hits", "indexed", "queryable", "failed")
 
 
@@ -39,7 +39,29 @@ def _load_sources(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, s
     config, overrides = _load(args)
     if not config.sources:
         raise ConfigError("no sources to ingest: list them under sources: in the config, or pass --source NAME=PATH")
+    _check_source_paths(config)
     return config, overrides
+
+
+def _check_source_paths(config: PipelineConfig) -> None:
+    """A source path that does not exist is a config error (exit 2), unless the source was served
+    from it before: then it vanished (unmounted, moved), an outage that fails that source alone."""
+    from rag_pipeline.core.storage import NoIndexError
+
+    missing = [s for s in config.sources if not Path(s.path).exists()]
+    if not missing:
+        return
+    try:
+        store = _store(config, create=False)  # a config error must not leave an empty index behind
+        served_before = {s.source_id for s in missing if store.ledger.served_root(s.source_id) == str(s.path)}
+        store.close()
+    except NoIndexError:
+        served_before = set()
+    for source in missing:
+        if source.source_id not in served_before:
+            where = config.config_path or "the config"
+            raise ConfigError(f"source {source.name!r}: path {source.path} does not exist, and nothing was ever indexed from "
+                              f"it: fix its path in {where} (or --source {source.name}=PATH), or remove the source")
 
 
 def _store(config: PipelineConfig, read_only: bool = False, create: bool = True):

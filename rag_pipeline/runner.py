@@ -27,6 +27,7 @@ COUNT_SOURCES: dict[str, tuple[str, str]] = {
     "added": ("source_documents", "added"),
     "changed": ("source_documents", "changed"),
     "unchanged": ("source_documents", "unchanged"),
+    "unreadable": ("source_documents", "unreadable"),
     "deleted": ("source_documents", "deleted"),
     "parsed": ("parsed_documents", "parsed"),
     "chunked": ("document_chunks", "chunked_documents"),

@@ -34,6 +34,8 @@ SUPPORTED_TYPES: dict[str, str] = {
     ".docx": "docx",
 }
 SIDECAR_SUFFIX = ".meta.yaml"
+# The content hash of a file that was not read: its size and time identify the failed version.
+UNREAD_PREFIX = "unread:"
 FRONT_MATTER_TYPES = {"md", "txt"}
 
 
@@ -240,6 +242,10 @@ class SourceTree:
         return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, link_target=target))
 
     def _sized(self, entry: TreeEntry) -> TreeEntry:
+        # Known without reading: a file nobody may read is seen by the walk (and so changes the
+        # source's fingerprint), not only when a run happens to open it.
+        if not os.access(entry.real_path, os.R_OK):
+            return replace(entry, error="cannot be read: permission denied (check the file's owner and mode)")
         if self.max_file_bytes is not None and entry.size > self.max_file_bytes:
             return replace(entry, error=(
                 f"file is {_mb(entry.size)}, over the {_mb(self.max_file_bytes)} limit (limits.max_file_mb): "
@@ -348,7 +354,8 @@ def describe_entry(tree: SourceTree, entry: TreeEntry, defaults: Mapping) -> Dis
     if skip_reason is None and error is None:
         meta, meta_error = _read_meta(tree, rel_path, file_type, data, defaults)
     # A file that was not read has no content hash; its size and time identify the failed version.
-    content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else f"unread:{entry.size}:{entry.mtime_ns}"
+    content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else \
+        f"{UNREAD_PREFIX}{entry.size}:{entry.mtime_ns}"
     return DiscoveredFile(
         doc_id=make_doc_id(tree.source_id, rel_path),
         source_id=tree.source_id,
@@ -443,23 +450,26 @@ def diff_manifest(
 ) -> ManifestDiff:
     """Compare supported documents with the previous manifest (`doc_id -> (content hash, meta json)`).
 
-    A document counts as changed when its bytes or its metadata changed.
+    A document counts as changed when its bytes or its metadata changed; one that could not be
+    read (its content unknown) counts as unreadable, new or not.
     """
-    added, changed, unchanged = [], [], []
+    added, changed, unchanged, unreadable = [], [], [], []
     seen: set[str] = set()
     for item in current:
         if not item.supported:
             continue
         seen.add(item.doc_id)
         before = previous.get(item.doc_id)
-        if before is None:
+        if item.content_hash.startswith(UNREAD_PREFIX):
+            unreadable.append(item.doc_id)
+        elif before is None:
             added.append(item.doc_id)
         elif before != (item.content_hash, meta_to_json(item.meta)):
             changed.append(item.doc_id)
         else:
             unchanged.append(item.doc_id)
     deleted = sorted(set(previous) - seen)
-    return ManifestDiff(tuple(added), tuple(changed), tuple(unchanged), tuple(deleted))
+    return ManifestDiff(tuple(added), tuple(changed), tuple(unchanged), tuple(deleted), tuple(unreadable))
 
 
 def source_fingerprint(root: Path, kind: str = "files") -> str:

@@ -47,7 +47,7 @@ def mass_deletion_refusal(
     lost = [d for d in diff.deleted if d in served]
     if not lost:
         return None
-    current_count = len(diff.added) + len(diff.changed) + len(diff.unchanged)
+    current_count = len(diff.added) + len(diff.changed) + len(diff.unchanged) + len(diff.unreadable)
     share = len(lost) / len(served)
     sample = ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
     if current_count == 0 or share > max_delete_fraction:

@@ -153,10 +153,12 @@ def discover_source(
         "added": len(diff.added),
         "changed": len(diff.changed),
         "unchanged": len(diff.unchanged),
+        "unreadable": len(diff.unreadable),
         "deleted": len(diff.deleted),
     }
     report.details = {
         "added": list(diff.added), "changed": list(diff.changed), "deleted": list(diff.deleted),
+        "unreadable": list(diff.unreadable),
         "skipped": [f"{f.rel_path}: {f.skip_reason}" for f in files if not f.supported],
     }
     if allowed:
@@ -543,14 +545,22 @@ def _reconcile_ledger(
             reason = not_found.get(doc_id, "not returned by a search for its own text")
             ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
             failures.append(StageFailure(doc_id, "queryable", reason))
-    current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
-    committed = {r["doc_id"] for r in store.staging.manifest_rows(source_id) if r["supported"]}
+    discovered = store.staging.discovery_rows(source_id)
+    current = {r["doc_id"] for r in discovered if r["supported"]}
+    manifest = store.staging.manifest_rows(source_id)
+    committed = {r["doc_id"] for r in manifest if r["supported"]}
     for doc_id in sorted((committed | set(before)) - current):
         ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
                        "reason": "no longer in the source"})
         if doc_id in before:
             ledger.extend({"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": "deleted",
                            "reason": "removed from the index"} for stage in ("indexed", "queryable"))
+    # Skipped files (not documents) that are gone: their record says so too, not "skipped" for ever.
+    names = {r["doc_id"] for r in discovered}
+    for row in manifest:
+        if not row["supported"] and row["doc_id"] not in names:
+            ledger.append({"doc_id": row["doc_id"], "source_id": source_id, "stage": "deleted", "status": "deleted",
+                           "reason": f"no longer in the source (it was skipped: {row['skip_reason']})"})
     return ledger, len(to_probe), failures
 
 

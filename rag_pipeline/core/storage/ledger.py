@@ -52,7 +52,7 @@ class Ledger:
         latest discovery skipped it (not a document): what golden labels are checked against."""
         rows = self.db.rows(
             "SELECT doc_id, max(CASE WHEN stage = 'discovered' AND status = 'skipped' THEN reason END), "
-            "bool_or(stage <> 'discovered' OR status <> 'skipped') FROM ledger GROUP BY doc_id"
+            "bool_or(stage <> 'deleted' AND (stage <> 'discovered' OR status <> 'skipped')) FROM ledger GROUP BY doc_id"
         )
         return {doc_id: None if is_document else reason for doc_id, reason, is_document in rows}
 
@@ -83,6 +83,10 @@ class Ledger:
 
     def last_success(self, source_id: str) -> datetime | None:
         return self.db.value("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id])
+
+    def served_root(self, source_id: str) -> str | None:
+        """The root the source's last switches read, if one of them ever committed."""
+        return self.db.value("SELECT root FROM source_runs WHERE source_id = ? AND last_success_at IS NOT NULL", [source_id])
 
     # ---- served counts over time (the mass-delete guard's memory) ----------------------------
 
