@@ -423,6 +423,12 @@ def cmd_promote(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     store = _store(config, create=False)
     eval_id = _evaluation_id(store, args.eval)
+    summary = store.records.evaluation_summary(eval_id)
+    if store.records.baseline(summary["revision"], summary.get("suite", "full")) == eval_id:
+        # Already promoted (a promote that died before Dagster heard of it, or run twice): finish it.
+        _record_promotion(store, eval_id)
+        print(f"{eval_id} is already the promoted baseline of golden revision {summary['revision']}")
+        return 0
     promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
     if promoted:
         _record_promotion(store, eval_id)

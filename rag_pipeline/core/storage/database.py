@@ -145,8 +145,14 @@ class Database(ABC):
         """Execute one statement on `connection`; return a cursor (or None for no rows)."""
 
     def execute(self, sql: str, params: Sequence = ()) -> None:
+        """Run a statement that changes something (reads go through rows, dicts and value)."""
+        self._refuse_if_read_only()
         with self.connection() as connection:
             self._run(connection, sql, params)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise PermissionError(f"{self.describe()} is open read-only: a reading command writes nothing")
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         with self.connection() as connection:

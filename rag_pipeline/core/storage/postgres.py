@@ -96,6 +96,7 @@ class PostgresDatabase(Database):
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
                vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        self._refuse_if_read_only()
         if not rows:
             return
         types = column_types(table, self.vector_type)
