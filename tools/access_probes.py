@@ -44,18 +44,18 @@ _TWICE = {"tenant": ("acme", "null"), "visibility": ("internal", "public"), "rol
           "status": ("draft", "published")}
 # Odd value label -> the metadata lines that give it to a field.
 ODD_VALUES: dict[str, Callable[[str], str]] = {
-    "null": lambda f: f"{f}: null",
-    "~ (null)": lambda f: f"{f}: ~",
-    "'' (empty text)": lambda f: f"{f}: ''",
-    "no": lambda f: f"{f}: no",
-    "false": lambda f: f"{f}: false",
-    "0": lambda f: f"{f}: 0",
-    "'false' (quoted)": lambda f: f"{f}: 'false'",
-    "[] (empty list)": lambda f: f"{f}: []",
-    "a list where one value is due": lambda f: f"{f}: {_LIST_OF_ONE[f]}",
-    "a mapping": lambda f: f"{f}: {{name: acme}}",
-    "a number (42)": lambda f: f"{f}: 42",
-    "given twice": lambda f: f"{f}: {_TWICE[f][0]}\n{f}: {_TWICE[f][1]}",
+    "`null`": lambda f: f"{f}: null",
+    "`~`": lambda f: f"{f}: ~",
+    "`''` (empty text)": lambda f: f"{f}: ''",
+    "`no`": lambda f: f"{f}: no",
+    "`false`": lambda f: f"{f}: false",
+    "`0`": lambda f: f"{f}: 0",
+    "`'false'` (quoted)": lambda f: f"{f}: 'false'",
+    "`[]`": lambda f: f"{f}: []",
+    "a list where one value is due (`[internal]`; roles: `[[employee]]`)": lambda f: f"{f}: {_LIST_OF_ONE[f]}",
+    "a mapping (`{name: acme}`)": lambda f: f"{f}: {{name: acme}}",
+    "a number (`42`)": lambda f: f"{f}: 42",
+    "the key given twice": lambda f: f"{f}: {_TWICE[f][0]}\n{f}: {_TWICE[f][1]}",
 }
 
 

@@ -117,7 +117,8 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
     expected = (11, 11, 1, 1) if served == v023 else (0, 0, 0, 23)
     assert (report["added"], report["changed"], report["deleted"], report["unchanged"]) == expected
     assert _served(db) == v028
-    assert _deleted_in_ledger(db) == {"httpx:advanced.md"}
+    # The page that left, and the two skipped scripts that left with it: every name gone is recorded.
+    assert _deleted_in_ledger(db) == {"httpx:advanced.md", "httpx:js/chat.js", "httpx:js/sidecar-1.5.0.js"}
 
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         statuses = [r.status for r in instance.get_runs()]
