@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from rag_pipeline.core.bounded import bounded_lines, size_text
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
 from rag_pipeline.core.ingestion.metadata import (
     MAX_SIDECAR_BYTES,
@@ -34,6 +35,8 @@ SUPPORTED_TYPES: dict[str, str] = {
     ".docx": "docx",
 }
 SIDECAR_SUFFIX = ".meta.yaml"
+# The text limit of a BEIR record when the caller gives none (limits.max_text_chars's default).
+BEIR_DEFAULT_MAX_TEXT_CHARS = 2_000_000
 # The content hash of a file that was not read: its size and time identify the failed version.
 UNREAD_PREFIX = "unread:"
 FRONT_MATTER_TYPES = {"md", "txt"}
@@ -393,8 +396,17 @@ def discover_beir_corpus(
             supported=True, meta=meta, error=f"{corpus_path.name} line {line_number}: {reason}",
         )
 
+    # A record is read only up to what its text limit allows, JSON escapes included (six bytes a
+    # character at most): a longer line is read past, never held.
+    max_line = 6 * (max_text_chars or BEIR_DEFAULT_MAX_TEXT_CHARS) + 64 * 1024
     with corpus_path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line in bounded_lines(handle, max_line):
+            line_number, raw = line.number, line.data
+            if raw is None:
+                found.append(failed(line_number, f"{line_number}:{line.size}".encode(), (
+                    f"a line of {size_text(line.size)}, over the {size_text(max_line)} a record within the text limit "
+                    "(limits.max_text_chars) can take: not read")))
+                continue
             if not raw.strip():
                 continue
             try:

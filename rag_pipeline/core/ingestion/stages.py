@@ -321,7 +321,8 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
     Files go to `parser`; BEIR records are parsed here (`parser` is None for them)."""
     if source.kind == "beir":
         wanted = set(doc_ids)
-        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path))
+        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path),
+                                                                       max_text_chars=source.limits.max_text_chars)
                    if f.doc_id in wanted} if wanted else {}
 
         def read_record(row: dict):

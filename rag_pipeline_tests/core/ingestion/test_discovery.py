@@ -135,3 +135,20 @@ def test_beir_corpus_records_become_documents(tmp_path):
     assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
     assert files[0].inline_title == "T" and files[0].inline_text == "body"
     assert "line 2" in files[1].error
+
+
+def test_a_beir_line_over_what_its_text_limit_allows_is_not_read(tmp_path):
+    import tracemalloc
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"_id": "d1", "text": "fine"}\n{"_id": "big", "text": "' + b"x" * 20_000_000 + b'"}\n'
+                       b'{"_id": "d2", "text": "also fine"}\n')
+    tracemalloc.start()
+    try:
+        files = discover_beir_corpus("sci", corpus, max_text_chars=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
+    assert "line 2: a line of 19.1 MB, over the 70 KB a record within the text limit" in files[1].error
+    assert peak < 4 * 1024 * 1024, peak
