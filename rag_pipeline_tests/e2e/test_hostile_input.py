@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from rag_pipeline.config import PROJECT_ROOT
+from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline_tests.e2e.cli import run_cli
 
 pytestmark = pytest.mark.slow
@@ -254,7 +255,10 @@ def test_reports_and_metadata_carry_no_live_markup(hostile):
     assert "report:" in evaluation.stdout, evaluation.stdout[-3000:] + evaluation.stderr[-3000:]
     monitoring = run_cli("monitor", "--config", config, "--day", "2026-11-20", "--json", env=env, unprivileged=True)
     assert monitoring.returncode == 0, monitoring.stdout[-3000:] + monitoring.stderr[-3000:]
-    assert "line of 5.0 MB, over the 64 KB limit" in monitoring.stdout, monitoring.stdout[-3000:]
+    # The broken line and the 5 MB one, refused (a 5 MB query would have been sampled and searched).
+    assert json.loads(monitoring.stdout)["metadata"]["malformed_lines"] == 2, monitoring.stdout[-3000:]
+    malformed = read_query_log(hostile["tmp"] / "query_log").malformed
+    assert any("line of 5.0 MB, over the 64 KB limit" in m["reason"] for m in malformed), malformed
     reports = sorted((hostile["tmp"] / "store" / "reports").glob("*.md"))
     assert {p.name.startswith("drift-") for p in reports} == {True, False}
     for path in reports:
