@@ -156,7 +156,7 @@ def kills() -> str:
         "as an OOM kill or a pulled plug. Then what is stored must be whole (one release served, never a mix; "
         "an evaluation with all its cases or none; a baseline or none; the golden file old or new, never cut) "
         "and the same command run again must converge with no manual step (all pages queryable, checks "
-        "passing, counts true, the killed Dagster run closed and its pool slot freed).",
+        "passing, counts true, the killed Dagster run closed; a run killed after its commit leaves the next one nothing to do).",
         "",
         f"{len(tried)} kills tried, {converged} converged.",
         "",
