@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the runner imports Dagster: only commands that run somethin
     from rag_pipeline.runner import MonitorRun
 
 # Columns of the human-readable ingestion summary, in pipeline order.
-SUMMARY_COLUMNS = ("discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked",
+SUMMARY_COLUMNS = ("discovered", "skipped", "added", "changed", "unchanged", "unreadable", "deleted", "parsed", "chunked",
                    "embedded", "cache_hits", "indexed", "queryable", "failed")
 
 
@@ -39,13 +39,37 @@ def _load_sources(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, s
     config, overrides = _load(args)
     if not config.sources:
         raise ConfigError("no sources to ingest: list them under sources: in the config, or pass --source NAME=PATH")
+    _check_source_paths(config)
     return config, overrides
 
 
-def _store(config: PipelineConfig):
+def _check_source_paths(config: PipelineConfig) -> None:
+    """A source path that does not exist is a config error (exit 2), unless the source was served
+    from it before: then it vanished (unmounted, moved), an outage that fails that source alone."""
+    from rag_pipeline.core.storage import NoIndexError
+
+    missing = [s for s in config.sources if not Path(s.path).exists()]
+    if not missing:
+        return
+    try:
+        store = _store(config, create=False)  # a config error must not leave an empty index behind
+        served_before = {s.source_id for s in missing if store.ledger.served_root(s.source_id) == str(s.path)}
+        store.close()
+    except NoIndexError:
+        served_before = set()
+    for source in missing:
+        if source.source_id not in served_before:
+            where = config.config_path or "the config"
+            raise ConfigError(f"source {source.name!r}: path {source.path} does not exist, and nothing was ever indexed from "
+                              f"it: fix its path in {where} (or --source {source.name}=PATH), or remove the source")
+
+
+def _store(config: PipelineConfig, read_only: bool = False, create: bool = True):
+    """The configured store; `read_only` for commands that only read it (they create nothing: a
+    missing index is an error, exit 2), `create=False` for writers that need an index there."""
     from rag_pipeline.core.storage import open_store
 
-    return open_store(config.storage)
+    return open_store(config.storage, read_only=read_only, create=create)
 
 
 def _evaluation_id(store, requested: str | None) -> str:
@@ -56,13 +80,14 @@ def _evaluation_id(store, requested: str | None) -> str:
     return eval_id
 
 
-def _experiment_store(config: PipelineConfig, path: str | None):
+def _experiment_store(config: PipelineConfig, path: str | None, read_only: bool = False):
     """The experiment log's store: `--store` (a DuckDB file), or the configured one's namespace."""
     from rag_pipeline.core.storage import open_store
 
     if path:
-        return open_store(config.storage.model_copy(update={"backend": "duckdb", "path": Path(path).resolve()}))
-    return open_store(config.storage, namespace="experiments")
+        return open_store(config.storage.model_copy(update={"backend": "duckdb", "path": Path(path).resolve()}),
+                          read_only=read_only)
+    return open_store(config.storage, namespace="experiments", read_only=read_only)
 
 
 def _instance():
@@ -251,7 +276,7 @@ def cmd_golden_import(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise ConfigError(f"{out} exists: a golden revision is frozen; write a new file (or pass --force)")
     config = load_config(args.config)
-    store = _store(config)
+    store = _store(config, read_only=True)
     result = import_from_store(Path(args.file), args.shape, store, args.source_prefix)
     for problem in result.problems():
         print(f"  {printable(problem)}", file=sys.stderr)
@@ -274,7 +299,7 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.golden_formats import export_ragas
 
     config = load_config(args.config)
-    store = _store(config)
+    store = _store(config, read_only=True)
     eval_id = _evaluation_id(store, args.eval)
     record = store.records.evaluation_summary(eval_id)
     moved = sorted(s for s, h in record["index_state"].items() if store.served.manifest_hash(s) != h)
@@ -299,7 +324,7 @@ def cmd_golden_triage(args: argparse.Namespace) -> int:
     config, _ = _load(args)
     if config.golden_set is None:
         raise ConfigError("no golden set: set golden_set in the config or pass --golden")
-    store, embedder = _store(config), make_embedder(config.embedding)
+    store, embedder = _store(config, read_only=True), make_embedder(config.embedding)
     items = build_queue(store, load_golden_set(config.golden_set), Retriever(store, embedder, config.retrieval), embedder,
                         Path(args.reports) if args.reports else None,
                         verdicts=Path(args.verdicts) if args.verdicts else None)
@@ -334,7 +359,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rag_pipeline.core.models import SearchFilters
 
     config, _ = _load(args)
-    store = _store(config)
+    store = _store(config, read_only=True)
     retriever = Retriever(store, make_embedder(config.embedding), config.retrieval)
     statuses = tuple(args.status.split(",")) if args.status else ("published",)
     filters = SearchFilters(tenant=args.tenant, roles=tuple(r for r in (args.roles or "").split(",") if r), statuses=statuses)
@@ -379,7 +404,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.gates import render_gate
 
     config = load_config(args.config)
-    store = _store(config)
+    store = _store(config, read_only=True)
     candidate_id = _evaluation_id(store, args.candidate)
     baseline_id = None if args.baseline == "baseline" else args.baseline
     comparison = compare_with_baseline(store, candidate_id, _policy(config, args.policy), baseline_id)
@@ -396,8 +421,14 @@ def cmd_promote(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.baselines import promote_if_better
 
     config = load_config(args.config)
-    store = _store(config)
+    store = _store(config, create=False)
     eval_id = _evaluation_id(store, args.eval)
+    summary = store.records.evaluation_summary(eval_id)
+    if store.records.baseline(summary["revision"], summary.get("suite", "full")) == eval_id:
+        # Already promoted (a promote that died before Dagster heard of it, or run twice): finish it.
+        _record_promotion(store, eval_id)
+        print(f"{eval_id} is already the promoted baseline of golden revision {summary['revision']}")
+        return 0
     promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
     if promoted:
         _record_promotion(store, eval_id)
@@ -443,10 +474,15 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 def cmd_experiments(args: argparse.Namespace) -> int:
     from rag_pipeline.core.evaluation.experiments import render_log
+    from rag_pipeline.core.storage import NoIndexError
 
     base = load_config(args.config)
-    store = _experiment_store(base, args.store)
-    print(render_log(store.records.experiment_log()))
+    try:
+        rows = _experiment_store(base, args.store, read_only=True).records.experiment_log()
+    except NoIndexError as exc:
+        rows = []  # no experiment yet: an empty log, and nothing created to say so
+        print(f"no experiment logged yet ({str(exc).split(':', 1)[0]})", file=sys.stderr)
+    print(render_log(rows))
     return 0
 
 

@@ -25,7 +25,11 @@ from pydantic import (
     model_validator,
 )
 
+from rag_pipeline.core.ingestion.metadata import load_mapping, validate_defaults
+
 CONFIG_ENV_VAR = "RAG_PIPELINE_CONFIG"
+# A pipeline config or an experiment overlay is a page of YAML: past this size it is refused unread.
+MAX_CONFIG_BYTES = 1024 * 1024
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_PATH = PROJECT_ROOT / "data" / "pipeline.yaml"
 
@@ -52,12 +56,20 @@ class _Strict(BaseModel):
 
 
 class SourceDefaults(_Strict):
-    """Metadata applied to every document of a source unless the document says otherwise."""
+    """Metadata applied to every document of a source unless the document says otherwise.
+
+    The access fields are checked as a document's own are (core/ingestion/metadata.py): a key
+    given must say something definite (`visibility: null` or `tenant: ''` is an error, not public)."""
 
     tenant: str | None = None
     visibility: Literal["public", "internal"] = "public"
     roles: tuple[str, ...] = ()
     status: Literal["published", "draft", "superseded"] = "published"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _access_fields_fail_closed(cls, raw: object) -> object:
+        return validate_defaults(raw) if isinstance(raw, dict) else raw
 
 
 class ChunkingConfig(_Strict):
@@ -168,6 +180,9 @@ class LifecycleConfig(_Strict):
     """Fail-safes and freshness limits of the corpus lifecycle."""
 
     max_delete_fraction: float = Field(default=0.5, ge=0, le=1)
+    # The limit holds against the most the source served in this many days, not only against the
+    # previous run: nightly slices under the limit cannot empty a source unasked (0: the previous run only).
+    mass_delete_window_days: float = Field(default=7.0, ge=0)
     allow_mass_delete: bool = False
     max_staleness_hours: float = Field(default=24.0, gt=0)
 
@@ -359,9 +374,11 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     monitoring = raw.get("monitoring")
     if isinstance(monitoring, dict) and monitoring.get("query_log"):
         monitoring["query_log"] = str((base / str(monitoring["query_log"])).resolve())
-    storage = raw.get("storage")
-    if isinstance(storage, dict) and "path" in storage:
-        storage["path"] = str((base / str(storage["path"])).resolve())
+    storage = raw.setdefault("storage", {})
+    if isinstance(storage, dict):
+        # The default path too is the file's (it was the working directory's: a reading command
+        # run elsewhere looked for the index, and created one, in the wrong place).
+        storage["path"] = str((base / str(storage.get("path") or StorageConfig().path)).resolve())
     for key in ("golden_set", "gate_policy"):
         if raw.get(key):
             raw[key] = str((base / str(raw[key])).resolve())
@@ -414,7 +431,7 @@ def with_overlay(config: PipelineConfig, assignments: list[str] | tuple[str, ...
     """The config with an overlay YAML file and `section.key=value` assignments merged on top
     (an experiment's baseline and candidate)."""
     raw = config.model_dump(mode="json", exclude={"config_path"})
-    updates: dict = (yaml.safe_load(Path(overlay_file).read_text(encoding="utf-8")) or {}) if overlay_file else {}
+    updates: dict = _read_yaml(Path(overlay_file), "experiment overlay") if overlay_file else {}
     for assignment in assignments:
         key, sep, value = assignment.partition("=")
         if not sep:
@@ -438,15 +455,31 @@ def _deep_merge(base: dict, updates: dict) -> dict:
     return merged
 
 
+def _read_yaml(path: Path, what: str) -> dict:
+    """A YAML mapping from a file of at most `MAX_CONFIG_BYTES`, a key given twice refused
+    (ConfigError naming the file, and the line where YAML knows it)."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{what} {path} is over {MAX_CONFIG_BYTES // 1024 // 1024} MB: not read (a config is a page of YAML; "
+                          "is this the right file?)")
+    try:
+        return load_mapping(data.decode("utf-8"), f"{what} {path}")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def _read_config(path: Path | str | None) -> PipelineConfig:
     config_path = Path(path).resolve() if path is not None else config_path_from_env()
     if not config_path.is_file():
         raise ConfigError(f"pipeline config {config_path} does not exist (set {CONFIG_ENV_VAR} or pass --config)")
-    try:
-        raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"pipeline config {config_path} is not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
+    raw = _read_yaml(config_path, "pipeline config")
+    if not raw:
         raise ConfigError(f"pipeline config {config_path} must be a mapping with a 'sources' list")
     raw = _resolve_paths(raw, config_path.parent)
     try:

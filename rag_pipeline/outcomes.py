@@ -10,7 +10,7 @@ from rag_pipeline.core.ingestion.inputs import SourceWalk, walk_source
 from rag_pipeline.core.storage import Store
 
 # What a run of a source counts, in pipeline order: every outcome carries all of them.
-RUN_COUNTS = ("discovered", "skipped", "added", "changed", "unchanged", "deleted", "parsed", "chunked", "embedded",
+RUN_COUNTS = ("discovered", "skipped", "added", "changed", "unchanged", "unreadable", "deleted", "parsed", "chunked", "embedded",
               "cache_hits", "indexed", "queryable")
 
 

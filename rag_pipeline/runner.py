@@ -27,6 +27,7 @@ COUNT_SOURCES: dict[str, tuple[str, str]] = {
     "added": ("source_documents", "added"),
     "changed": ("source_documents", "changed"),
     "unchanged": ("source_documents", "unchanged"),
+    "unreadable": ("source_documents", "unreadable"),
     "deleted": ("source_documents", "deleted"),
     "parsed": ("parsed_documents", "parsed"),
     "chunked": ("document_chunks", "chunked_documents"),
@@ -243,7 +244,7 @@ def evaluate_golden(
     close_dead_runs(instance, [revision])
     result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
         instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
-        tags={**CLI_TAGS, GOLDEN_TAG: revision},
+        tags={**CLI_TAGS, GOLDEN_TAG: revision, **process_tags()},
     )
     metadata = _materialized_metadata(result)
     run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result), error=_step_error(result))
@@ -283,7 +284,7 @@ def monitor(
     close_dead_runs(instance, [day])
     result = _job(config, monitoring_job.name, embedder).execute_in_process(
         instance=instance, partition_key=day, raise_on_error=False, run_config=QUIET_LOGS,
-        tags={**CLI_TAGS, DAY_TAG: day},
+        tags={**CLI_TAGS, DAY_TAG: day, **process_tags()},
     )
     metadata = {k: v.value for asset in _materialized_metadata(result).values() for k, v in asset.items()}
     return MonitorRun(day, result.success, metadata, _checks(result), _step_error(result))

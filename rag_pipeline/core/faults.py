@@ -28,6 +28,27 @@ KILL_POINTS: tuple[str, ...] = (
     "switch:verified",     # probes and checks passed, not yet committed
     "switch:committed",    # committed; the Dagster materialization is not yet recorded
 )
+# The switch writes the ledger, the manifest and the served-count history inside its transaction,
+# so "committed, ledger and manifest not yet written" cannot happen: switch:verified and
+# switch:committed are the two sides of that one commit.
+
+# Points of the commands that change records and the golden set, by command (the fault-injection
+# test of those commands walks them).
+COMMAND_KILL_POINTS: dict[str, tuple[str, ...]] = {
+    "eval": (
+        "eval:scored",         # every case scored, nothing stored
+        "eval:half-saved",     # inside the transaction: the run row written, its cases not
+        "eval:saved",          # committed; report and Dagster materialization not yet written
+    ),
+    "promote": (
+        "promote:decided",     # the gate said PROMOTE; the baseline not yet stored
+        "promote:stored",      # the baseline stored; the Dagster check not yet recorded
+    ),
+    "golden accept": (
+        "accept:recorded",     # the old and new revisions' texts and the change recorded; the file not replaced
+        "accept:written",      # the new file's text on disk beside the old one, not yet renamed over it
+    ),
+}
 
 
 def kill_point(name: str) -> None:

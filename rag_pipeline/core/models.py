@@ -57,6 +57,9 @@ class ManifestDiff:
     changed: tuple[str, ...]
     unchanged: tuple[str, ...]
     deleted: tuple[str, ...]
+    # Present but not read (permission denied, over the size limit, a dangling link): neither
+    # added nor changed, whatever they were; a served version of them stays served.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

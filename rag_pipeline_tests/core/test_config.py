@@ -78,3 +78,41 @@ def test_fingerprint_changes_with_the_retrieval_relevant_settings(tmp_path):
     assert config.retrieval_fingerprint() != other.retrieval_fingerprint()
     batch = config.model_copy(update={"embedding": config.embedding.model_copy(update={"batch_size": 7})})
     assert config.retrieval_fingerprint() == batch.retrieval_fingerprint()
+
+
+@pytest.mark.parametrize(("defaults", "reason"), [
+    ("visibility: null", "visibility is null"),
+    ("visibility: no", "visibility is the YAML boolean false"),
+    ("tenant: ''", "tenant is an empty text"),
+    ("tenant: null", "tenant is null"),
+    ("tenant: [acme]", "tenant is a list of 1"),
+    ("roles: []", "roles is an empty list"),
+    ("roles: [employee, 0]", "role 2 of roles is the number 0"),
+    ("status: 0", "status is the number 0"),
+    ("visibility: internal\n      visibility: public", "key 'visibility' is given twice (lines 6 and 7)"),
+])
+def test_a_source_default_that_fails_open_is_a_config_error(tmp_path, defaults, reason):
+    # The source defaults decide who may read every page that says nothing itself.
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"sources:\n  - name: docs\n    path: docs\n    defaults:\n      tenant: acme\n      {defaults}\n"
+                    .replace("      tenant: acme\n      tenant", "      tenant"))
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(path)
+    assert reason in str(excinfo.value) and str(path) in str(excinfo.value)
+
+
+def test_good_source_defaults_load(tmp_path):
+    path = tmp_path / "pipeline.yaml"
+    path.write_text("sources:\n  - name: docs\n    path: docs\n    defaults: {tenant: acme, visibility: internal, "
+                    "roles: support, status: draft}\n")
+    defaults = load_config(path).sources[0].defaults
+    assert (defaults.tenant, defaults.visibility, defaults.roles, defaults.status) == ("acme", "internal", ("support",), "draft")
+
+
+def test_a_config_file_over_its_limit_is_refused_unread(tmp_path):
+    from rag_pipeline.config import MAX_CONFIG_BYTES
+
+    path = tmp_path / "huge.yaml"
+    path.write_text("sources: []\n# " + "x" * MAX_CONFIG_BYTES + "\n")
+    with pytest.raises(ConfigError, match=r"huge.yaml is over 1 MB: not read"):
+        load_config(path)

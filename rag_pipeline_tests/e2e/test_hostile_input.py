@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from rag_pipeline.config import PROJECT_ROOT
+from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline_tests.e2e.cli import run_cli
 
 pytestmark = pytest.mark.slow
@@ -118,7 +119,9 @@ def _query_log(tmp: Path) -> Path:
                "webhook retries", "on-call roster"]
     lines = [json.dumps({"timestamp": f"2026-11-20T{8 + i:02d}:00:00Z", "query": q, "tenant": None, "roles": []})
              for i, q in enumerate(queries)]
-    (folder / "2026-11-20.jsonl").write_text("\n".join(lines) + "\n{broken <script> line\n")
+    # A valid line with a 5 MB query: refused unread (never embedded or searched), the day read on.
+    huge = json.dumps({"timestamp": "2026-11-20T07:30:00Z", "query": "refunds " * 650_000, "tenant": None})
+    (folder / "2026-11-20.jsonl").write_text("\n".join(lines) + "\n{broken <script> line\n" + huge + "\n")
     return folder
 
 
@@ -258,8 +261,12 @@ def test_reports_and_metadata_carry_no_live_markup(hostile):
     evaluation = run_cli("eval", "--config", config, "--mode", "bm25", env=env, unprivileged=True)
     assert evaluation.returncode in (0, 1), evaluation.stderr[-3000:]
     assert "report:" in evaluation.stdout, evaluation.stdout[-3000:] + evaluation.stderr[-3000:]
-    monitoring = run_cli("monitor", "--config", config, "--day", "2026-11-20", env=env, unprivileged=True)
+    monitoring = run_cli("monitor", "--config", config, "--day", "2026-11-20", "--json", env=env, unprivileged=True)
     assert monitoring.returncode == 0, monitoring.stdout[-3000:] + monitoring.stderr[-3000:]
+    # The broken line and the 5 MB one, refused (a 5 MB query would have been sampled and searched).
+    assert json.loads(monitoring.stdout)["metadata"]["malformed_lines"] == 2, monitoring.stdout[-3000:]
+    malformed = read_query_log(hostile["tmp"] / "query_log").malformed
+    assert any("line of 5.0 MB, over the 64 KB limit" in m["reason"] for m in malformed), malformed
     reports = sorted((hostile["tmp"] / "store" / "reports").glob("*.md"))
     assert {p.name.startswith("drift-") for p in reports} == {True, False}
     for path in reports:

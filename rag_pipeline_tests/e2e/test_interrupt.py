@@ -14,6 +14,7 @@ import duckdb
 import pytest
 import yaml
 
+from rag_pipeline.cli import SUMMARY_COLUMNS
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 from rag_pipeline_tests.e2e.cli import OFFLINE, run_cli
 
@@ -62,7 +63,7 @@ def test_ctrl_c_while_parsing_stops_the_command_and_the_next_run_builds_the_righ
     assert "RUN FAILED v028: parsed_documents: interrupted (Ctrl-C or a termination signal)" in out
     assert "RUN FAILED v023: not run: the command was interrupted during v028's run" in out
     summary = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith(("v023 ", "v028 "))}
-    assert summary["v023"] == ["0"] * 13, "the next source started after Ctrl-C"
+    assert summary["v023"] == ["0"] * len(SUMMARY_COLUMNS), "the next source started after Ctrl-C"
 
     again = run_cli("ingest", "--config", str(interrupted_config), "--json")
     assert again.returncode == 0, again.stderr[-2000:]

@@ -110,16 +110,60 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
     again = run_cli("ingest", "--config", str(config), "--json", env=env, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     report = json.loads(again.stdout)["sources"]["httpx"]
-    assert report["checks"] == {"coverage": True, "deletions_propagated": True, "sources_fresh": True,
-                                "no_failed_documents": True}
+    # Killed after its commit, the run left nothing to do: the next one finds the committed inputs
+    # and evaluates the checks that depend on the store without running.
+    expected_checks = {"coverage": True, "no_failed_documents": True} if report["not_run"] else \
+        {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True}
+    assert report["checks"] == expected_checks
+    assert (report["not_run"] is not None) == (point == "switch:committed"), report["not_run"]
     assert (report["discovered"], report["queryable"], report["failed"]) == (23, 23, 0)
     # The counts are measured against what was served when the run started, so they are true.
     expected = (11, 11, 1, 1) if served == v023 else (0, 0, 0, 23)
     assert (report["added"], report["changed"], report["deleted"], report["unchanged"]) == expected
     assert _served(db) == v028
-    assert _deleted_in_ledger(db) == {"httpx:advanced.md"}
+    # The page that left, and the two skipped scripts that left with it: every name gone is recorded.
+    assert _deleted_in_ledger(db) == {"httpx:advanced.md", "httpx:js/chat.js", "httpx:js/sidecar-1.5.0.js"}
 
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         statuses = [r.status for r in instance.get_runs()]
     assert dg.DagsterRunStatus.STARTED not in statuses, "the killed run was left STARTED"
     assert statuses.count(dg.DagsterRunStatus.FAILURE) == 1  # the killed run, closed with its reason
+
+
+def test_a_kill_inside_the_switch_on_postgresql_leaves_one_release_and_converges(releases, tmp_path, request):
+    """The same on PostgreSQL: the server rolls back the transaction of a client that died."""
+    import psycopg2
+
+    from rag_pipeline_tests.conftest import new_pg_schema
+
+    v023, v028 = releases
+    dsn, schema = request.getfixturevalue("pg_dsn"), new_pg_schema()
+    shutil.copytree(HTTPX_V023, tmp_path / "docs")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump({
+        "sources": [{"name": "httpx", "path": str(tmp_path / "docs")}], "embedding": {"kind": "hashing"},
+        "storage": {"backend": "postgres", "pg_schema": schema, "path": str(tmp_path / "store" / "index.duckdb")},
+    }))
+    (tmp_path / "dagster_home").mkdir()
+    shutil.copy(PROJECT_ROOT / "dagster.yaml", tmp_path / "dagster_home" / "dagster.yaml")
+    env = {"DAGSTER_HOME": str(tmp_path / "dagster_home"), "RAG_PIPELINE_PG_DSN": dsn}
+
+    def served() -> dict[str, str]:
+        with psycopg2.connect(dsn) as con, con.cursor() as cursor:
+            cursor.execute(f"SELECT doc_id, content_hash FROM {schema}.documents")
+            return dict(cursor.fetchall())
+
+    first = run_cli("ingest", "--config", str(config), env=env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert served() == v023
+    shutil.rmtree(tmp_path / "docs")
+    shutil.copytree(HTTPX_V028, tmp_path / "docs")
+    killed = run_cli("ingest", "--config", str(config), env={**env, KILL_AT_ENV: "switch:replaced"})
+    assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert served() == v023, "a kill inside the switch changed what PostgreSQL serves"
+    again = run_cli("ingest", "--config", str(config), "--json", env=env, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    report = json.loads(again.stdout)["sources"]["httpx"]
+    assert (report["discovered"], report["queryable"], report["failed"]) == (23, 23, 0)
+    assert (report["added"], report["changed"], report["deleted"], report["unchanged"]) == (11, 11, 1, 1)
+    assert served() == v028

@@ -51,6 +51,8 @@ from rag_pipeline.core.evaluation.golden import (
 )
 from rag_pipeline.core.evaluation.holdout import HOLDOUT, withheld
 from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
+from rag_pipeline.core.faults import kill_point
+from rag_pipeline.core.files import write_text_atomically
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage import Store
@@ -357,13 +359,24 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
             raise GoldenSetError(str(exc).replace(str(candidate), f"{golden_path} (as accepting would write it)")
                                  + f"\nnothing was written; correct the reviewed items ({', '.join(map(str, review_files))}) "
                                  "whose case ids are named, then run accept again") from None
-    store.records.snapshot_golden(golden.revision, str(golden_path), text)
-    golden_path.write_text(new_text, encoding="utf-8")
-    result.new_revision = file_revision(golden_path)
+        result.new_revision = file_revision(candidate)
     result.accepted = sorted(relabelled) + [c["id"] for c in cases]
     by = ", ".join(sorted({r for item in [*accepted, *relabelled.values()] for r in item["reviewed_by"]}))
-    store.records.record_golden_change("accept-reviewed", result.accepted, result.old_revision, result.new_revision, by,
-                                       f"triage: {len(cases)} reviewed case(s)")
+    # Recorded before the file is replaced, together: a kill in between leaves the old file whole, and
+    # the same accept run again converges (the change and the log entry are not recorded twice).
+    with store.transaction():
+        store.records.snapshot_golden(golden.revision, str(golden_path), text)
+        store.records.snapshot_golden(result.new_revision, str(golden_path), new_text)
+        store.records.record_golden_change("accept-reviewed", result.accepted, result.old_revision, result.new_revision,
+                                           by, f"triage: {len(cases)} reviewed case(s)")
+        _log_revision(store, result)
+    kill_point("accept:recorded")
+    write_text_atomically(golden_path, new_text, fault="accept:written")
+    return result
+
+
+def _log_revision(store: Store, result: AcceptResult) -> None:
+    """The new golden revision in the experiment log (a revision change, not a system change)."""
     store.records.log_experiment({
         "experiment_id": f"golden-{result.new_revision}", "created_at": datetime.now(UTC).replace(tzinfo=None),
         "component": "golden_set", "hypothesis": "new golden revision from triage (not a system change)",
@@ -371,4 +384,3 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
         "baseline_eval": None, "candidate_eval": None, "deltas": {}, "worst_slice": None, "worst_slice_delta": None,
         "decision": "revision change: baselines of the old revision do not gate the new one", "bundle": False,
     })
-    return result

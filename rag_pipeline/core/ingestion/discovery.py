@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import errno
 import fnmatch
 import hashlib
@@ -10,14 +9,19 @@ import json
 import os
 import re
 import stat
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from datetime import date
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-import yaml
-
+from rag_pipeline.core.bounded import bounded_lines, size_text
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
+from rag_pipeline.core.ingestion.metadata import (
+    MAX_SIDECAR_BYTES,
+    build_meta,
+    load_mapping,
+    meta_to_json,
+    split_front_matter,
+)
 from rag_pipeline.core.models import DiscoveredFile, DocumentMeta, ManifestDiff
 
 # File types that unstructured parses for us; everything else is recorded as skipped.
@@ -31,11 +35,11 @@ SUPPORTED_TYPES: dict[str, str] = {
     ".docx": "docx",
 }
 SIDECAR_SUFFIX = ".meta.yaml"
+# The text limit of a BEIR record when the caller gives none (limits.max_text_chars's default).
+BEIR_DEFAULT_MAX_TEXT_CHARS = 2_000_000
+# The content hash of a file that was not read: its size and time identify the failed version.
+UNREAD_PREFIX = "unread:"
 FRONT_MATTER_TYPES = {"md", "txt"}
-_META_FIELDS = {f for f in DocumentMeta.__dataclass_fields__}
-_STATUSES = {"published", "draft", "superseded"}
-MAX_SIDECAR_BYTES = 1024 * 1024
-_VISIBILITIES = {"public", "internal"}
 
 
 class SourceUnavailableError(RuntimeError):
@@ -52,109 +56,6 @@ def sha256_bytes(data: bytes) -> str:
 def make_doc_id(source_id: str, rel_path: str) -> str:
     """Stable document identity: `<source id>:<relative POSIX path>`."""
     return f"{source_id}:{rel_path}"
-
-
-def split_front_matter(text: str) -> tuple[dict | None, str, int]:
-    """Split YAML front matter from a text file.
-
-    Returns (front matter mapping or None, body, number of lines the front matter occupied),
-    so that line numbers in the body can be mapped back to the file.
-    Raises ValueError with the line of a YAML error.
-    """
-    if not text.startswith("---"):
-        return None, text, 0
-    lines = text.splitlines(keepends=True)
-    if lines[0].strip() != "---":
-        return None, text, 0
-    for index in range(1, len(lines)):
-        if lines[index].strip() in ("---", "..."):
-            raw = "".join(lines[1:index])
-            try:
-                data = yaml.safe_load(raw) or {}
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                where = f" at line {mark.line + 2}" if mark is not None else ""
-                raise ValueError(f"front matter is not valid YAML{where}: {yaml_problem(exc)}") from exc
-            if not isinstance(data, dict):
-                raise ValueError("front matter must be a YAML mapping (key: value lines)")
-            return data, "".join(lines[index + 1 :]), index + 1
-    raise ValueError("front matter opened with '---' on line 1 but never closed")
-
-
-def yaml_problem(error: yaml.YAMLError) -> str:
-    """The one-line gist of a YAML error (PyYAML's own text spans several lines with a caret)."""
-    problem = getattr(error, "problem", None)
-    context = getattr(error, "context", None)
-    if problem:
-        return f"{context}, {problem}" if context else problem
-    return " ".join(str(error).split())
-
-
-# Fields that decide who may read a document: a misspelt one is an error, never ignored (it
-# would leave the document public), and roles on a public document are refused, not dropped.
-_ACCESS_FIELDS = ("tenant", "visibility", "roles")
-
-
-def _check_access_keys(raw: Mapping) -> None:
-    for key in raw:
-        if not isinstance(key, str) or key in _META_FIELDS:
-            continue
-        close = [f for f in _ACCESS_FIELDS if key.strip().lower() == f or difflib.SequenceMatcher(None, key.lower(), f).ratio() >= 0.8]
-        if close:
-            raise ValueError(f"key {key!r} looks like {close[0]!r}, which decides who may read the document: spell it "
-                             f"{close[0]!r} (until then the document is not indexed, so it cannot be served to everyone)")
-
-
-def build_meta(raw: Mapping | None, defaults: Mapping) -> DocumentMeta:
-    """Merge a document's own metadata over the source defaults; raise ValueError on bad values."""
-    _check_access_keys(raw or {})
-    merged = {k: v for k, v in dict(defaults).items() if k in _META_FIELDS}
-    for key, value in (raw or {}).items():
-        if key in _META_FIELDS:
-            merged[key] = value
-    status = merged.get("status", "published") or "published"
-    if status not in _STATUSES:
-        raise ValueError(f"status {status!r} is not one of {sorted(_STATUSES)}")
-    visibility = merged.get("visibility", "public") or "public"
-    if visibility not in _VISIBILITIES:
-        raise ValueError(f"visibility {visibility!r} is not one of {sorted(_VISIBILITIES)}")
-    roles = merged.get("roles") or ()
-    if isinstance(roles, str):
-        roles = (roles,)
-    if visibility == "public" and (raw or {}).get("roles"):
-        raise ValueError(f"roles {list(roles)} on a public document restrict nothing: set visibility: internal to "
-                         "limit it to these roles, or remove roles")
-    if visibility == "internal" and not roles:
-        roles = ("employee",)  # an internal page nobody may read is a bug; employees is the safe floor
-    effective = merged.get("effective_date")
-    if effective is not None and not isinstance(effective, date):
-        try:
-            effective = date.fromisoformat(str(effective))
-        except ValueError as exc:
-            raise ValueError(f"effective_date {effective!r} is not a YYYY-MM-DD date") from exc
-    tenant = merged.get("tenant")
-    return DocumentMeta(
-        title=str(merged["title"]) if merged.get("title") else None,
-        tenant=str(tenant) if tenant not in (None, "") else None,
-        visibility=visibility,
-        roles=tuple(str(r) for r in roles),
-        status=status,
-        effective_date=effective,
-        supersedes=merged.get("supersedes") or None,
-        superseded_by=merged.get("superseded_by") or None,
-    )
-
-
-def meta_to_json(meta: DocumentMeta) -> str:
-    return json.dumps(asdict(meta), sort_keys=True, default=str)
-
-
-def meta_from_json(text: str | None) -> DocumentMeta:
-    """The inverse of `meta_to_json` (for documents carried over from the committed manifest)."""
-    raw = json.loads(text) if text else {}
-    effective = raw.get("effective_date")
-    return DocumentMeta(**{**raw, "roles": tuple(raw.get("roles") or ()),
-                           "effective_date": date.fromisoformat(effective) if effective else None})
 
 
 _CODE_BLOCKS = re.compile(rb"<(pre|code)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
@@ -174,16 +75,18 @@ def _read_meta(
     raw: dict | None = None
     try:
         if tree.exists(sidecar):
+            name = PurePosixPath(sidecar).name
+            size = tree.resolve(sidecar).size
+            if size > MAX_SIDECAR_BYTES:
+                raise ValueError(f"sidecar {name} is {size / 1024:,.0f} KB, over the {MAX_SIDECAR_BYTES // 1024} KB limit for "
+                                 "metadata: not read (a sidecar holds a few key: value lines)")
             try:
                 text = tree.read(sidecar, MAX_SIDECAR_BYTES).decode("utf-8")
             except DocumentReadError as exc:
-                raise ValueError(f"sidecar {PurePosixPath(sidecar).name}: {exc}") from exc
+                raise ValueError(f"sidecar {name}: {exc}") from exc
             except UnicodeDecodeError as exc:
-                raise ValueError(f"sidecar {PurePosixPath(sidecar).name} is not valid UTF-8") from exc
-            loaded = yaml.safe_load(text) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"sidecar {PurePosixPath(sidecar).name} must be a YAML mapping")
-            raw = loaded
+                raise ValueError(f"sidecar {name} is not valid UTF-8") from exc
+            raw = load_mapping(text, f"sidecar {name}")
         elif file_type in FRONT_MATTER_TYPES:
             try:
                 # Decoded as the parser decodes it: a byte-order mark before `---` must not turn the
@@ -193,8 +96,6 @@ def _read_meta(
                 text = ""  # the parser reports the encoding problem with its position
             raw, _, _ = split_front_matter(text)
         return build_meta(raw, defaults), None
-    except yaml.YAMLError as exc:
-        return build_meta(None, defaults), f"metadata: sidecar is not valid YAML: {yaml_problem(exc)}"
     except ValueError as exc:
         return build_meta(None, defaults), f"metadata: {exc}"
 
@@ -344,6 +245,10 @@ class SourceTree:
         return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, link_target=target))
 
     def _sized(self, entry: TreeEntry) -> TreeEntry:
+        # Known without reading: a file nobody may read is seen by the walk (and so changes the
+        # source's fingerprint), not only when a run happens to open it.
+        if not os.access(entry.real_path, os.R_OK):
+            return replace(entry, error="cannot be read: permission denied (check the file's owner and mode)")
         if self.max_file_bytes is not None and entry.size > self.max_file_bytes:
             return replace(entry, error=(
                 f"file is {_mb(entry.size)}, over the {_mb(self.max_file_bytes)} limit (limits.max_file_mb): "
@@ -452,7 +357,8 @@ def describe_entry(tree: SourceTree, entry: TreeEntry, defaults: Mapping) -> Dis
     if skip_reason is None and error is None:
         meta, meta_error = _read_meta(tree, rel_path, file_type, data, defaults)
     # A file that was not read has no content hash; its size and time identify the failed version.
-    content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else f"unread:{entry.size}:{entry.mtime_ns}"
+    content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else \
+        f"{UNREAD_PREFIX}{entry.size}:{entry.mtime_ns}"
     return DiscoveredFile(
         doc_id=make_doc_id(tree.source_id, rel_path),
         source_id=tree.source_id,
@@ -490,8 +396,17 @@ def discover_beir_corpus(
             supported=True, meta=meta, error=f"{corpus_path.name} line {line_number}: {reason}",
         )
 
+    # A record is read only up to what its text limit allows, JSON escapes included (six bytes a
+    # character at most): a longer line is read past, never held.
+    max_line = 6 * (max_text_chars or BEIR_DEFAULT_MAX_TEXT_CHARS) + 64 * 1024
     with corpus_path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
+        for line in bounded_lines(handle, max_line):
+            line_number, raw = line.number, line.data
+            if raw is None:
+                found.append(failed(line_number, f"{line_number}:{line.size}".encode(), (
+                    f"a line of {size_text(line.size)}, over the {size_text(max_line)} a record within the text limit "
+                    "(limits.max_text_chars) can take: not read")))
+                continue
             if not raw.strip():
                 continue
             try:
@@ -547,52 +462,26 @@ def diff_manifest(
 ) -> ManifestDiff:
     """Compare supported documents with the previous manifest (`doc_id -> (content hash, meta json)`).
 
-    A document counts as changed when its bytes or its metadata changed.
+    A document counts as changed when its bytes or its metadata changed; one that could not be
+    read (its content unknown) counts as unreadable, new or not.
     """
-    added, changed, unchanged = [], [], []
+    added, changed, unchanged, unreadable = [], [], [], []
     seen: set[str] = set()
     for item in current:
         if not item.supported:
             continue
         seen.add(item.doc_id)
         before = previous.get(item.doc_id)
-        if before is None:
+        if item.content_hash.startswith(UNREAD_PREFIX):
+            unreadable.append(item.doc_id)
+        elif before is None:
             added.append(item.doc_id)
         elif before != (item.content_hash, meta_to_json(item.meta)):
             changed.append(item.doc_id)
         else:
             unchanged.append(item.doc_id)
     deleted = sorted(set(previous) - seen)
-    return ManifestDiff(tuple(added), tuple(changed), tuple(unchanged), tuple(deleted))
-
-
-def guard_against_mass_deletion(
-    source_id: str,
-    diff: ManifestDiff,
-    served: Collection[str],
-    max_delete_fraction: float,
-    allow_mass_delete: bool,
-) -> None:
-    """Refuse a run that would empty a source or delete more than the allowed share of it.
-
-    The share is of the source's served documents (`served`, their ids): files that failed and
-    were never served are nothing to lose, and counting them would let a source with many
-    broken files lose most of what it serves. A loader that suddenly returns nothing is far more
-    often an outage than a real deletion.
-    """
-    lost = [d for d in diff.deleted if d in served]
-    if allow_mass_delete or not lost:
-        return
-    current_count = len(diff.added) + len(diff.changed) + len(diff.unchanged)
-    share = len(lost) / len(served)
-    if current_count == 0 or share > max_delete_fraction:
-        sample = ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
-        what = "is suddenly empty" if current_count == 0 else f"would lose {share:.0%} of its served documents"
-        raise SourceUnavailableError(
-            f"source {source_id!r} {what}: {len(lost)} of {len(served)} served documents would be "
-            f"deleted ({sample}). Nothing was deleted. If this is intended, rerun with "
-            f"lifecycle.allow_mass_delete: true (limit: {max_delete_fraction:.0%})"
-        )
+    return ManifestDiff(tuple(added), tuple(changed), tuple(unchanged), tuple(deleted), tuple(unreadable))
 
 
 def source_fingerprint(root: Path, kind: str = "files") -> str:

@@ -1,24 +1,89 @@
-"""Proofs that the index matches its sources: deletions propagated, freshness, golden labels current."""
+"""The corpus lifecycle's fail-safes and proofs: the mass-delete guard (over time, not per run),
+deletions propagated, freshness."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.config import SourceConfig
+from rag_pipeline.config import LifecycleConfig, SourceConfig
 from rag_pipeline.core.ingestion import discovery
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import analyze
-from rag_pipeline.core.models import DiscoveredFile, SearchFilters
+from rag_pipeline.core.models import DiscoveredFile, ManifestDiff, SearchFilters
 from rag_pipeline.core.storage import Store, utcnow
+from rag_pipeline.core.storage.ledger import HighPoint
 from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 # A deleted document must not come back from a search for its own text this deep.
 DELETION_PROBE_DEPTH = 100
+
+
+def served_high_point(store: Store, source_id: str, window_days: float, now: datetime | None = None) -> HighPoint | None:
+    """The most documents the source served at a switch in the last `window_days` (None: none recorded)."""
+    if window_days <= 0:
+        return None
+    return store.ledger.served_high_point(source_id, (now or utcnow()) - timedelta(days=window_days))
+
+
+def mass_deletion_refusal(
+    source_id: str, diff: ManifestDiff, served: Collection[str], max_delete_fraction: float,
+    high: HighPoint | None = None, window_days: float = 0.0,
+) -> str | None:
+    """Why a run must not delete what it would (None: it may), before the explicit flag is asked.
+
+    A run that deletes served documents (`served`: the source's served ids) is refused when it
+    would empty the source, when it deletes more than `max_delete_fraction` of what is served now,
+    or when what would be left is more than that fraction below `high`, the most the source served
+    in the window: six nightly runs that each delete 45% are refused at the one that crosses 50%
+    of the high point. Only served documents count: files that failed and were never served are
+    nothing to lose. A loader that suddenly returns little is far more often an outage than a real
+    deletion.
+    """
+    lost = [d for d in diff.deleted if d in served]
+    if not lost:
+        return None
+    current_count = len(diff.added) + len(diff.changed) + len(diff.unchanged) + len(diff.unreadable)
+    share = len(lost) / len(served)
+    sample = ", ".join(lost[:10]) + (" ..." if len(lost) > 10 else "")
+    if current_count == 0 or share > max_delete_fraction:
+        what = "is suddenly empty" if current_count == 0 else f"would lose {share:.0%} of its served documents"
+        return (f"source {source_id!r} {what}: {len(lost)} of {len(served)} served documents would be deleted ({sample}). "
+                f"Nothing was deleted (limit: {max_delete_fraction:.0%} per run)")
+    if high is None or high.served_documents <= len(served):
+        return None
+    left = len(served) - len(lost)
+    gone = high.served_documents - left
+    if gone / high.served_documents <= max_delete_fraction:
+        return None
+    return (f"source {source_id!r} would serve {left} documents, {gone / high.served_documents:.0%} fewer than the "
+            f"{high.served_documents} it served on {high.at:%Y-%m-%d %H:%M} UTC (the most it served in the last {window_days:g} "
+            f"days): {high.served_documents - len(served)} went since by runs under the limit, and this run would "
+            f"delete {len(lost)} more ({sample}). Nothing was deleted (limit: {max_delete_fraction:.0%} of the high point)")
+
+
+def guard_against_mass_deletion(
+    store: Store, source_id: str, diff: ManifestDiff, served: Collection[str], lifecycle: LifecycleConfig, run_id: str,
+    now: datetime | None = None,
+) -> str | None:
+    """Raise SourceUnavailableError for a refused deletion, unless `lifecycle.allow_mass_delete`;
+    a deletion that passes only by that flag is recorded (the high point counts afresh from it)
+    and its reason returned, so that the run can say what the flag let through."""
+    window = lifecycle.mass_delete_window_days
+    high = served_high_point(store, source_id, window, now)
+    reason = mass_deletion_refusal(source_id, diff, served, lifecycle.max_delete_fraction, high, window)
+    if reason is None:
+        return None
+    if not lifecycle.allow_mass_delete:
+        raise discovery.SourceUnavailableError(
+            f"{reason}. If this is intended, rerun with lifecycle.allow_mass_delete: true")
+    left = len(served) - len([d for d in diff.deleted if d in served])
+    store.ledger.record_served(source_id, run_id, left, mass_delete_allowed=True)
+    return reason
 
 
 @dataclass

@@ -29,12 +29,12 @@ import numpy as np
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core.faults import kill_point
-from rag_pipeline.core.ingestion import discovery, inputs
+from rag_pipeline.core.ingestion import discovery, inputs, metadata
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
 from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.lexical import term_frequencies
-from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report
+from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report, guard_against_mass_deletion
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
 from rag_pipeline.core.ingestion.parsing import (
     ParseError,
@@ -129,10 +129,8 @@ def discover_source(
         files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
     diff = discovery.diff_manifest(files, previous)
     served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
-    discovery.guard_against_mass_deletion(
-        source_id, diff, served, lifecycle.max_delete_fraction, lifecycle.allow_mass_delete
-    )
-    meta_json = {f.doc_id: discovery.meta_to_json(f.meta) for f in files if f.supported}
+    allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
+    meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
     for f in files:
@@ -155,12 +153,16 @@ def discover_source(
         "added": len(diff.added),
         "changed": len(diff.changed),
         "unchanged": len(diff.unchanged),
+        "unreadable": len(diff.unreadable),
         "deleted": len(diff.deleted),
     }
     report.details = {
         "added": list(diff.added), "changed": list(diff.changed), "deleted": list(diff.deleted),
+        "unreadable": list(diff.unreadable),
         "skipped": [f"{f.rel_path}: {f.skip_reason}" for f in files if not f.supported],
     }
+    if allowed:
+        report.details["mass_delete_allowed"] = [allowed]
     return report
 
 
@@ -177,7 +179,7 @@ def _behind_unreadable_folders(
         kept.append(DiscoveredFile(
             doc_id=row["doc_id"], source_id=source_id, rel_path=row["rel_path"], abs_path="",
             content_hash=row["content_hash"], size=row["size"], file_type=row["file_type"], supported=True,
-            meta=discovery.meta_from_json(row["meta_json"]),
+            meta=metadata.meta_from_json(row["meta_json"]),
             error=f"folder {folder} cannot be listed (permission denied?): its last indexed version stays served",
             mtime_ns=row["mtime_ns"] or 0,
         ))
@@ -319,7 +321,8 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
     Files go to `parser`; BEIR records are parsed here (`parser` is None for them)."""
     if source.kind == "beir":
         wanted = set(doc_ids)
-        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path))
+        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path),
+                                                                       max_text_chars=source.limits.max_text_chars)
                    if f.doc_id in wanted} if wanted else {}
 
         def read_record(row: dict):
@@ -476,6 +479,7 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             served = store.served.indexed_documents(source_id)
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
+            store.ledger.record_served(source_id, run_id, len(served))
             kill_point("switch:verified")
         report.switched = True
         kill_point("switch:committed")
@@ -542,14 +546,22 @@ def _reconcile_ledger(
             reason = not_found.get(doc_id, "not returned by a search for its own text")
             ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
             failures.append(StageFailure(doc_id, "queryable", reason))
-    current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
-    committed = {r["doc_id"] for r in store.staging.manifest_rows(source_id) if r["supported"]}
+    discovered = store.staging.discovery_rows(source_id)
+    current = {r["doc_id"] for r in discovered if r["supported"]}
+    manifest = store.staging.manifest_rows(source_id)
+    committed = {r["doc_id"] for r in manifest if r["supported"]}
     for doc_id in sorted((committed | set(before)) - current):
         ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
                        "reason": "no longer in the source"})
         if doc_id in before:
             ledger.extend({"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": "deleted",
                            "reason": "removed from the index"} for stage in ("indexed", "queryable"))
+    # Skipped files (not documents) that are gone: their record says so too, not "skipped" for ever.
+    names = {r["doc_id"] for r in discovered}
+    for row in manifest:
+        if not row["supported"] and row["doc_id"] not in names:
+            ledger.append({"doc_id": row["doc_id"], "source_id": source_id, "stage": "deleted", "status": "deleted",
+                           "reason": f"no longer in the source (it was skipped: {row['skip_reason']})"})
     return ledger, len(to_probe), failures
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from rag_pipeline.core.bounded import bounded_lines, size_text
 from rag_pipeline.core.evaluation.metrics import nearest_rank_quantile
 from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
 from rag_pipeline.core.models import SearchFilters
@@ -79,6 +80,56 @@ def _parse_line(raw: object, where: str) -> LoggedQuery:
 
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
+# One logged query is a line of a few hundred bytes; a line (or a Parquet record's query) past this
+# is refused with its file and line, never parsed, embedded or searched (a 50 MB line once kept
+# `monitor` busy for minutes at 3 GB), and the rest of the day is read on.
+MAX_QUERY_LOG_LINE_BYTES = 64 * 1024
+# Parquet records are read this many at a time.
+_PARQUET_BATCH = 4096
+
+
+def _too_long(size: int) -> str:
+    return (f"line of {size_text(size)}, over the {size_text(MAX_QUERY_LOG_LINE_BYTES)} limit for one logged query: "
+            "skipped unread")
+
+
+def _json_lines(log: QueryLog, path: Path, name: str, first_only: bool = False) -> None:
+    """The queries of one JSON-lines file (gzipped or not), each line read within its limit."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    number = 0
+    try:
+        with opener(path, "rb") as handle:
+            for line in bounded_lines(handle, MAX_QUERY_LOG_LINE_BYTES):
+                number = line.number
+                if line.data is None:
+                    log.malformed.append({"file": name, "line": line.number, "reason": _too_long(line.size)})
+                elif line.data.strip():
+                    _read_json_line(log, line.data, name, line.number)
+                    if first_only and log.queries:
+                        return
+    except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream: what came before it stands
+        log.malformed.append({"file": name, "line": number + 1, "reason": f"cannot be read on from here ({exc}): "
+                              "the rest of the file is skipped"})
+
+
+def _parquet_records(log: QueryLog, path: Path, name: str) -> None:
+    """The queries of one Parquet file, a batch of records at a time."""
+    import pyarrow.parquet as pq
+
+    number = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH):
+        for record in batch.to_pylist():
+            number += 1
+            query = record.get("query")
+            if isinstance(query, str) and len(query) > MAX_QUERY_LOG_LINE_BYTES:
+                log.malformed.append({"file": name, "line": number, "reason": (
+                    f"query of {len(query):,} characters, over the {size_text(MAX_QUERY_LOG_LINE_BYTES)} limit "
+                    "for one logged query: skipped")})
+                continue
+            try:
+                log.queries.append(_parse_line(record, f"{name}:{number}"))
+            except ValueError as exc:
+                log.malformed.append({"file": name, "line": number, "reason": str(exc)})
 
 
 def _read_json_line(log: QueryLog, line: bytes, name: str, number: int) -> None:
@@ -105,20 +156,10 @@ def read_query_log(folder: Path) -> QueryLog:
         name = path.relative_to(folder).as_posix()
         if path.name.endswith(JSON_LINES_SUFFIXES):
             log.files += 1
-            opener = gzip.open if path.name.endswith(".gz") else open
-            with opener(path, "rb") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if line.strip():
-                        _read_json_line(log, line, name, number)
+            _json_lines(log, path, name)
         elif path.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
             log.files += 1
-            for number, record in enumerate(pq.read_table(path).to_pylist(), start=1):
-                try:
-                    log.queries.append(_parse_line(record, f"{name}:{number}"))
-                except ValueError as exc:
-                    log.malformed.append({"file": name, "line": number, "reason": str(exc)})
+            _parquet_records(log, path, name)
     log.queries.sort(key=lambda q: (q.timestamp, q.source))
     return log
 
@@ -134,13 +175,7 @@ def first_day(folder: Path) -> date | None:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         log = QueryLog(queries=[])
         if path.name.endswith(JSON_LINES_SUFFIXES):
-            opener = gzip.open if path.name.endswith(".gz") else open
-            with opener(path, "rb") as handle:
-                for number, line in enumerate(handle, start=1):
-                    if line.strip():
-                        _read_json_line(log, line, path.name, number)
-                        if log.queries:
-                            break
+            _json_lines(log, path, path.name, first_only=True)
         elif path.suffix == ".parquet":
             import pyarrow.compute as pc
             import pyarrow.parquet as pq

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from rag_pipeline.core.storage.database import NoIndexError
 from rag_pipeline.core.storage.locks import SourceBusyError
 from rag_pipeline.core.storage.staging import utcnow
 from rag_pipeline.core.storage.store import Store, StoreConfigError, open_store
@@ -14,4 +15,4 @@ def duckdb_store(path: Path | str) -> Store:
     return Store(DuckDBDatabase(path))
 
 
-__all__ = ["SourceBusyError", "Store", "StoreConfigError", "duckdb_store", "open_store", "utcnow"]
+__all__ = ["NoIndexError", "SourceBusyError", "Store", "StoreConfigError", "duckdb_store", "open_store", "utcnow"]

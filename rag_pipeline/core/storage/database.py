@@ -17,8 +17,17 @@ import numpy as np
 from rag_pipeline.core.models import SearchFilters
 
 
+class NoIndexError(ValueError):
+    """A command that only reads (or must not create one) found no index where the config points."""
+
+
 class Database(ABC):
-    """A connection factory with one open transaction at a time, and the engine-specific parts."""
+    """A connection factory with one open transaction at a time, and the engine-specific parts.
+
+    `read_only`: the connection cannot write (DuckDB opens the file read-only, PostgreSQL's
+    transactions are read-only), nothing is created (no folder, file or schema), and a missing or
+    older index is a `NoIndexError` that says to ingest first. `create=False`: a writer that must
+    not create an index where there is none."""
 
     dialect: str
     # The SQL type of a vector column.
@@ -26,7 +35,9 @@ class Database(ABC):
     # Dense candidates from an approximate index (HNSW): the engine answers, not the in-memory copy.
     approximate: bool = False
 
-    def __init__(self) -> None:
+    def __init__(self, read_only: bool = False, create: bool = True) -> None:
+        self.read_only = read_only
+        self.create = create and not read_only
         self._active = None
         self._held = None
         self._in_session = False
@@ -106,10 +117,17 @@ class Database(ABC):
 
     def _ensure_schema(self, connection) -> None:
         if not self._prepared:
-            from rag_pipeline.core.storage.schema import prepare
+            from rag_pipeline.core.storage.schema import check_readable, prepare
 
-            prepare(self, connection)
+            if self.read_only or not self.create:
+                check_readable(self, connection)
+            if not self.read_only:
+                prepare(self, connection)
             self._prepared = True
+
+    def missing(self) -> NoIndexError:
+        """The error of a reading command that finds no index."""
+        return NoIndexError(f"no index at {self.describe()}: run `rag-pipeline ingest` first")
 
     @abstractmethod
     def _begin(self, connection) -> None: ...
@@ -127,8 +145,14 @@ class Database(ABC):
         """Execute one statement on `connection`; return a cursor (or None for no rows)."""
 
     def execute(self, sql: str, params: Sequence = ()) -> None:
+        """Run a statement that changes something (reads go through rows, dicts and value)."""
+        self._refuse_if_read_only()
         with self.connection() as connection:
             self._run(connection, sql, params)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise PermissionError(f"{self.describe()} is open read-only: a reading command writes nothing")
 
     def rows(self, sql: str, params: Sequence = ()) -> list[tuple]:
         with self.connection() as connection:

@@ -42,8 +42,8 @@ class DuckDBDatabase(Database):
     dialect = "duckdb"
     vector_type = "FLOAT[]"
 
-    def __init__(self, path: Path | str) -> None:
-        super().__init__()
+    def __init__(self, path: Path | str, read_only: bool = False, create: bool = True) -> None:
+        super().__init__(read_only, create)
         self.path = Path(path)
         # The released connection waiting for the next call: (connection, its closing timer, pid).
         self._idle: tuple[duckdb.DuckDBPyConnection, threading.Timer, int] | None = None
@@ -64,17 +64,40 @@ class DuckDBDatabase(Database):
         if idle is not None:
             idle[1].cancel()
             return idle[0]
+        if not self.create and not self.path.is_file():
+            raise self.missing()  # a reader creates neither the file nor its folder
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + _LOCK_WAIT_SECONDS
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path))
+                return self._open_file()
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, _LOCK_RETRY_MAX_SECONDS)
+
+    def _open_file(self) -> duckdb.DuckDBPyConnection:
+        """A connection to the file; read-only for a reader: no write lock, no write-ahead log, and it
+        works on a file and folder nobody may write. One process opens a file one way at a time:
+        released connections of other stores of the file waiting in this process are closed to make
+        way; if this process is writing it, a reader reads through a connection like the writer's
+        (it still writes nothing: `execute` and `insert` refuse on a read-only store)."""
+        try:
+            return duckdb.connect(str(self.path), read_only=self.read_only)
+        except duckdb.ConnectionException as exc:
+            if "different configuration" not in str(exc):
+                raise
+        for other in list(_LINGERING):
+            if other is not self and other.path == self.path:
+                other.close()
+        try:
+            return duckdb.connect(str(self.path), read_only=self.read_only)
+        except duckdb.ConnectionException as exc:
+            if not self.read_only or "different configuration" not in str(exc):
+                raise
+        return duckdb.connect(str(self.path))
 
     def _release(self, connection) -> None:
         with self._idle_lock:
@@ -114,6 +137,7 @@ class DuckDBDatabase(Database):
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
                vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        self._refuse_if_read_only()
         if not rows:
             return
         types = column_types(table, self.vector_type)

@@ -1,14 +1,23 @@
 """The ledger: the latest status of every (document, stage), with its reason, and the record of
-every source's switches (last success, last refusal and why)."""
+every source's switches (last success, last refusal and why, how many documents each left served)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import columns
 from rag_pipeline.core.storage.staging import utcnow
+
+
+@dataclass(frozen=True)
+class HighPoint:
+    """The most documents a source served in a window, and when it served them."""
+
+    served_documents: int
+    at: datetime
 
 
 class Ledger:
@@ -43,7 +52,7 @@ class Ledger:
         latest discovery skipped it (not a document): what golden labels are checked against."""
         rows = self.db.rows(
             "SELECT doc_id, max(CASE WHEN stage = 'discovered' AND status = 'skipped' THEN reason END), "
-            "bool_or(stage <> 'discovered' OR status <> 'skipped') FROM ledger GROUP BY doc_id"
+            "bool_or(stage <> 'deleted' AND (stage <> 'discovered' OR status <> 'skipped')) FROM ledger GROUP BY doc_id"
         )
         return {doc_id: None if is_document else reason for doc_id, reason, is_document in rows}
 
@@ -74,3 +83,31 @@ class Ledger:
 
     def last_success(self, source_id: str) -> datetime | None:
         return self.db.value("SELECT last_success_at FROM source_runs WHERE source_id = ?", [source_id])
+
+    def served_root(self, source_id: str) -> str | None:
+        """The root the source's last switches read, if one of them ever committed."""
+        return self.db.value("SELECT root FROM source_runs WHERE source_id = ? AND last_success_at IS NOT NULL", [source_id])
+
+    # ---- served counts over time (the mass-delete guard's memory) ----------------------------
+
+    def record_served(self, source_id: str, run_id: str, served_documents: int, mass_delete_allowed: bool = False) -> None:
+        """How many documents the source serves after a committed switch (call inside the switch),
+        or, with `mass_delete_allowed`, a run let through past the limit by the explicit flag: the
+        high point is counted afresh from there."""
+        self.db.insert("served_history", columns("served_history"),
+                       [(source_id, utcnow(), served_documents, run_id, mass_delete_allowed)])
+
+    def served_high_point(self, source_id: str, since: datetime) -> HighPoint | None:
+        """The most documents the source served from `since` on, with the latest time it was
+        recorded: the counts of switches since then, and the count in force at `since` (the last
+        switch before it). Counted from the last run allowed past the mass-delete limit, if later."""
+        with self.db.session():
+            in_force = self.db.value("SELECT max(recorded_at) FROM served_history WHERE source_id = ? AND recorded_at <= ?",
+                                     [source_id, since])
+            allowed = self.db.value("SELECT max(recorded_at) FROM served_history WHERE source_id = ? AND mass_delete_allowed",
+                                    [source_id])
+            start = max(t for t in (in_force or since, allowed) if t is not None)
+            rows = self.db.rows("SELECT served_documents, recorded_at FROM served_history WHERE source_id = ? "
+                                "AND recorded_at >= ? ORDER BY served_documents DESC, recorded_at DESC LIMIT 1",
+                                [source_id, start])
+        return HighPoint(int(rows[0][0]), rows[0][1]) if rows else None

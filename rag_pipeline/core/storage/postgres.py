@@ -37,8 +37,9 @@ class PostgresDatabase(Database):
     vector_type = "vector"
 
     def __init__(self, dsn: str, schema: str = "rag_pipeline", vector_index: str = "exact",
-                 hnsw_m: int = 16, hnsw_ef_construction: int = 64, hnsw_ef_search: int = 100) -> None:
-        super().__init__()
+                 hnsw_m: int = 16, hnsw_ef_construction: int = 64, hnsw_ef_search: int = 100,
+                 read_only: bool = False, create: bool = True) -> None:
+        super().__init__(read_only, create)
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
             raise ValueError(f"storage.pg_schema {schema!r}: use lower-case letters, digits and _")
         self.dsn = dsn
@@ -57,6 +58,9 @@ class PostgresDatabase(Database):
         connection.autocommit = True
         with connection.cursor() as cursor:
             cursor.execute(f"SET search_path TO {self.schema}, public")
+            if self.read_only:
+                # The server refuses every write of this session: a reader cannot change the index.
+                cursor.execute("SET default_transaction_read_only = on")
         return connection
 
     def _connect(self):
@@ -92,6 +96,7 @@ class PostgresDatabase(Database):
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
                vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        self._refuse_if_read_only()
         if not rows:
             return
         types = column_types(table, self.vector_type)
@@ -116,7 +121,17 @@ class PostgresDatabase(Database):
     # ---- vectors ---------------------------------------------------------------------------
 
     def vector_expression(self, column: str) -> str:
-        return f"{column}::real[]"
+        return column  # read as pgvector's own binary form by `read_vectors`
+
+    def read_vectors(self, sql: str, params: Sequence = (), most_rows: int | None = None) -> tuple[list, np.ndarray]:
+        """(keys, float32 matrix) of `sql` selecting (text key, vector), through a binary COPY: each
+        vector arrives as pgvector's binary form (its floats as stored, big-endian) and becomes a
+        row of the matrix without a text form or a Python float per value."""
+        with self.connection() as connection, connection.cursor() as cursor:
+            statement = cursor.mogrify(_PLACEHOLDER.sub("%s", sql.replace("%", "%%")), tuple(params)).decode()
+            out = BytesIO()
+            cursor.copy_expert(f"COPY ({statement}) TO STDOUT WITH (FORMAT binary)", out)
+        return _parse_binary_vectors(out.getbuffer())
 
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
                          filters: SearchFilters) -> list[str]:
@@ -243,3 +258,31 @@ def _binary_copy(rows: Sequence[Sequence], types: Sequence[str], vectors: np.nda
 
 
 _MICROSECOND = datetime(2000, 1, 1, 0, 0, 0, 1) - _EPOCH_2000
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+def _parse_binary_vectors(data: memoryview) -> tuple[list, np.ndarray]:
+    """Keys and vectors from PostgreSQL's binary COPY of (text, vector) rows (pgvector's binary
+    form of a vector: dimension int16, an unused int16, then the floats as big-endian float32)."""
+    if bytes(data[:11]) != _COPY_SIGNATURE:
+        raise ValueError("not a PostgreSQL binary COPY stream")
+    extension = struct.unpack_from(">i", data, 15)[0]
+    position = 19 + extension
+    keys, rows = [], []
+    while True:
+        (fields,) = struct.unpack_from(">h", data, position)
+        position += 2
+        if fields == -1:
+            break
+        (size,) = struct.unpack_from(">i", data, position)
+        keys.append(bytes(data[position + 4 : position + 4 + size]).decode("utf-8"))
+        position += 4 + size
+        (size,) = struct.unpack_from(">i", data, position)
+        if size < 0:
+            raise ValueError(f"vector of {keys[-1]!r} is null")
+        (dimension,) = struct.unpack_from(">h", data, position + 4)
+        rows.append(np.frombuffer(data, dtype=">f4", count=dimension, offset=position + 8))
+        position += 4 + size
+    if not rows:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    return keys, np.vstack(rows).astype(np.float32)

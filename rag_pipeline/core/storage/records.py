@@ -7,6 +7,7 @@ import json
 from datetime import date
 from pathlib import Path
 
+from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import columns
 from rag_pipeline.core.storage.staging import utcnow
@@ -28,9 +29,12 @@ class Records:
         ]
         run = (result.eval_id, result.revision, result.mode, result.config_fingerprint, json.dumps(result.index_state),
                result.created_at, json.dumps(result.as_json(), default=str))
+        kill_point("eval:scored")
         with self.db.transaction():
             self.db.insert("eval_runs", columns("eval_runs"), [run])
+            kill_point("eval:half-saved")
             self.db.insert("eval_cases", columns("eval_cases"), cases)
+        kill_point("eval:saved")
 
     def evaluation_summary(self, eval_id: str) -> dict:
         summary = self.db.value("SELECT summary FROM eval_runs WHERE eval_id = ?", [eval_id])
@@ -102,19 +106,30 @@ class Records:
         return (rows[0][0], rows[0][1]) if rows else None
 
     def promote(self, revision: str, eval_id: str, note: str, suite: str = "full") -> None:
+        kill_point("promote:decided")
         self.db.insert("baselines", columns("baselines"), [(revision, eval_id, utcnow(), note, suite)])
+        kill_point("promote:stored")
 
     # ---- changes to the golden set ---------------------------------------------------------
 
     def record_golden_change(self, change: str, case_ids: list[str], old_revision: str, new_revision: str,
                              changed_by: str, reason: str) -> None:
-        self.db.insert("golden_changes", columns("golden_changes"),
-                       [(utcnow(), change, list(case_ids), old_revision, new_revision, changed_by, reason)])
+        """Record a change of the golden set, once: a command that died before it replaced the file
+        and runs again makes the same change, which is not recorded twice."""
+        with self.db.transaction():
+            if self.db.value("SELECT count(*) FROM golden_changes WHERE change = ? AND old_revision = ? AND new_revision = ?",
+                             [change, old_revision, new_revision]):
+                return
+            self.db.insert("golden_changes", columns("golden_changes"),
+                           [(utcnow(), change, list(case_ids), old_revision, new_revision, changed_by, reason)])
 
     def golden_changes(self) -> list[dict]:
         return self.db.dicts("SELECT * FROM golden_changes ORDER BY changed_at")
 
     def log_experiment(self, row: dict) -> None:
+        """Log one experiment, once per experiment id (a command run again after a kill logs it once)."""
+        if self.db.value("SELECT count(*) FROM experiments WHERE experiment_id = ?", [row["experiment_id"]]):
+            return
         self.db.insert("experiments", columns("experiments"), [(
             row["experiment_id"], row["created_at"], row["component"], row["hypothesis"], json.dumps(row["config_diff"]),
             row["baseline_eval"], row["candidate_eval"], json.dumps(row["deltas"]), row["worst_slice"],
@@ -131,7 +146,10 @@ class Records:
     # ---- golden snapshots ------------------------------------------------------------------
 
     def snapshot_golden(self, revision: str, path: str, content: str) -> None:
-        """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on."""
+        """Keep the text of a golden-set revision, so that it stays evaluable after the file moves on
+        (a store opened by a reading command keeps none: it writes nothing)."""
+        if self.db.read_only or self.golden_snapshot(revision) is not None:
+            return
         with self.db.transaction():
             if self.golden_snapshot(revision) is None:
                 self.db.insert("golden_snapshots", columns("golden_snapshots"), [(revision, path, content, utcnow())])

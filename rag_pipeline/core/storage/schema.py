@@ -74,6 +74,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("source_id", _TEXT), ("root", _TEXT), ("last_run_at", _TS), ("last_success_at", _TS), ("manifest_hash", _TEXT),
         ("run_id", _TEXT), ("last_failure", _TEXT), ("last_failure_at", _TS),
     ],
+    # How many documents each committed switch left a source serving, and the runs that were
+    # allowed to delete past the mass-delete limit: the deletion guard's memory over time.
+    "served_history": [
+        ("source_id", _TEXT), ("recorded_at", _TS), ("served_documents", _INT), ("run_id", _TEXT),
+        ("mass_delete_allowed", _BOOL),
+    ],
     # Records: evaluations, baselines, experiments, golden snapshots, production samples.
     "baselines": [("revision", _TEXT), ("eval_id", _TEXT), ("promoted_at", _TS), ("note", _TEXT), ("suite", _TEXT)],
     # Changes to the golden set made by a command (a case released from holdout, say): who, when, why.
@@ -112,6 +118,7 @@ INDEXES = {
     "elements": ["doc_id"], "staged_chunks": ["doc_id", "chunk_id", "source_id"], "staged_postings": ["chunk_id"],
     "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
+    "served_history": ["source_id, recorded_at"],
     "eval_cases": ["eval_id"],
 }
 
@@ -122,7 +129,7 @@ UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
 # Tables whose rows belong to one source; a purge of the source clears them all.
 SOURCE_TABLES = (
     "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
-    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs",
+    "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs", "served_history",
 )
 # Tables holding something of a document (checked by the deletion proof).
 DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
@@ -235,6 +242,26 @@ def prepare(db: Database, connection) -> None:
     except BaseException:
         db._rollback(connection)
         raise
+
+
+def check_readable(db: Database, connection) -> None:
+    """Before a reader (or a writer that must not create an index) goes on: the index exists, and a
+    reader finds it at this schema version (it writes nothing, so an older index is brought forward
+    by an ingestion first). NoIndexError for a missing, empty or older index; SchemaError for a
+    newer one."""
+    from rag_pipeline.core.storage.database import NoIndexError
+
+    if not db._schema_present(connection):
+        raise db.missing()
+    version, _ = _state(db, connection)
+    if version is None:
+        raise db.missing()
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"{db.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
+                          "upgrade rag_pipeline")
+    if version < SCHEMA_VERSION and db.read_only:
+        raise NoIndexError(f"the index at {db.describe()} was written by an older rag_pipeline (schema version {version}): "
+                           "run `rag-pipeline ingest` once to bring it forward, then this command")
 
 
 def _state(db: Database, connection) -> tuple[int | None, set[str]]:

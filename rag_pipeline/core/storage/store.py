@@ -58,14 +58,16 @@ class StoreConfigError(ValueError):
     """The storage config cannot be used as it is (a missing DSN, say)."""
 
 
-def open_store(storage, namespace: str | None = None) -> Store:
+def open_store(storage, namespace: str | None = None, read_only: bool = False, create: bool = True) -> Store:
     """The store a `StorageConfig` names. `namespace` keeps a second store apart from the main one
-    (the experiment log's rebuilt indexes): its own DuckDB file, or its own PostgreSQL schema."""
+    (the experiment log's rebuilt indexes): its own DuckDB file, or its own PostgreSQL schema.
+    `read_only`: for commands that only read (nothing is created, a missing index is an error that
+    says to ingest first); `create=False`: a writer that must find an index there."""
     if storage.backend == "duckdb":
         from rag_pipeline.core.storage.duckdb import DuckDBDatabase
 
         path = storage.path if namespace is None else storage.path.parent / f"{namespace}.duckdb"
-        return Store(DuckDBDatabase(path), storage.memory_search, storage.memory_max_chunks)
+        return Store(DuckDBDatabase(path, read_only, create), storage.memory_search, storage.memory_max_chunks)
     from rag_pipeline.core.storage.postgres import PostgresDatabase
 
     dsn = os.environ.get(storage.dsn_env)
@@ -77,5 +79,5 @@ def open_store(storage, namespace: str | None = None) -> Store:
     schema = storage.pg_schema if namespace is None else f"{storage.pg_schema}_{namespace}"
     return Store(PostgresDatabase(dsn, schema=schema, vector_index=storage.vector_index, hnsw_m=storage.hnsw_m,
                                   hnsw_ef_construction=storage.hnsw_ef_construction,
-                                  hnsw_ef_search=storage.hnsw_ef_search),
+                                  hnsw_ef_search=storage.hnsw_ef_search, read_only=read_only, create=create),
                  storage.memory_search, storage.memory_max_chunks)

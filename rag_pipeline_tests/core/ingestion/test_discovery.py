@@ -7,10 +7,10 @@ from rag_pipeline.core.ingestion.discovery import (
     diff_manifest,
     discover_beir_corpus,
     discover_files,
-    guard_against_mass_deletion,
     meta_to_json,
     split_front_matter,
 )
+from rag_pipeline.core.ingestion.lifecycle import mass_deletion_refusal
 from rag_pipeline.core.models import ManifestDiff
 from rag_pipeline_tests.conftest import write_tree
 
@@ -53,7 +53,7 @@ def test_source_defaults_apply_and_internal_pages_need_a_role(tmp_path):
 def test_bad_metadata_is_a_per_document_error_with_the_reason(tmp_path):
     write_tree(tmp_path, {"a.md": "---\nstatus: archived\n---\n# A\n", "b.md": "---\ntitle: [unclosed\n---\n", "c.md": "# fine"})
     files = {f.rel_path: f for f in discover_files("s", tmp_path)}
-    assert "status 'archived'" in files["a.md"].error
+    assert "status is 'archived', not one of published" in files["a.md"].error
     assert "not valid YAML at line" in files["b.md"].error
     assert files["c.md"].error is None
 
@@ -106,19 +106,14 @@ def test_missing_root_fails_before_anything_happens(tmp_path):
         discover_files("s", tmp_path / "unmounted")
 
 
-@pytest.mark.parametrize(
-    ("deleted", "kept", "allowed", "raises"),
-    [(6, 4, False, True), (4, 6, False, False), (10, 0, False, True), (10, 0, True, False)],
-)
-def test_mass_deletion_guard(deleted, kept, allowed, raises):
+@pytest.mark.parametrize(("deleted", "kept", "refused"), [(6, 4, True), (4, 6, False), (10, 0, True), (5, 5, False)])
+def test_mass_deletion_guard_per_run(deleted, kept, refused):
     diff = ManifestDiff((), (), tuple(f"s:k{i}" for i in range(kept)), tuple(f"s:d{i}" for i in range(deleted)))
     served = {*diff.unchanged, *diff.deleted}
-    if raises:
-        with pytest.raises(SourceUnavailableError, match="Nothing was deleted") as excinfo:
-            guard_against_mass_deletion("s", diff, served, 0.5, allowed)
-        assert "s:d0" in str(excinfo.value)
-    else:
-        guard_against_mass_deletion("s", diff, served, 0.5, allowed)
+    reason = mass_deletion_refusal("s", diff, served, 0.5)
+    assert (reason is not None) == refused
+    if refused:
+        assert "Nothing was deleted" in reason and "s:d0" in reason
 
 
 def test_the_guard_counts_served_documents_not_failed_ones():
@@ -127,11 +122,10 @@ def test_the_guard_counts_served_documents_not_failed_ones():
     served = {f"s:good{i}" for i in range(10)}
     diff = ManifestDiff((), (), ("s:good8", "s:good9", *(f"s:bad{i}" for i in range(10))),
                         tuple(f"s:good{i}" for i in range(8)))
-    with pytest.raises(SourceUnavailableError, match="8 of 10 served documents would be deleted"):
-        guard_against_mass_deletion("s", diff, served, 0.5, False)
+    assert "8 of 10 served documents would be deleted" in mass_deletion_refusal("s", diff, served, 0.5)
     # Broken files that were never served may go without the guard: nothing served is lost.
     gone_broken = ManifestDiff((), (), tuple(sorted(served)), tuple(f"s:bad{i}" for i in range(10)))
-    guard_against_mass_deletion("s", gone_broken, served, 0.5, False)
+    assert mass_deletion_refusal("s", gone_broken, served, 0.5) is None
 
 
 def test_beir_corpus_records_become_documents(tmp_path):
@@ -141,3 +135,20 @@ def test_beir_corpus_records_become_documents(tmp_path):
     assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
     assert files[0].inline_title == "T" and files[0].inline_text == "body"
     assert "line 2" in files[1].error
+
+
+def test_a_beir_line_over_what_its_text_limit_allows_is_not_read(tmp_path):
+    import tracemalloc
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"_id": "d1", "text": "fine"}\n{"_id": "big", "text": "' + b"x" * 20_000_000 + b'"}\n'
+                       b'{"_id": "d2", "text": "also fine"}\n')
+    tracemalloc.start()
+    try:
+        files = discover_beir_corpus("sci", corpus, max_text_chars=1000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
+    assert "line 2: a line of 19.1 MB, over the 70 KB a record within the text limit" in files[1].error
+    assert peak < 4 * 1024 * 1024, peak

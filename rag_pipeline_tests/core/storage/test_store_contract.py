@@ -83,6 +83,12 @@ def test_vectors_come_back_bit_for_bit(store, tmp_path, rows):
         assert keys == [f"h{i:04d}" for i in range(rows)]
         assert matrix.dtype == np.float32 and np.array_equal(matrix, vectors)
     assert store.staging.cached_hashes("model@1", ["h0001", "h0004", "nope"]) == {"h0001", "h0004"}
+    # With parameters (the rescoring's candidate list), and keys that quoting must not break.
+    store.staging.cache_vectors("model@1", [("it's 100%", vectors[0])])
+    keys, matrix = store.db.read_vectors(
+        f"SELECT text_hash, {store.db.vector_expression('vector')} FROM embedding_cache "
+        "WHERE text_hash IN (SELECT unnest(?::VARCHAR[])) ORDER BY text_hash", [["h0002", "it's 100%"]])
+    assert keys == ["h0002", "it's 100%"] and np.array_equal(matrix, vectors[[2, 0]])
 
 
 def test_an_ingested_source_is_served_ledgered_and_searchable(store, tmp_path):

@@ -1,0 +1,50 @@
+"""Files the pipeline writes that people and later runs rely on: written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rag_pipeline.core.faults import kill_point
+
+
+def write_text_atomically(path: Path, text: str, fault: str | None = None) -> None:
+    """Replace `path` with `text` (UTF-8) so that a reader, or a crash at any moment, sees either
+    the old file or the new one: the text goes to a temporary file beside it, is flushed to disk,
+    and is renamed over the old one (a rename within a folder is atomic), then the folder's entry
+    is flushed. `fault`: a kill point reached when the new text is on disk but not yet in place."""
+    path = Path(path)
+    _remove_stale_temporaries(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o7777)  # the file keeps its mode
+        if fault:
+            kill_point(fault)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Temporary files beside `path` left by writers that were killed before their rename."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = stale.name[len(path.name) + 2 : -len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            stale.unlink(missing_ok=True)
+        except PermissionError:
+            continue  # another user's live process
