@@ -765,26 +765,27 @@ def build_parser() -> argparse.ArgumentParser:
 class _ProgressLines(logging.Handler):
     """Progress of long stages on stderr: one line rewritten in place on a terminal, else a line each."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.stream = stream
-        self.terminal = stream.isatty()
 
     def emit(self, record: logging.LogRecord) -> None:
+        # The stream of the moment, not the one at set-up: a caller that runs `main` in process
+        # (a test) may replace and close sys.stderr between two commands.
+        stream = sys.stderr
         line = printable(record.getMessage())
-        if self.terminal:
+        if stream.isatty():
             done = "(100%)" in line
-            self.stream.write("\r\033[K" + line + ("\n" if done else ""))
+            stream.write("\r\033[K" + line + ("\n" if done else ""))
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            stream.write(line + "\n")
+        stream.flush()
 
 
 def _show_progress() -> None:
     from rag_pipeline.core.progress import LOGGER
 
     if not any(isinstance(h, _ProgressLines) for h in LOGGER.handlers):
-        LOGGER.addHandler(_ProgressLines(sys.stderr))
+        LOGGER.addHandler(_ProgressLines())
         LOGGER.setLevel(logging.INFO)
         LOGGER.propagate = False
 

@@ -61,12 +61,14 @@ import json
 import os
 import re
 import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+# The resolver is shared with the golden-file loader and other systems' runs; its names stay importable here.
+from rag_pipeline.core.evaluation.doc_refs import ContextMatcher, Resolver, known_documents  # noqa: F401
 from rag_pipeline.core.evaluation.golden import BOOLEAN_VALUES, GoldenSet, GoldenSetError, parse_boolean, validate_cases
 
 if TYPE_CHECKING:
@@ -74,8 +76,6 @@ if TYPE_CHECKING:
     from rag_pipeline.core.storage import Store
 
 SHAPES = ("ragas", "deepeval", "handwritten", "auto")
-OVERLAP_THRESHOLD = 0.5
-OVERLAP_MARGIN = 0.1
 _CONTAINERS = ("goldens", "test_cases", "samples", "data", "rows", "examples")
 _OURS = ("id", "slice", "split", "weight", "tenant", "roles", "answerable", "forbidden_docs", "gold_spans")
 _ID_KEYS = ("gold_pids", "expected_document_ids", "gold_docs")
@@ -181,21 +181,6 @@ def _kind(how: str) -> str:
 # ---- the known documents -----------------------------------------------------------------------
 
 
-def known_documents(store: Store) -> dict[str, dict]:
-    """Document id -> `{source_id, rel_path, title, indexed}`: every served document, plus every
-    document the ledger has seen (gone from the index: `indexed` false) that was not skipped."""
-    documents: dict[str, dict] = {}
-    for source_id in store.served.known_sources():
-        for row in store.served.indexed_documents(source_id):
-            documents[row["doc_id"]] = {"source_id": source_id, "rel_path": row["rel_path"],
-                                        "title": row.get("title") or "", "indexed": True}
-    for doc_id, skipped in store.ledger.document_history().items():
-        if skipped is None and doc_id not in documents and ":" in doc_id:
-            source_id, rel_path = doc_id.split(":", 1)
-            documents[doc_id] = {"source_id": source_id, "rel_path": rel_path, "title": "", "indexed": False}
-    return documents
-
-
 def import_from_store(path: Path | str, shape: str, store: Store, source_prefix: str | None = None) -> ImportResult:
     """`import_cases` against a store's documents and served chunk texts (read only if a context needs them)."""
     result = import_cases(path, shape, known_documents(store), store.served.chunk_texts, source_prefix)
@@ -203,147 +188,9 @@ def import_from_store(path: Path | str, shape: str, store: Store, source_prefix:
     return result
 
 
-# ---- resolving references ----------------------------------------------------------------------
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
-
-
-def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
-    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
-
-
 def _short(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class ContextMatcher:
-    """Maps a context text to the document whose chunk texts hold it (see the module docstring)."""
-
-    def __init__(self, chunk_texts: Mapping[str, Sequence[str]], threshold: float = OVERLAP_THRESHOLD,
-                 margin: float = OVERLAP_MARGIN) -> None:
-        self.threshold, self.margin = threshold, margin
-        self.text = {doc: " " + " ".join(" ".join(_words(t)) for t in texts) + " " for doc, texts in chunk_texts.items()}
-        self.index: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        for doc, texts in chunk_texts.items():
-            for text in texts:
-                for gram in _trigrams(_words(text)):
-                    self.index[gram].add(doc)
-
-    def match(self, context: str) -> tuple[str | None, str]:
-        """(doc id, how) or (None, why not)."""
-        words = _words(context)
-        grams = _trigrams(words)
-        if not grams:
-            return None, f"context too short to match ({len(words)} words)"
-        shares = Counter()
-        for gram in grams:
-            shares.update(self.index.get(gram, ()))
-        complete = [d for d, n in shares.items() if n == len(grams)]
-        holding = sorted(d for d in complete if f" {' '.join(words)} " in self.text[d])
-        if len(holding) == 1:
-            return holding[0], "context text found in its chunks"
-        if len(holding) > 1:
-            return None, f"ambiguous: the text is in {len(holding)} documents ({', '.join(holding[:3])})"
-        ranked = sorted(((n / len(grams), d) for d, n in shares.items()), key=lambda x: (-x[0], x[1]))
-        if not ranked:
-            return None, "no served chunk shares a word trigram with it"
-        best, doc = ranked[0]
-        second = ranked[1][0] if len(ranked) > 1 else 0.0
-        if best < self.threshold:
-            return None, (f"no served chunk contains it; best overlap {best:.2f} ({doc}) "
-                          f"is under {self.threshold:.2f}")
-        if best - second < self.margin:
-            return None, f"ambiguous: overlap {best:.2f} with {doc} and {second:.2f} with {ranked[1][1]}"
-        return doc, f"word-trigram overlap ({best:.2f})"
-
-
-class Resolver:
-    """Document ids, file names and context texts to document ids (see the module docstring)."""
-
-    def __init__(self, documents: Mapping[str, Mapping[str, Any]],
-                 chunk_texts: Mapping[str, Sequence[str]] | Callable[[], Mapping[str, Sequence[str]]] | None = None,
-                 source_prefix: str | None = None) -> None:
-        self.documents = documents
-        self.prefix = source_prefix
-        self._chunk_texts = chunk_texts
-        self._matcher: ContextMatcher | None = None
-        self.by_path: dict[str, list[str]] = defaultdict(list)
-        self.by_name: dict[str, list[str]] = defaultdict(list)
-        for doc_id, doc in documents.items():
-            rel = str(doc.get("rel_path") or doc_id.split(":", 1)[-1])
-            self.by_path[rel].append(doc_id)
-            self.by_name[rel.rsplit("/", 1)[-1]].append(doc_id)
-
-    def _in_prefix(self, candidates: list[str]) -> list[str]:
-        if self.prefix:
-            mine = [d for d in candidates if d.split(":", 1)[0] == self.prefix]
-            return mine or candidates
-        return candidates
-
-    def document_id(self, ref: str) -> tuple[str | None, str]:
-        ref = ref.strip()
-        if ref in self.documents:
-            return ref, "document id"
-        if self.prefix and f"{self.prefix}:{ref}" in self.documents:
-            return f"{self.prefix}:{ref}", f"document id with source prefix {self.prefix!r}"
-        if "#" in ref:
-            base = ref.rsplit("#", 1)[0]
-            for candidate in (base, f"{self.prefix}:{base}" if self.prefix else None):
-                if candidate in self.documents:
-                    return candidate, "chunk id to its document"
-        doc, how = self.file(ref)
-        if doc is not None:
-            return doc, how
-        tried = f" (nor {self.prefix}:{ref})" if self.prefix else ""
-        return None, f"no document with id {ref!r}{tried}; {how}"
-
-    def file(self, ref: str) -> tuple[str | None, str]:
-        path = ref.strip().replace("\\", "/").removeprefix("./")
-        if path in self.documents:
-            return path, "document id"
-        # A bare file name says nothing about the folder: an exact relative-path match in one
-        # source must not hide a document of the same name in another folder.
-        paths = () if "/" not in path.lstrip("/") else (
-            ("relative path", self.by_path.get(path.lstrip("/"), [])),
-            ("path ending in its relative path",
-             _longest([d for rel, docs in self.by_path.items() if path.endswith("/" + rel) for d in docs], self.documents)),
-        )
-        for how, candidates in paths:
-            candidates = self._in_prefix(candidates)
-            if len(candidates) == 1:
-                return candidates[0], how
-            if len(candidates) > 1:
-                return None, f"ambiguous: {len(candidates)} documents at {path} ({', '.join(sorted(candidates)[:3])})"
-        name = path.rsplit("/", 1)[-1]
-        named = self._in_prefix(self.by_name.get(name, []))
-        if len(named) == 1:
-            return named[0], "unique file name"
-        indexed = [d for d in named if self.documents[d].get("indexed", True)]
-        if len(named) > 1 and len(indexed) == 1:
-            return indexed[0], f"file name (the one indexed of {len(named)})"
-        if named:
-            return None, f"ambiguous: {len(named)} documents named {name} ({', '.join(sorted(named)[:3])})"
-        return None, f"no document named {name}"
-
-    def context(self, text: str) -> tuple[str | None, str]:
-        if self._matcher is None:
-            if self._chunk_texts is None:
-                return None, "no chunk texts to match contexts against"
-            texts = self._chunk_texts() if callable(self._chunk_texts) else self._chunk_texts
-            self._matcher = ContextMatcher(texts)
-        return self._matcher.match(text)
-
-
-def _longest(candidates: list[str], documents: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Of documents whose relative paths end a given path, those with the longest relative path."""
-    if not candidates:
-        return []
-    length = {d: len(str(documents[d].get("rel_path") or d)) for d in candidates}
-    top = max(length.values())
-    return [d for d in candidates if length[d] == top]
 
 
 # ---- reading records ---------------------------------------------------------------------------
