@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -203,7 +204,8 @@ def _root_cause(error) -> str:
 
 @dataclass
 class EvalRun:
-    """The outcome of one golden evaluation run through Dagster."""
+    """The outcome of one golden evaluation run through Dagster: what it measured (whenever the
+    measurement landed, also when the gate then failed), and whether the gate passed."""
 
     revision: str
     success: bool
@@ -212,7 +214,14 @@ class EvalRun:
     golden_summary: str = ""
     report: str = ""
     checks: dict[str, bool] = field(default_factory=dict)
+    # Why nothing was measured (a bad golden file, an index that cannot be read): the run failed.
     error: str | None = None
+    # The blocking gate check failed (a regression); the measurement above stands.
+    gate_failed: bool = False
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.summary)
 
 
 def evaluate_golden(
@@ -222,24 +231,34 @@ def evaluate_golden(
     embedder: EmbedderResource | None = None,
     overrides: dict[str, str] | None = None,
     suite: str = "full",
+    run_file: str | None = None,
+    gate: bool = True,
 ) -> EvalRun:
-    """Materialize golden_set and golden_eval (the `suite`) for the revision of the configured golden file."""
+    """Materialize golden_set and golden_eval (the `suite`) for the revision of the configured golden
+    file: retrieval from this index, or the rankings of `run_file` (another system's). `gate`
+    False: the gate check only warns that it did not gate."""
     if config.golden_set is None:
         raise ValueError("no golden set: set golden_set in the config or pass --golden")
     revision = file_revision(config.golden_set)
     if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
         instance.add_dynamic_partitions(golden_partitions.name, [revision])
-    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or "", "suite": suite}}}}
+    op_config = {"mode": mode or "", "suite": suite, "run_file": str(run_file or ""), "gate": gate}
+    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": op_config}}}
     close_dead_runs(instance, [revision])
     result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
         instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
         tags={**CLI_TAGS, GOLDEN_TAG: revision},
     )
-    metadata = _materialized_metadata(result)
-    run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result), error=_step_error(result))
-    if run.error:
-        return run
-    evaluation = metadata.get("golden_eval", {})
+    evaluation = _materialized_metadata(result).get("golden_eval")
+    checks = _checks(result)
+    gate_failed = "gate_vs_baseline" in _failed_errors(result)
+    if evaluation is None:
+        return EvalRun(revision, False, checks=checks, error=_plain_error(_step_error(result)))
+    # The gate's blocking check is yielded after the materialization: a failed gate fails the step,
+    # but what was measured is recorded and shown.
+    failed_otherwise = not result.success and not (gate_failed and _only_check_failures(result))
+    run = EvalRun(revision, result.success and not gate_failed, checks=checks, gate_failed=gate_failed,
+                  error=_plain_error(_step_error(result)) if failed_otherwise else None)
     run.slice_table = evaluation["slice_table"].value
     run.report = evaluation["report_file"].value
     run.summary = open_store(config.storage).records.evaluation_summary(evaluation["eval_id"].value)
@@ -247,6 +266,26 @@ def evaluate_golden(
     if run.summary.get("suite", "full") != "full":
         run.golden_summary += f"\nsuite {run.summary['suite']}: {run.summary['cases']} of these cases evaluated (no holdout)"
     return run
+
+
+def _only_check_failures(result: dg.ExecuteInProcessResult) -> bool:
+    """Every failed step failed because a blocking asset check failed (nothing else went wrong)."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            while error.cause is not None:
+                error = error.cause
+            if error.cls_name != "DagsterAssetCheckFailedError":
+                return False
+    return True
+
+
+def _plain_error(text: str | None) -> str | None:
+    """An error as a person reads it: without the Python class path Dagster puts in front of the
+    message (`rag_pipeline.core.evaluation.golden.GoldenSetError: ...`)."""
+    if text is None:
+        return None
+    return re.sub(r"(^|: )(?:[A-Za-z_][\w]*\.)+[A-Za-z_]\w*(?:Error|Exception|Failure): ", r"\1", text, count=1)
 
 
 @dataclass
