@@ -169,6 +169,7 @@ def print_ingest_summary(runs) -> None:
     for run in runs:
         if run.not_run:
             print(f"  {run.source_id}: {printable(run.not_run)}")
+        _print_skipped(run)
         for failure in run.failures:
             print(f"  FAILED {printable(failure['doc_id'])} at {failure['stage']}: {printable(failure['reason'])}")
         for check, passed in run.checks.items():
@@ -184,6 +185,21 @@ EXIT_REGRESSION = 1  # the gate found a regression, or a run failed (ingestion, 
 EXIT_USAGE = 2  # a usage or config error: flags, the config, the golden file, a run file
 # Errors of the evaluation step that are the input's, not the machine's: exit 2, like the same error caught before it.
 _INPUT_ERRORS = ("golden set ", "run file ", "golden-set revision ")
+
+
+# Skipped files named per reason before the rest are only counted (`--json` lists them all).
+SKIPPED_SHOWN = 5
+
+
+def _print_skipped(run) -> None:
+    """What discovery skipped and why, grouped by reason: `skipped 3: unsupported file type '.png' (2: a.png, b.png)`."""
+    by_reason: dict[str, list[str]] = {}
+    for item in run.skipped:
+        by_reason.setdefault(item["reason"], []).append(item["doc_id"])
+    for reason, doc_ids in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        named = ", ".join(printable(d) for d in doc_ids[:SKIPPED_SHOWN])
+        more = f" and {len(doc_ids) - SKIPPED_SHOWN} more" if len(doc_ids) > SKIPPED_SHOWN else ""
+        print(f"  SKIPPED {len(doc_ids)} in {run.source_id}: {printable(reason)}: {named}{more}")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

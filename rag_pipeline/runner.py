@@ -19,7 +19,7 @@ from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TA
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource
 from rag_pipeline.defs.runs import close_dead_runs, process_tags
-from rag_pipeline.outcomes import SourceRun, unchanged_run
+from rag_pipeline.outcomes import SourceRun, skipped_files, unchanged_run
 
 # The counts the command line reports per source, and the asset each comes from.
 COUNT_SOURCES: dict[str, tuple[str, str]] = {
@@ -142,7 +142,8 @@ def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: Store) 
     # Failures come from the ledger: it also holds earlier failures of documents not retried since.
     failures = coverage_report(store, source_id).failed
     success = result.success and not _failed_errors(result)
-    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result), _failed_warnings(result))
+    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result), _failed_warnings(result),
+                     skipped=skipped_files(store.staging.discovery_rows(source_id)))
 
 
 def _materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
@@ -261,8 +262,10 @@ def evaluate_golden(
                   error=_plain_error(_step_error(result)) if failed_otherwise else None)
     run.slice_table = evaluation["slice_table"].value
     run.report = evaluation["report_file"].value
-    run.summary = open_store(config.storage).records.evaluation_summary(evaluation["eval_id"].value)
-    run.golden_summary = load_golden_set(config.golden_set).summary()
+    store = open_store(config.storage)
+    run.summary = store.records.evaluation_summary(evaluation["eval_id"].value)
+    # Read as the evaluation read it: document paths resolved against what the sources hold.
+    run.golden_summary = load_golden_set(config.golden_set, known_documents=store.ledger.document_history() or None).summary()
     if run.summary.get("suite", "full") != "full":
         run.golden_summary += f"\nsuite {run.summary['suite']}: {run.summary['cases']} of these cases evaluated (no holdout)"
     return run

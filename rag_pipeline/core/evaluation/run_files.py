@@ -2,10 +2,12 @@
 
 Out (`write_trec_run`, `write_qrels`): one line per ranked document, `qid Q0 docid rank score tag`,
 and one per gold document, `qid 0 docid 1`. The score is the retrieval score of the document (its
-best chunk's), made strictly decreasing down the ranking where two are equal or a deeper search's
-document scores above one before it (by the smallest float step), so that a tool that sorts by
-score, as trec_eval does, reads the ranking the metrics were computed on. The tag names the
-evaluation (its id holds the golden revision, suite, mode and config fingerprint).
+best chunk's), made strictly decreasing down the ranking where two are equal, too close for a
+32-bit float to tell apart (pytrec_eval reads scores so), or a deeper search's document scores
+above one before it: such a score is set to the 32-bit float just under the one before (about
+6e-8 of it lower), so that a tool that sorts by score, as trec_eval does, reads the ranking the
+metrics were computed on. The tag names the evaluation (its id holds the golden revision, suite,
+mode and config fingerprint).
 
 In (`read_run`), another system's ranking of the golden questions, either
 - a TREC run: `qid Q0 docid rank score tag`, ranked as trec_eval ranks it (score descending, ties by
@@ -29,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from rag_pipeline.core.evaluation.doc_refs import Resolver
 from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSetError, bounded_lines
 
@@ -49,15 +53,16 @@ class RunFileError(GoldenSetError):
 
 
 def decreasing_scores(scores: Sequence[float | None], length: int) -> list[float]:
-    """Scores for `length` ranked documents that strictly decrease: each as given unless it is not
-    below the one before (then the next float under it); a missing score is rank-derived."""
+    """Scores for `length` ranked documents that strictly decrease, also when read as 32-bit floats:
+    each as given unless it is not below the one before in 32 bits (then the 32-bit float just under
+    it); a missing score is rank-derived."""
     out: list[float] = []
     for rank in range(length):
         score = scores[rank] if rank < len(scores) and scores[rank] is not None else None
         if score is None or not math.isfinite(score):
             score = float(length - rank) if not out else out[-1] - 1.0
-        if out and score >= out[-1]:
-            score = math.nextafter(out[-1], -math.inf)
+        if out and np.float32(score) >= np.float32(out[-1]):
+            score = float(np.nextafter(np.float32(out[-1]), np.float32(-np.inf)))
         out.append(float(score))
     return out
 
@@ -198,7 +203,9 @@ def _read_trec(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: l
 
 def _read_jsonl(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: list[str]) -> None:
     by_id = {c.id for c in cases}
-    by_question = {" ".join(c.question.lower().split()): c.id for c in cases}
+    by_question: dict[str, list[str]] = {}
+    for case in cases:
+        by_question.setdefault(" ".join(case.question.lower().split()), []).append(case.id)
     for number, text, error in lines:
         if error is not None:
             if _problem(problems, run.path, number, error):
@@ -242,8 +249,9 @@ def _read_jsonl(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: 
             run.latency_ms[case_id] = float(latency)
 
 
-def _case_of(record: Mapping, by_id: set[str], by_question: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """(golden case id, None); (None, None) for a query that is no golden case; (None, why) for a bad record."""
+def _case_of(record: Mapping, by_id: set[str], by_question: Mapping[str, list[str]]) -> tuple[str | None, str | None]:
+    """(golden case id, None); (None, None) for a query that is no golden case; (None, why) for a bad
+    record, or a question several cases ask (as different callers: the id must say which)."""
     for key in _ID_KEYS:
         if key in record:
             value = record[key]
@@ -252,8 +260,10 @@ def _case_of(record: Mapping, by_id: set[str], by_question: Mapping[str, str]) -
             return (str(value), None) if str(value) in by_id else (None, None)
     question = record.get("question") or record.get("query")
     if isinstance(question, str):
-        found = by_question.get(" ".join(question.lower().split()))
-        return (found, None) if found else (None, None)
+        found = by_question.get(" ".join(question.lower().split()), [])
+        if len(found) > 1:
+            return None, f"the question of {len(found)} cases ({', '.join(found[:3])}): give the case's `id`"
+        return (found[0], None) if found else (None, None)
     return None, f"no case id ({' / '.join(_ID_KEYS)}) and no question"
 
 

@@ -186,7 +186,8 @@ def test_deepeval_goldens_map_source_files_and_contexts(tmp_path, sample_index, 
         (line[4], "roadmap.pdf", "no document named roadmap.pdf")]
     assert [(x.line, x.reason) for x in result.left_out] == [
         (line[2], "answerable, but it names no gold document or context (only retrieval_context, not labels)"),
-        (line[3], "no reference answer (expected_output)"), (line[4], "none of its 1 gold reference(s) could be mapped")]
+        (line[3], "no reference answer (expected_output); only an unanswerable case (answerable: false) may leave it out"),
+        (line[4], "none of its 1 gold reference(s) could be mapped")]
     assert len(_load_against(store, result.write(tmp_path / "golden.jsonl")).cases) == 3
 
 
