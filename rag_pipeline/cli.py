@@ -184,7 +184,7 @@ EXIT_PASS = 0  # measured; the gate passed, or found nothing to compare with, or
 EXIT_REGRESSION = 1  # the gate found a regression, or a run failed (ingestion, evaluation: the output says which)
 EXIT_USAGE = 2  # a usage or config error: flags, the config, the golden file, a run file
 # Errors of the evaluation step that are the input's, not the machine's: exit 2, like the same error caught before it.
-_INPUT_ERRORS = ("golden set ", "run file ", "golden-set revision ")
+_INPUT_ERRORS = {"GoldenSetError", "RunFileError", "InputTooLargeError", "ConfigError", "EvaluationError"}
 
 
 # Skipped files named per reason before the rest are only counted (`--json` lists them all).
@@ -223,8 +223,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                      run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
     if not evaluation.measured:
         print(f"error: evaluation failed: {printable_lines(evaluation.error)}", file=sys.stderr)
-        reason = (evaluation.error or "").split(": ", 1)[-1]
-        return EXIT_USAGE if reason.startswith(_INPUT_ERRORS) else EXIT_REGRESSION
+        return EXIT_USAGE if evaluation.error_kind in _INPUT_ERRORS else EXIT_REGRESSION
     store = _store(config)
     eval_id = evaluation.summary["eval_id"]
     files = _write_eval_files(args, config, store, eval_id)
@@ -309,7 +308,7 @@ def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
     for row in failed[:10]:
         rank = row["first_gold_rank"] or "not in top 100"
         print(f"  {printable(row['case_id'])} [{printable(row['slice'])}] first gold rank {rank}; top {k}: "
-              + printable(", ".join((row["ranked_docs"] or [])[:k])))
+              + (printable(", ".join((row["ranked_docs"] or [])[:k])) or "nothing retrieved"))
     if len(failed) > 10:
         print(f"  ... and {len(failed) - 10} more in the report")
     print(f"\nreport: {evaluation.report}")

@@ -219,6 +219,8 @@ class EvalRun:
     error: str | None = None
     # The blocking gate check failed (a regression); the measurement above stands.
     gate_failed: bool = False
+    # The class name of the error that stopped the run (`GoldenSetError`...), when one did.
+    error_kind: str | None = None
 
     @property
     def measured(self) -> bool:
@@ -254,7 +256,8 @@ def evaluate_golden(
     checks = _checks(result)
     gate_failed = "gate_vs_baseline" in _failed_errors(result)
     if evaluation is None:
-        return EvalRun(revision, False, checks=checks, error=_plain_error(_step_error(result)))
+        return EvalRun(revision, False, checks=checks, error=_plain_error(_step_error(result)),
+                       error_kind=_innermost_error_class(result))
     # The gate's blocking check is yielded after the materialization: a failed gate fails the step,
     # but what was measured is recorded and shown.
     failed_otherwise = not result.success and not (gate_failed and _only_check_failures(result))
@@ -269,6 +272,17 @@ def evaluate_golden(
     if run.summary.get("suite", "full") != "full":
         run.golden_summary += f"\nsuite {run.summary['suite']}: {run.summary['cases']} of these cases evaluated (no holdout)"
     return run
+
+
+def _innermost_error_class(result: dg.ExecuteInProcessResult) -> str | None:
+    """The class name of the innermost error of the first failed step (the user's, under Dagster's)."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    if failure is None:
+        return None
+    error = failure.step_failure_data.error
+    while error.cause is not None:
+        error = error.cause
+    return error.cls_name
 
 
 def _only_check_failures(result: dg.ExecuteInProcessResult) -> bool:

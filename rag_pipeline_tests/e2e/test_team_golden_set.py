@@ -157,6 +157,12 @@ def test_another_systems_run_is_scored_and_gated_without_ingesting(team):
     assert report["gate"] == {"verdict": "not gated"}
     out = _cli(team, "eval", "--run", str(team / "missing.jsonl"))
     assert out.returncode == 2 and "run file" in out.stderr
+    # A run file with bad lines: refused inside the evaluation's run, still a usage error, each line named.
+    (team / "bad.trec").write_text("q-routing Q0 web:routing.md 1 high tag\nq-cors Q0 web:cors.md\n")
+    out = _cli(team, "eval", "--run", str(team / "bad.trec"))
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "bad.trec line 1: score 'high' is not a number" in out.stderr
+    assert "bad.trec line 2: expected 6 fields" in out.stderr and "RunFileError" not in out.stderr
 
 
 def test_a_bad_golden_file_exits_2_with_one_line_per_problem(team, tmp_path):

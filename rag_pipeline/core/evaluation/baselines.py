@@ -168,5 +168,11 @@ def gate_text(comparison: BaselineComparison) -> str:
     verdict = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE (no regression shown; not a failure)",
                "pass": "PASS", "not comparable": "NOT COMPARABLE"}[gate.verdict]
     lines.append(f"verdict: {verdict}")
-    lines.append(f"decision: {printable(gate.decision)}")
+    if gate.errors:
+        decision = f"keep baseline ({len(gate.errors)} regression(s), above)"
+    elif gate.promote:
+        decision = "PROMOTE: `rag-pipeline promote` makes this evaluation the baseline"
+    else:
+        decision = gate.decision
+    lines.append(f"decision: {printable(decision)}")
     return "\n".join(lines)
