@@ -22,7 +22,15 @@ from rag_pipeline.config import AnswersConfig, RetrievalConfig
 from rag_pipeline.core.evaluation import abstention, metrics
 from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer
 from rag_pipeline.core.evaluation.answers import Generator, make_claim_judge, make_generator
-from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSet, GoldenSetError, GoldSpan, file_revision, load_golden_set
+from rag_pipeline.core.evaluation.golden import (
+    GoldenCase,
+    GoldenSet,
+    GoldenSetError,
+    GoldSpan,
+    check_file_size,
+    file_revision,
+    load_golden_set,
+)
 from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
 from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
 from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
@@ -542,6 +550,7 @@ def golden_file_for_revision(golden_set: Path | None, store: Store, revision: st
         raise GoldenSetError("no golden_set configured in the pipeline config")
     path = Path(golden_set)
     if path.is_file() and file_revision(path) == revision:
+        check_file_size(path)  # the snapshot reads it whole: a file over the bound is refused first
         store.records.snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
         return path
     content = store.records.golden_snapshot(revision)
