@@ -218,7 +218,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print_ingest_summary(runs)
         if _interrupted(runs):
             return INTERRUPTED_EXIT
-        _checked_golden(config)  # a bad golden file is named here, line by line (exit 2)
+        golden = _checked_golden(config)  # a bad golden file is named here, line by line (exit 2)
         evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset,
                                      run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
     if not evaluation.measured:
@@ -226,7 +226,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return EXIT_USAGE if evaluation.error_kind in _INPUT_ERRORS else EXIT_REGRESSION
     store = _store(config)
     eval_id = evaluation.summary["eval_id"]
-    files = _write_eval_files(args, config, store, eval_id)
+    files = _write_eval_files(args, golden, store, eval_id)
     comparison = None
     if not args.no_gate:
         from rag_pipeline.core.evaluation.baselines import compare_with_baseline
@@ -274,7 +274,7 @@ def _checked_golden(config: PipelineConfig):
                            known_documents=history or None)
 
 
-def _write_eval_files(args: argparse.Namespace, config: PipelineConfig, store, eval_id: str) -> dict[str, str]:
+def _write_eval_files(args: argparse.Namespace, golden, store, eval_id: str) -> dict[str, str]:
     """The run files asked for: a TREC run (retrieval scores, tagged with the eval id) and its qrels beside it."""
     files: dict[str, str] = {}
     if not args.trec_run:
@@ -284,7 +284,6 @@ def _write_eval_files(args: argparse.Namespace, config: PipelineConfig, store, e
     out = Path(args.trec_run)
     files["trec_run"] = str(write_trec_run(store.records.ranked_runs(eval_id), out, tag=eval_id))
     evaluated = {row["case_id"] for row in store.records.case_rows(eval_id)}
-    golden = _checked_golden(config)
     qrels = out.with_suffix(".qrels") if out.suffix != ".qrels" else out.with_name(out.name + ".qrels")
     files["qrels"] = str(write_qrels([c for c in golden.cases if c.id in evaluated], qrels))
     return files

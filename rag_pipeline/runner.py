@@ -50,6 +50,7 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 # Errors whose message is the whole story (the outcome line shows it): no stack trace for them.
 EXPECTED_ERRORS = frozenset({
     "SourceUnavailableError", "SourceBusyError", "DocumentReadError", "GoldenSetError", "EvaluationError",
+    "RunFileError", "InputTooLargeError",
     "ConfigError", "HoldoutError", "Failure", "DagsterAssetCheckFailedError", "DagsterExecutionInterruptedError",
     "KeyboardInterrupt",
 })

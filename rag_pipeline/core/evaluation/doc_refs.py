@@ -220,3 +220,44 @@ def _longest(candidates: list[str], documents: Mapping[str, Mapping[str, Any]]) 
     length = {d: len(str(documents[d].get("rel_path") or d)) for d in candidates}
     top = max(length.values())
     return [d for d in candidates if length[d] == top]
+
+
+class KnownDocuments:
+    """Every document the sources have held (the ledger's history: id -> skip reason, None for a
+    document), resolving what a golden file names: ids as they are, paths through the Resolver,
+    and on a miss the reason with the closest id ("did you mean")."""
+
+    def __init__(self, known: Mapping[str, str | None], served_hashes: Mapping[str, str] | None = None) -> None:
+        self.known = known
+        self.sources = {d.split(":", 1)[0] for d in known if ":" in d}
+        self.resolver = Resolver(documents_from_history(known, served_hashes))
+
+    def resolve(self, ref: str) -> tuple[str | None, str | None]:
+        """(document id, None) or (None, why not)."""
+        if ref in self.known:
+            if self.known[ref] is not None:
+                return None, f"{ref!r} is not a document (skipped at discovery: {self.known[ref]})"
+            return ref, None
+        source = ref.split(":", 1)[0] if ":" in ref else None
+        if source in self.sources:
+            # Written as an id of a known source: never re-read as a path (a typo would silently
+            # land on another folder's file of the same name); only a chunk id maps to its document.
+            base = ref.rsplit("#", 1)[0]
+            if "#" in ref and self.known.get(base, "") is None:
+                return base, None
+            return None, self._never_held(ref)
+        doc_id, how = self.resolver.file(ref)
+        if doc_id is not None:
+            return doc_id, None
+        if how.startswith("ambiguous"):
+            return None, f"{ref!r}: {how}; write the document id (<source>:<relative path>)"
+        if source is not None:
+            return None, (f"{ref!r} is not a document any source has ever held (no source {source!r} has been "
+                          f"ingested; ingested: {', '.join(sorted(self.sources)) or 'none'})")
+        return None, self._never_held(ref, " (ids are <source>:<relative path>; a path is matched against the "
+                                           "documents' relative paths)")
+
+    def _never_held(self, ref: str, hint: str = "") -> str:
+        suggestion = self.resolver.suggest(ref)
+        return (f"{ref!r} is not a document any source has ever held"
+                + (f"; did you mean `{suggestion}`?" if suggestion else hint))

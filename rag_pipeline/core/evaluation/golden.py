@@ -46,7 +46,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rag_pipeline.core.evaluation.doc_refs import Resolver, documents_from_history
+from rag_pipeline.core.evaluation import bounded_input
+from rag_pipeline.core.evaluation.bounded_input import InputTooLargeError
+from rag_pipeline.core.evaluation.doc_refs import KnownDocuments
 from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 SPLITS = ("dev", "validation", "holdout")
@@ -108,48 +110,17 @@ class GoldenLine:
         return self.record is None and self.error is None
 
 
-class InputTooLargeError(GoldenSetError):
-    """A golden file or dataset over its size bound: refused whole, before anything is parsed."""
-
-
 def check_file_size(path: Path | str, limit: int | None = None, what: str = "golden file") -> int:
-    """The file's size in bytes; InputTooLargeError naming the file and the bound (default
-    MAX_GOLDEN_FILE_BYTES) when it is over."""
-    limit = MAX_GOLDEN_FILE_BYTES if limit is None else limit
-    size = Path(path).stat().st_size
-    if size > limit:
-        raise InputTooLargeError(f"{path}: {size:,} bytes, over the {limit:,}-byte bound of a {what}; split it into "
-                                 "smaller files")
-    return size
+    """`bounded_input.check_file_size` with the golden file's bound (MAX_GOLDEN_FILE_BYTES) by default."""
+    return bounded_input.check_file_size(path, MAX_GOLDEN_FILE_BYTES if limit is None else limit, what)
 
 
 def bounded_lines(path: Path | str, max_line_bytes: int | None = None, max_file_bytes: int | None = None,
                   what: str = "golden file") -> Iterator[tuple[int, str | None, str | None]]:
-    """(line number, text with its line ending or None, why not) for every line of a UTF-8 file, read
-    a line at a time: a line longer than `max_line_bytes` is skipped to its end unread (its error
-    names the bound), one that is not UTF-8 is an error of that line; a file over `max_file_bytes`
-    raises InputTooLargeError before a byte is read (defaults: MAX_GOLDEN_LINE_BYTES,
-    MAX_GOLDEN_FILE_BYTES). Lines end at "\n" only; a leading BOM is dropped."""
-    max_line_bytes = MAX_GOLDEN_LINE_BYTES if max_line_bytes is None else max_line_bytes
-    check_file_size(path, max_file_bytes, what)
-    with open(path, "rb") as handle:
-        number = 0
-        while True:
-            data = handle.readline(max_line_bytes + 1)
-            if not data:
-                return
-            number += 1
-            if len(data) > max_line_bytes and not data.endswith(b"\n"):
-                while data and not data.endswith(b"\n"):  # the rest of the line, in bounded pieces
-                    data = handle.readline(max_line_bytes)
-                yield number, None, f"line longer than {max_line_bytes:,} bytes: refused unread"
-                continue
-            if number == 1:
-                data = data.removeprefix(b"\xef\xbb\xbf")
-            try:
-                yield number, data.decode("utf-8"), None
-            except UnicodeDecodeError as exc:
-                yield number, None, f"not UTF-8 text (byte {exc.start + 1} of the line); save the file as UTF-8"
+    """`bounded_input.bounded_lines` with the golden file's bounds by default (MAX_GOLDEN_LINE_BYTES,
+    MAX_GOLDEN_FILE_BYTES, read when called)."""
+    return bounded_input.bounded_lines(path, MAX_GOLDEN_LINE_BYTES if max_line_bytes is None else max_line_bytes,
+                                       MAX_GOLDEN_FILE_BYTES if max_file_bytes is None else max_file_bytes, what)
 
 
 def read_golden_lines(path: Path | str) -> Iterator[GoldenLine]:
@@ -338,7 +309,7 @@ def _validate(entries: Iterable[tuple[str, int, dict | None, str | None]],
     object or None, why not) entries; stops at MAX_REPORTED_PROBLEMS problems or past
     MAX_GOLDEN_CASES cases."""
     out = _Validation()
-    references = _References(known_documents, served_hashes) if known_documents is not None else None
+    documents = KnownDocuments(known_documents, served_hashes) if known_documents is not None else None
     seen: dict[str, int] = {}
     for where, line_number, raw, error in entries:
         if len(out.errors) >= MAX_REPORTED_PROBLEMS:
@@ -351,8 +322,8 @@ def _validate(entries: Iterable[tuple[str, int, dict | None, str | None]],
             raise InputTooLargeError(f"{where}: more than {MAX_GOLDEN_CASES:,} cases, the bound of a golden file; "
                                      "split the set (a suite per file) or sample it")
         case, problems, applied = _parse_case(raw, line_number)
-        if case is not None and references is not None:
-            case, problems = references.resolve(case, out.resolved)
+        if case is not None and documents is not None:
+            case, problems = _resolve_case(case, documents, out.resolved)
         named = f" ({raw['id']})" if isinstance(raw.get("id"), str) and raw["id"].strip() else ""
         out.errors.extend(f"{where}{named}: {p}" for p in problems)
         if case is None:
@@ -366,70 +337,32 @@ def _validate(entries: Iterable[tuple[str, int, dict | None, str | None]],
     return out
 
 
-class _References:
-    """Resolves the document references of cases against every document the sources have held."""
+def _resolve_case(case: GoldenCase, documents: KnownDocuments, resolved: dict[str, str]) -> tuple[GoldenCase | None, list[str]]:
+    """(the case with every document reference an id, or None; problems), recording path -> id in `resolved`."""
+    problems: list[str] = []
+    mapping: dict[str, str] = {}
+    named = ([("gold_docs", d) for d in case.gold_docs] + [("forbidden_docs", d) for d in case.forbidden_docs]
+             + [(f"gold_spans[{i}].doc_id", s.doc_id) for i, s in enumerate(case.gold_spans)])
+    for field_name, ref in named:
+        if ref in mapping:
+            continue
+        doc_id, problem = documents.resolve(ref)
+        if problem:
+            problems.append(f"field '{field_name}': {problem}")
+        elif doc_id is not None:
+            mapping[ref] = doc_id
+    if problems:
+        return None, problems
+    renamed = {ref: doc_id for ref, doc_id in mapping.items() if ref != doc_id}
+    if not renamed:
+        return case, []
+    resolved.update(renamed)
 
-    def __init__(self, known: Mapping[str, str | None], served_hashes: Mapping[str, str] | None) -> None:
-        self.known = known
-        self.sources = {d.split(":", 1)[0] for d in known if ":" in d}
-        self.resolver = Resolver(documents_from_history(known, served_hashes))
+    def ids(refs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(renamed.get(r, r) for r in refs))
 
-    def resolve(self, case: GoldenCase, resolved: dict[str, str]) -> tuple[GoldenCase | None, list[str]]:
-        """(the case with every reference an id, or None; problems), recording path -> id in `resolved`."""
-        problems: list[str] = []
-        mapping: dict[str, str] = {}
-        named = ([("gold_docs", d) for d in case.gold_docs] + [("forbidden_docs", d) for d in case.forbidden_docs]
-                 + [(f"gold_spans[{i}].doc_id", s.doc_id) for i, s in enumerate(case.gold_spans)])
-        for field_name, ref in named:
-            if ref in mapping:
-                continue
-            doc_id, problem = self._one(ref)
-            if problem:
-                problems.append(f"field '{field_name}': {problem}")
-            elif doc_id is not None:
-                mapping[ref] = doc_id
-        if problems:
-            return None, problems
-        renamed = {ref: doc_id for ref, doc_id in mapping.items() if ref != doc_id}
-        if not renamed:
-            return case, []
-        resolved.update(renamed)
-
-        def ids(refs: tuple[str, ...]) -> tuple[str, ...]:
-            return tuple(dict.fromkeys(renamed.get(r, r) for r in refs))
-
-        spans = tuple(replace(s, doc_id=renamed.get(s.doc_id, s.doc_id)) for s in case.gold_spans)
-        return replace(case, gold_docs=ids(case.gold_docs), forbidden_docs=ids(case.forbidden_docs), gold_spans=spans), []
-
-    def _one(self, ref: str) -> tuple[str | None, str | None]:
-        """(document id, None) or (None, why not: with "did you mean" where something is close)."""
-        if ref in self.known:
-            if self.known[ref] is not None:
-                return None, f"{ref!r} is not a document (skipped at discovery: {self.known[ref]})"
-            return ref, None
-        source = ref.split(":", 1)[0] if ":" in ref else None
-        if source in self.sources:
-            # Written as an id of a known source: never re-read as a path (a typo would silently
-            # land on another folder's file of the same name); only a chunk id maps to its document.
-            base = ref.rsplit("#", 1)[0]
-            if "#" in ref and self.known.get(base, "") is None:
-                return base, None
-            return None, self._never_held(ref)
-        doc_id, how = self.resolver.file(ref)
-        if doc_id is not None:
-            return doc_id, None
-        if how.startswith("ambiguous"):
-            return None, f"{ref!r}: {how}; write the document id (<source>:<relative path>)"
-        if source is not None:
-            return None, (f"{ref!r} is not a document any source has ever held (no source {source!r} has been "
-                          f"ingested; ingested: {', '.join(sorted(self.sources)) or 'none'})")
-        return None, self._never_held(ref, " (ids are <source>:<relative path>; a path is matched against the "
-                                           "documents' relative paths)")
-
-    def _never_held(self, ref: str, hint: str = "") -> str:
-        suggestion = self.resolver.suggest(ref)
-        return (f"{ref!r} is not a document any source has ever held"
-                + (f"; did you mean `{suggestion}`?" if suggestion else hint))
+    spans = tuple(replace(s, doc_id=renamed.get(s.doc_id, s.doc_id)) for s in case.gold_spans)
+    return replace(case, gold_docs=ids(case.gold_docs), forbidden_docs=ids(case.forbidden_docs), gold_spans=spans), []
 
 
 def stale_labels(cases: Iterable[GoldenCase], served_hashes: Mapping[str, str]) -> dict[str, list[str]]:

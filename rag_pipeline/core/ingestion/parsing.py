@@ -100,6 +100,8 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
                 raise ParseError(f"front matter: {exc}") from exc
             if not text.strip():
                 raise ParseError("the file has front matter but no body text")
+        if job.file_type == "md":
+            text = normalize_fences(text)  # MkDocs fences with attributes are code, not prose
         _check_text_length(len(text), job.max_text_chars)
     with _ParserMessages() as messages:
         try:
@@ -274,8 +276,6 @@ _PARTITION_OPTIONS: dict[str, dict] = {"md": {"languages": [""]}, "html": {"lang
 def _partition(file_type: str, data: bytes, text: str | None, parser_defaults: bool = False) -> list:
     partition = _partitioner(file_type)
     options = {} if parser_defaults else _PARTITION_OPTIONS.get(file_type, {})
-    if file_type == "md":
-        text = normalize_fences(text)  # MkDocs fences with attributes are code, not prose
     if file_type in ("md", "html", "txt"):
         if parser_defaults:
             with PARTITION_LOCK:
