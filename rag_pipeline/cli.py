@@ -194,6 +194,7 @@ def print_ingest_summary(runs) -> None:
     for run in runs:
         if run.not_run:
             print(f"  {run.source_id}: {printable(run.not_run)}")
+        _print_skipped(run)
         for failure in run.failures:
             print(f"  FAILED {printable(failure['doc_id'])} at {failure['stage']}: {printable(failure['reason'])}")
         for check, passed in run.checks.items():
@@ -203,33 +204,151 @@ def print_ingest_summary(runs) -> None:
             print(f"  RUN FAILED {run.source_id}: {printable(run.error)}")
 
 
+# Exit codes of eval, gate and promote (documented in docs/golden-set.md).
+EXIT_PASS = 0  # measured; the gate passed, or found nothing to compare with, or an inconclusive drop
+EXIT_REGRESSION = 1  # the gate found a regression, or a run failed (ingestion, evaluation: the output says which)
+EXIT_USAGE = 2  # a usage or config error: flags, the config, the golden file, a run file
+# Errors of the evaluation step that are the input's, not the machine's: exit 2, like the same error caught before it.
+_INPUT_ERRORS = {"GoldenSetError", "RunFileError", "InputTooLargeError", "ConfigError", "EvaluationError"}
+
+
+# Skipped files named per reason before the rest are only counted (`--json` lists them all).
+SKIPPED_SHOWN = 5
+
+
+def _print_skipped(run) -> None:
+    """What discovery skipped and why, grouped by reason: `skipped 3: unsupported file type '.png' (2: a.png, b.png)`."""
+    by_reason: dict[str, list[str]] = {}
+    for item in run.skipped:
+        by_reason.setdefault(item["reason"], []).append(item["doc_id"])
+    for reason, doc_ids in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        named = ", ".join(printable(d) for d in doc_ids[:SKIPPED_SHOWN])
+        more = f" and {len(doc_ids) - SKIPPED_SHOWN} more" if len(doc_ids) > SKIPPED_SHOWN else ""
+        print(f"  SKIPPED {len(doc_ids)} in {run.source_id}: {printable(reason)}: {named}{more}")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Ingest (incrementally) the configured sources, then evaluate the golden set."""
+    """Ingest (incrementally) the configured sources, or read another system's run; measure the golden
+    set (metrics, report, traces, requested files); then gate against the promoted baseline."""
     from rag_pipeline.runner import evaluate_golden, ingest
 
-    config, overrides = _load_sources(args)
+    config, overrides = _load(args) if args.run else _load_sources(args)
+    if config.golden_set is None:
+        raise ConfigError("no golden set: set golden_set in the config or pass --golden")
+    if args.run and not Path(args.run).is_file():
+        raise ConfigError(f"run file {args.run} does not exist")
     with _instance() as instance:
-        runs = ingest(config, instance, overrides=overrides)
+        runs = [] if args.run else ingest(config, instance, overrides=overrides)
         if not all(r.success for r in runs) and not args.json:
             print_ingest_summary(runs)
         if _interrupted(runs):
             return INTERRUPTED_EXIT
-        evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset)
-    if evaluation.error:
-        print(f"error: evaluation failed: {printable(evaluation.error)}", file=sys.stderr)
-        return 1
-    if args.trec_run:
-        _write_trec_run(config, evaluation.summary["eval_id"], Path(args.trec_run))
-    if args.json:
-        keys = ("eval_id", "revision", "mode", "config_fingerprint", "index_state", "overall", "weighted",
-                "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold", "stale_cases")
-        print_json({k: evaluation.summary.get(k) for k in keys})
-    else:
-        print(printable_lines(evaluation.golden_summary))
-        print(evaluation.slice_table)
-        print(f"report: {evaluation.report}")
+        golden = _checked_golden(config)  # a bad golden file is named here, line by line (exit 2)
+        evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset,
+                                     run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
+    if not evaluation.measured:
+        print(f"error: evaluation failed: {printable_lines(evaluation.error)}", file=sys.stderr)
+        return EXIT_USAGE if evaluation.error_kind in _INPUT_ERRORS else EXIT_REGRESSION
+    store = _store(config)
+    eval_id = evaluation.summary["eval_id"]
+    files = _write_eval_files(args, golden, store, eval_id)
+    comparison = None
+    if not args.no_gate:
+        from rag_pipeline.core.evaluation.baselines import compare_with_baseline
+
+        comparison = compare_with_baseline(store, eval_id, _policy(config, None))
+    if args.junit_xml:
+        from rag_pipeline.core.evaluation.junit import write_junit
+
+        files["junit_xml"] = str(write_junit(Path(args.junit_xml), eval_id, store.records.case_rows(eval_id),
+                                             evaluation.summary.get("report_k", config.evaluation.report_k), comparison,
+                                             gated=not args.no_gate))
+    regression = comparison is not None and comparison.gate is not None and not comparison.gate.passed
     ingestion_ok = all(r.success for r in runs)
-    return 0 if ingestion_ok and evaluation.success else 1
+    code = EXIT_REGRESSION if regression or not ingestion_ok or evaluation.error else EXIT_PASS
+    if args.json:
+        keys = ("eval_id", "revision", "suite", "mode", "config_fingerprint", "index_state", "report_k", "overall",
+                "weighted", "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold",
+                "stale_cases")
+        print_json({**{k: evaluation.summary.get(k) for k in keys}, "report": evaluation.report, "files": files,
+                    "gate": _gate_json(comparison, gated=not args.no_gate), "exit_code": code})
+    else:
+        _print_measurement(evaluation, store, files)
+        print()
+        if args.no_gate:
+            print("gate: not gated (--no-gate): measured only")
+        else:
+            from rag_pipeline.core.evaluation.baselines import gate_text
+
+            print(gate_text(comparison))
+        if evaluation.error:
+            print(f"\nevaluation run FAILED after measuring: {printable_lines(evaluation.error)}")
+        if not ingestion_ok:
+            print("\ningestion FAILED for " + ", ".join(r.source_id for r in runs if not r.success) + " (above)")
+    return code
+
+
+def _checked_golden(config: PipelineConfig):
+    """The configured golden set, validated against every document the sources have held (ids
+    resolved from paths); GoldenSetError lists each problem on its own line."""
+    from rag_pipeline.core.evaluation.golden import load_golden_set
+
+    store = _store(config)
+    history = store.ledger.document_history()
+    return load_golden_set(config.golden_set, served_hashes=store.served.document_hashes() if history else None,
+                           known_documents=history or None)
+
+
+def _write_eval_files(args: argparse.Namespace, golden, store, eval_id: str) -> dict[str, str]:
+    """The run files asked for: a TREC run (retrieval scores, tagged with the eval id) and its qrels beside it."""
+    files: dict[str, str] = {}
+    if not args.trec_run:
+        return files
+    from rag_pipeline.core.evaluation.run_files import write_qrels, write_trec_run
+
+    out = Path(args.trec_run)
+    files["trec_run"] = str(write_trec_run(store.records.ranked_runs(eval_id), out, tag=eval_id))
+    evaluated = {row["case_id"] for row in store.records.case_rows(eval_id)}
+    qrels = out.with_suffix(".qrels") if out.suffix != ".qrels" else out.with_name(out.name + ".qrels")
+    files["qrels"] = str(write_qrels([c for c in golden.cases if c.id in evaluated], qrels))
+    return files
+
+
+def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
+    """What was measured, before any verdict: the golden set, the metrics table, the failed cases at
+    the report's k, and where the report and files are."""
+    from rag_pipeline.core.evaluation.report import slice_text
+
+    summary = evaluation.summary
+    print(printable_lines(evaluation.golden_summary))
+    if summary.get("mode") == "run":
+        print(f"scored another system's run (config fingerprint {summary['config_fingerprint'][:12]}: the run file's hash)")
+    print()
+    print(slice_text(summary))
+    k = summary.get("report_k", 5)
+    failed = [row for row in store.records.failed_cases(summary["eval_id"], k) if row["split"] != "holdout"]
+    print(f"\nfailed cases at k={k} (no gold document in the top {k}, or a forbidden one retrieved): {len(failed)}"
+          + ("" if failed else " (none)"))
+    for row in failed[:10]:
+        rank = row["first_gold_rank"] or "not in top 100"
+        print(f"  {printable(row['case_id'])} [{printable(row['slice'])}] first gold rank {rank}; top {k}: "
+              + (printable(", ".join((row["ranked_docs"] or [])[:k])) or "nothing retrieved"))
+    if len(failed) > 10:
+        print(f"  ... and {len(failed) - 10} more in the report")
+    print(f"\nreport: {evaluation.report}")
+    for name, path in files.items():
+        print(f"{name.replace('_', ' ')}: {path}")
+
+
+def _gate_json(comparison, gated: bool) -> dict:
+    if not gated:
+        return {"verdict": "not gated"}
+    if comparison is None or comparison.gate is None:
+        return {"verdict": "no baseline", "reason": comparison.missing_reason if comparison else None}
+    gate = comparison.gate
+    return {"verdict": gate.verdict, "baseline": comparison.baseline_id, "against": comparison.against,
+            "promote": gate.promote, "decision": gate.decision,
+            "rules": [{"rule": r.rule, "outcome": r.outcome, "message": r.message} for r in gate.rules]}
 
 
 def print_json(value) -> None:
@@ -246,12 +365,6 @@ def print_json(value) -> None:
         return item
 
     print(json.dumps(finite(value), indent=2, default=str, allow_nan=False))
-
-
-def _write_trec_run(config: PipelineConfig, eval_id: str, out: Path) -> None:
-
-    _store(config).records.write_trec_run(eval_id, out)
-    print(f"TREC run written to {out}", file=sys.stderr)
 
 
 def cmd_release_holdout(args: argparse.Namespace) -> int:
@@ -399,26 +512,23 @@ def _policy(config: PipelineConfig, path: str | None):
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    """Compare two stored evaluations; exit 1 when the gate fails (an ERROR finding)."""
-    from rag_pipeline.core.evaluation.baselines import compare_with_baseline
-    from rag_pipeline.core.evaluation.gates import render_gate
+    """Compare two stored evaluations; exit 1 on a regression (an ERROR rule), else 0 (also when there
+    is no baseline to compare with, or the drop is inconclusive)."""
+    from rag_pipeline.core.evaluation.baselines import compare_with_baseline, gate_text
 
     config = load_config(args.config)
     store = _store(config, read_only=True)
     candidate_id = _evaluation_id(store, args.candidate)
     baseline_id = None if args.baseline == "baseline" else args.baseline
     comparison = compare_with_baseline(store, candidate_id, _policy(config, args.policy), baseline_id)
-    if comparison.gate is None:
-        print(comparison.missing_reason)
-        return 1
-    print(f"{comparison.against}\ncandidate {candidate_id}\n")
-    print(render_gate(comparison.gate, terminal=True))
-    return 0 if comparison.gate.passed else 1
+    print(gate_text(comparison))
+    return EXIT_REGRESSION if comparison.gate is not None and not comparison.gate.passed else EXIT_PASS
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE."""
-    from rag_pipeline.core.evaluation.baselines import promote_if_better
+    """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE; exit 1
+    only on a regression (keeping the baseline because the candidate is not better exits 0)."""
+    from rag_pipeline.core.evaluation.baselines import promotion
 
     config = load_config(args.config)
     store = _store(config, create=False)
@@ -429,11 +539,11 @@ def cmd_promote(args: argparse.Namespace) -> int:
         _record_promotion(store, eval_id)
         print(f"{eval_id} is already the promoted baseline of golden revision {summary['revision']}")
         return 0
-    promoted, text = promote_if_better(store, eval_id, _policy(config, args.policy))
-    if promoted:
+    outcome = promotion(store, eval_id, _policy(config, args.policy))
+    if outcome.promoted:
         _record_promotion(store, eval_id)
-    print(text)
-    return 0 if promoted else 1
+    print(outcome.text)
+    return EXIT_REGRESSION if outcome.regression else EXIT_PASS
 
 
 def _record_promotion(store, eval_id: str, instance=None) -> None:
@@ -594,11 +704,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if config.golden_set is not None:
             print(f"\n== golden evaluation of {config.golden_set}")
             evaluation = evaluate_golden(config, instance, overrides=overrides)
-            if evaluation.error:
-                print(f"evaluation FAILED: {printable(evaluation.error)}")
+            if not evaluation.measured:
+                print(f"evaluation FAILED: {printable_lines(evaluation.error)}")
             else:
+                from rag_pipeline.core.evaluation.report import slice_text
+
                 print(printable_lines(evaluation.golden_summary))
-                print(evaluation.slice_table)
+                print(slice_text(evaluation.summary))
                 _print_answers(evaluation.summary.get("answers") or {})
                 print(f"report: {evaluation.report}")
                 print("\n== gate against the promoted baseline")
@@ -673,11 +785,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit 1 when any document failed (by default a failed document is a warning)")
     ingest.set_defaults(func=cmd_ingest)
 
-    evaluate = sub.add_parser("eval", help="ingest, then evaluate retrieval on a golden set")
+    evaluate = sub.add_parser(
+        "eval", help="ingest, evaluate retrieval on a golden set, then gate against the promoted baseline",
+        description="Measures first (metrics table, report, traces, the files asked for), then gates. Exit codes: "
+                    "0 no regression (also: no baseline yet, not better, an inconclusive drop, --no-gate); "
+                    "1 a regression, or a failed run; 2 a usage or config error (flags, config, golden file, run file).")
     common(evaluate)
     evaluate.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
     evaluate.add_argument("--mode", choices=("dense", "bm25", "hybrid"), help="retrieval mode (default: config)")
-    evaluate.add_argument("--trec-run", metavar="OUT", help="also write the ranked documents as a TREC run file")
+    evaluate.add_argument("--trec-run", metavar="OUT", help="also write the ranked documents as a TREC run file "
+                                                            "(retrieval scores; its qrels beside it, OUT with .qrels)")
+    evaluate.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report: a test case per golden "
+                                                              "case and per gate rule")
+    evaluate.add_argument("--run", metavar="FILE", help="score another system's retrieval instead of this index: a TREC "
+                                                        "run or JSONL of ranked document ids per case (no ingestion)")
+    evaluate.add_argument("--no-gate", action="store_true", help="measure only: no gate, exit 0 unless a run failed")
     evaluate.add_argument("--subset", choices=("full", "pr"), default="full",
                           help="pr: the fast slice-stratified subset for pull requests (evaluation.pr_subset_size, no "
                                "holdout), gated only against a baseline of the same subset")
@@ -701,7 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
     beir.add_argument("--qrels", default="test", help="qrels split file name without .tsv (default: test)")
     beir.set_defaults(func=cmd_import_beir)
 
-    gate = sub.add_parser("gate", help="gate a candidate evaluation against a baseline; exit 1 when it fails")
+    gate = sub.add_parser("gate", help="gate a candidate evaluation against a baseline; exit 1 on a regression")
     gate.add_argument("--config")
     gate.add_argument("--baseline", default="baseline", help="eval id, or 'baseline' (the promoted one)")
     gate.add_argument("--candidate", default="latest", help="eval id, or 'latest'")
@@ -805,26 +927,27 @@ def build_parser() -> argparse.ArgumentParser:
 class _ProgressLines(logging.Handler):
     """Progress of long stages on stderr: one line rewritten in place on a terminal, else a line each."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.stream = stream
-        self.terminal = stream.isatty()
 
     def emit(self, record: logging.LogRecord) -> None:
+        # The stream of the moment, not the one at set-up: a caller that runs `main` in process
+        # (a test) may replace and close sys.stderr between two commands.
+        stream = sys.stderr
         line = printable(record.getMessage())
-        if self.terminal:
+        if stream.isatty():
             done = "(100%)" in line
-            self.stream.write("\r\033[K" + line + ("\n" if done else ""))
+            stream.write("\r\033[K" + line + ("\n" if done else ""))
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            stream.write(line + "\n")
+        stream.flush()
 
 
 def _show_progress() -> None:
     from rag_pipeline.core.progress import LOGGER
 
     if not any(isinstance(h, _ProgressLines) for h in LOGGER.handlers):
-        LOGGER.addHandler(_ProgressLines(sys.stderr))
+        LOGGER.addHandler(_ProgressLines())
         LOGGER.setLevel(logging.INFO)
         LOGGER.propagate = False
 

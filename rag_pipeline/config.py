@@ -217,6 +217,8 @@ class EvaluationConfig(_Strict):
     """Evaluation suites: the full golden set, and the pull-request subset's size."""
 
     pr_subset_size: int = Field(default=30, ge=1, description="cases of the `pr` suite (slice-stratified, no holdout)")
+    report_k: int = Field(default=5, ge=1, le=100, description="a case fails (and is listed) when no gold document is "
+                                                                "in its top k; reports show success@k")
 
 
 class AnswersConfig(_Strict):

@@ -30,10 +30,13 @@ class SourceRun:
     not_run: str | None = None
     # The command was interrupted in this source's run, or before it (it then did not run).
     interrupted: bool = False
+    # Files discovery skipped (not documents): `{"doc_id", "reason"}` each.
+    skipped: list[dict] = field(default_factory=list)
 
     def as_json(self) -> dict:
         # Every count, 0 where this outcome has none (a source not run, a busy one): one shape for scripts.
         return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures,
+                "skipped_files": self.skipped,
                 "checks": self.checks, "warnings": self.warnings, "success": self.success, "error": self.error,
                 "not_run": self.not_run, "interrupted": self.interrupted}
 
@@ -65,4 +68,11 @@ def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: Sourc
     checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}
     warnings = [] if checks["no_failed_documents"] else ["no_failed_documents"]
     return SourceRun(source.source_id, checks["coverage"], counts, coverage.failed, checks, warnings=warnings,
-                     not_run=f"inputs unchanged since the last switch (fingerprint {current}): nothing to run")
+                     not_run=f"inputs unchanged since the last switch (fingerprint {current}): nothing to run",
+                     skipped=skipped_files(manifest))
+
+
+def skipped_files(rows: list[dict]) -> list[dict]:
+    """`{"doc_id", "reason"}` of every row of a discovery or manifest that discovery skipped."""
+    return [{"doc_id": row["doc_id"], "reason": row.get("skip_reason") or "not a supported document"}
+            for row in rows if not row["supported"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TA
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource
 from rag_pipeline.defs.runs import close_dead_runs, process_tags
-from rag_pipeline.outcomes import SourceRun, unchanged_run
+from rag_pipeline.outcomes import SourceRun, skipped_files, unchanged_run
 
 # The counts the command line reports per source, and the asset each comes from.
 COUNT_SOURCES: dict[str, tuple[str, str]] = {
@@ -50,6 +51,7 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 # Errors whose message is the whole story (the outcome line shows it): no stack trace for them.
 EXPECTED_ERRORS = frozenset({
     "SourceUnavailableError", "SourceBusyError", "DocumentReadError", "GoldenSetError", "EvaluationError",
+    "RunFileError", "InputTooLargeError",
     "ConfigError", "HoldoutError", "Failure", "DagsterAssetCheckFailedError", "DagsterExecutionInterruptedError",
     "KeyboardInterrupt",
 })
@@ -142,7 +144,8 @@ def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: Store) 
     # Failures come from the ledger: it also holds earlier failures of documents not retried since.
     failures = coverage_report(store, source_id).failed
     success = result.success and not _failed_errors(result)
-    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result), _failed_warnings(result))
+    return SourceRun(source_id, success, counts, failures, _checks(result), _step_error(result), _failed_warnings(result),
+                     skipped=skipped_files(store.staging.discovery_rows(source_id)))
 
 
 def _materialized_metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict]:
@@ -214,7 +217,8 @@ def _root_cause(error) -> str:
 
 @dataclass
 class EvalRun:
-    """The outcome of one golden evaluation run through Dagster."""
+    """The outcome of one golden evaluation run through Dagster: what it measured (whenever the
+    measurement landed, also when the gate then failed), and whether the gate passed."""
 
     revision: str
     success: bool
@@ -223,7 +227,16 @@ class EvalRun:
     golden_summary: str = ""
     report: str = ""
     checks: dict[str, bool] = field(default_factory=dict)
+    # Why nothing was measured (a bad golden file, an index that cannot be read): the run failed.
     error: str | None = None
+    # The blocking gate check failed (a regression); the measurement above stands.
+    gate_failed: bool = False
+    # The class name of the error that stopped the run (`GoldenSetError`...), when one did.
+    error_kind: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.summary)
 
 
 def evaluate_golden(
@@ -233,31 +246,77 @@ def evaluate_golden(
     embedder: EmbedderResource | None = None,
     overrides: dict[str, str] | None = None,
     suite: str = "full",
+    run_file: str | None = None,
+    gate: bool = True,
 ) -> EvalRun:
-    """Materialize golden_set and golden_eval (the `suite`) for the revision of the configured golden file."""
+    """Materialize golden_set and golden_eval (the `suite`) for the revision of the configured golden
+    file: retrieval from this index, or the rankings of `run_file` (another system's). `gate`
+    False: the gate check only warns that it did not gate."""
     if config.golden_set is None:
         raise ValueError("no golden set: set golden_set in the config or pass --golden")
     revision = file_revision(config.golden_set)
     if revision not in set(instance.get_dynamic_partitions(golden_partitions.name)):
         instance.add_dynamic_partitions(golden_partitions.name, [revision])
-    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": {"mode": mode or "", "suite": suite}}}}
+    op_config = {"mode": mode or "", "suite": suite, "run_file": str(run_file or ""), "gate": gate}
+    run_config = {**QUIET_LOGS, "ops": {"golden_eval": {"config": op_config}}}
     close_dead_runs(instance, [revision])
     result = _job(config, golden_eval_job.name, embedder, overrides).execute_in_process(
         instance=instance, partition_key=revision, raise_on_error=False, run_config=run_config,
         tags={**CLI_TAGS, GOLDEN_TAG: revision, **process_tags()},
     )
-    metadata = _materialized_metadata(result)
-    run = EvalRun(revision, result.success and not _failed_errors(result), checks=_checks(result), error=_step_error(result))
-    if run.error:
-        return run
-    evaluation = metadata.get("golden_eval", {})
+    evaluation = _materialized_metadata(result).get("golden_eval")
+    checks = _checks(result)
+    gate_failed = "gate_vs_baseline" in _failed_errors(result)
+    if evaluation is None:
+        return EvalRun(revision, False, checks=checks, error=_plain_error(_step_error(result)),
+                       error_kind=_innermost_error_class(result))
+    # The gate's blocking check is yielded after the materialization: a failed gate fails the step,
+    # but what was measured is recorded and shown.
+    failed_otherwise = not result.success and not (gate_failed and _only_check_failures(result))
+    run = EvalRun(revision, result.success and not gate_failed, checks=checks, gate_failed=gate_failed,
+                  error=_plain_error(_step_error(result)) if failed_otherwise else None)
     run.slice_table = evaluation["slice_table"].value
     run.report = evaluation["report_file"].value
-    run.summary = open_store(config.storage).records.evaluation_summary(evaluation["eval_id"].value)
-    run.golden_summary = load_golden_set(config.golden_set).summary()
+    store = open_store(config.storage)
+    run.summary = store.records.evaluation_summary(evaluation["eval_id"].value)
+    # Read as the evaluation read it: document paths resolved against what the sources hold.
+    run.golden_summary = load_golden_set(config.golden_set, known_documents=store.ledger.document_history() or None).summary()
     if run.summary.get("suite", "full") != "full":
         run.golden_summary += f"\nsuite {run.summary['suite']}: {run.summary['cases']} of these cases evaluated (no holdout)"
     return run
+
+
+def _innermost_error_class(result: dg.ExecuteInProcessResult) -> str | None:
+    """The class name of the innermost error of the first failed step (the user's, under Dagster's)."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    if failure is None:
+        return None
+    error = failure.step_failure_data.error
+    while error.cause is not None:
+        error = error.cause
+    return error.cls_name
+
+
+def _only_check_failures(result: dg.ExecuteInProcessResult) -> bool:
+    """Every failed step failed because a blocking asset check failed (nothing else went wrong):
+    Dagster's own error for it, or the Failure golden_eval raises to name what regressed."""
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            while error.cause is not None:
+                error = error.cause
+            gate_failure = error.cls_name == "Failure" and "gate_vs_baseline: " in error.message
+            if error.cls_name != "DagsterAssetCheckFailedError" and not gate_failure:
+                return False
+    return True
+
+
+def _plain_error(text: str | None) -> str | None:
+    """An error as a person reads it: without the Python class path Dagster puts in front of the
+    message (`rag_pipeline.core.evaluation.golden.GoldenSetError: ...`)."""
+    if text is None:
+        return None
+    return re.sub(r"(^|: )(?:[A-Za-z_][\w]*\.)+[A-Za-z_]\w*(?:Error|Exception|Failure): ", r"\1", text, count=1)
 
 
 @dataclass

@@ -150,3 +150,37 @@ def safe_json(value: object, indent: int | None = 1) -> str:
     for ch in "<>&`":
         text = text.replace(ch, f"\\u{ord(ch):04x}")
     return _EVENT_HANDLER.sub(lambda m: m.group(1) + "\\u003d", _SCHEME.sub(lambda m: m.group(1) + "\\u003a", text))
+
+
+def text_table(rows: Sequence[Mapping | Sequence], columns: Sequence[str], *, headers: Sequence[str] | None = None,
+               max_cell_chars: int | None = 60) -> str:
+    """A plain-text table for a terminal or a CI log: columns aligned, numbers on the right.
+
+    Cells are `printable` text (control characters escaped), never markdown: no backslash
+    escapes and no HTML entities, which a terminal would show as they are (`-&gt;`)."""
+
+    def plain(value: object) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, (int, float)) and not isinstance(value, Markdown):
+            return number(value)
+        if isinstance(value, (list, tuple, set)):
+            value = ", ".join(str(v) for v in value)
+        return cut(printable(value), max_cell_chars)
+
+    titles = [plain(t) for t in (headers or columns)]
+    body = []
+    numeric = [True] * len(columns)
+    for row in rows:
+        values = [row.get(c) for c in columns] if isinstance(row, Mapping) else list(row)
+        values += [None] * (len(columns) - len(values))
+        for i, v in enumerate(values[: len(columns)]):
+            if v is not None and not (isinstance(v, (int, float)) or str(v) in ("", "–")):
+                numeric[i] = False
+        body.append([plain(v) for v in values[: len(columns)]])
+    widths = [max([len(t)] + [len(r[i]) for r in body]) for i, t in enumerate(titles)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(titles), "  ".join("-" * w for w in widths), *(line(r) for r in body)])

@@ -8,10 +8,10 @@ import json
 import math
 from dataclasses import dataclass
 
-from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, check_budgets, compare, render_gate
+from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, check_budgets, compare, gate_reasons, render_gate
 from rag_pipeline.core.evaluation.golden import golden_lines
 from rag_pipeline.core.evaluation.suites import FULL
-from rag_pipeline.core.render import inline
+from rag_pipeline.core.render import inline, printable
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict
 
@@ -53,6 +53,12 @@ class BaselineComparison:
         numbers = {f"delta_{d.metric}": round(d.delta, 6) for d in gate.deltas if not math.isnan(d.delta)}
         markdown = {"baseline_eval": inline(self.baseline_id), "suite": inline(self.suite), "gate": render_gate(gate)}
         return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
+
+
+def not_gated_verdict() -> Verdict:
+    """`gate_vs_baseline` of an evaluation that only measured (`eval --no-gate`): a warning, never a pass."""
+    return Verdict(False, "not gated: this evaluation only measured (eval --no-gate); gate it with `rag-pipeline gate`",
+                   severity="WARN")
 
 
 def promotion_verdict(eval_id: str, revision: str) -> Verdict:
@@ -104,27 +110,69 @@ def _scored_fields(text: str) -> dict[str, str]:
             for line in golden_lines(text) if line.record is not None and isinstance(line.record.get("id"), str)}
 
 
+@dataclass
+class Promotion:
+    """What `promote` did: promoted or not, the text to show, and whether the gate found a regression
+    (keeping the baseline because the candidate is not better is none)."""
+
+    promoted: bool
+    text: str
+    regression: bool = False
+
+
 def promote_if_better(store: Store, eval_id: str, policy: GatePolicy, note: str = "") -> tuple[bool, str]:
-    """Store the evaluation as its revision's baseline only on PROMOTE; returns (promoted, the text to show).
+    """`promotion`'s (promoted, text)."""
+    outcome = promotion(store, eval_id, policy, note)
+    return outcome.promoted, outcome.text
+
+
+def promotion(store: Store, eval_id: str, policy: GatePolicy, note: str = "") -> Promotion:
+    """Store the evaluation as its revision's baseline only on PROMOTE.
 
     Later evaluations of a revision must beat its baseline. The first evaluation of a new revision
     must not regress against the previous revision's baseline on the cases both share unchanged;
-    the very first evaluation has nothing to compare with. Budgets (latency, context) apply to all.
+    the very first evaluation has nothing to compare with. Budgets apply to all.
     """
     comparison = compare_with_baseline(store, eval_id, policy)
     suite = comparison.suite
     if comparison.gate is None:
         over = [f.message for f in check_budgets(store.records.evaluation_record(eval_id), policy) if f.severity == "ERROR"]
         if over:
-            return False, f"suite: {suite}\nkeep no baseline — " + "; ".join(over)
+            return Promotion(False, f"suite: {suite}\nkeep no baseline — " + "; ".join(over), regression=True)
         store.records.promote(comparison.revision, eval_id, f"first {suite}-suite baseline of this golden revision{note}", suite)
-        return True, f"PROMOTE\n{eval_id} is the first {suite}-suite baseline of golden revision {comparison.revision}"
+        return Promotion(True, f"PROMOTE\n{eval_id} is the first {suite}-suite baseline of golden revision {comparison.revision}")
+    gate = comparison.gate
     if comparison.baseline_revision is not None:
-        if comparison.gate.promote:
+        if gate.promote:
             store.records.promote(comparison.revision, eval_id, f"first {suite}-suite baseline of this golden revision, "
                                   f"gated against {comparison.against}{note}", suite)
         head = f"suite: {suite}\nfirst evaluation of golden revision {comparison.revision}, gated against {comparison.against}\n"
-        return comparison.gate.promote, head + render_gate(comparison.gate, terminal=True)
-    if comparison.gate.promote:
+        return Promotion(gate.promote, head + render_gate(gate, terminal=True), regression=not gate.passed)
+    if gate.promote:
         store.records.promote(comparison.revision, eval_id, f"replaces {comparison.baseline_id}{note}", suite)
-    return comparison.gate.promote, f"suite: {suite}\n" + render_gate(comparison.gate, terminal=True)
+    return Promotion(gate.promote, f"suite: {suite}\n" + render_gate(gate, terminal=True), regression=not gate.passed)
+
+
+def gate_text(comparison: BaselineComparison) -> str:
+    """The gate as plain text for a terminal or a CI log: against what, the metric table, each rule
+    that did not pass (values, interval, p, the baseline's eval id), the verdict and the decision."""
+    if comparison.gate is None:
+        return (f"gate: {comparison.missing_reason}: nothing to compare with, so no regression; "
+                f"`rag-pipeline promote` makes {comparison.candidate_id} the baseline")
+    gate = comparison.gate
+    lines = [f"gate: candidate {comparison.candidate_id} against {comparison.against}"]
+    table_text = render_gate(gate, terminal=True).split("\n\n")[0] if gate.deltas else ""
+    if table_text:
+        lines += [table_text, ""]
+    lines += gate_reasons(gate, comparison.baseline_id)
+    verdict = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE (no regression shown; not a failure)",
+               "pass": "PASS", "not comparable": "NOT COMPARABLE"}[gate.verdict]
+    lines.append(f"verdict: {verdict}")
+    if gate.errors:
+        decision = f"keep baseline ({len(gate.errors)} regression(s), above)"
+    elif gate.promote:
+        decision = "PROMOTE: `rag-pipeline promote` makes this evaluation the baseline"
+    else:
+        decision = gate.decision
+    lines.append(f"decision: {printable(decision)}")
+    return "\n".join(lines)

@@ -22,7 +22,15 @@ from rag_pipeline.config import AnswersConfig, RetrievalConfig
 from rag_pipeline.core.evaluation import abstention, metrics
 from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer
 from rag_pipeline.core.evaluation.answers import Generator, make_claim_judge, make_generator
-from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSet, GoldenSetError, GoldSpan, file_revision, load_golden_set
+from rag_pipeline.core.evaluation.golden import (
+    GoldenCase,
+    GoldenSet,
+    GoldenSetError,
+    GoldSpan,
+    check_file_size,
+    file_revision,
+    load_golden_set,
+)
 from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
 from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
 from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
@@ -48,6 +56,8 @@ HEADLINE_METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10",
                     "mrr_at_10", "ndcg_at_10", "precision_at_5", "success_at_5")
 SPAN_CUTOFFS = (5, 10)
 ANSWER_PREFIX = "answer_"
+# The cutoff of the report: a case fails when no gold document is in its top k (its success@k is 0).
+DEFAULT_REPORT_K = 5
 
 
 @dataclass
@@ -66,6 +76,7 @@ class CaseResult:
     superseded_outranks: bool | None = None
     abstained: bool | None = None
     answer: dict | None = None
+    report_k: int = DEFAULT_REPORT_K
 
     @property
     def scored(self) -> bool:
@@ -79,10 +90,11 @@ class CaseResult:
 
     @property
     def failed(self) -> bool:
-        """A scored case whose gold document is not in the top 10, or a forbidden document leaked."""
+        """A scored case with no gold document in the top `report_k` (success@k 0), or one that
+        retrieved a forbidden document."""
         if self.forbidden_retrieved:
             return True
-        return self.scored and (self.first_gold_rank is None or self.first_gold_rank > 10)
+        return self.scored and (self.first_gold_rank is None or self.first_gold_rank > self.report_k)
 
 
 @dataclass
@@ -106,6 +118,7 @@ class EvalResult:
     abstention: dict = field(default_factory=dict)
     # `full`, or `pr-<size>` (a fast subset, see suites.py): only evaluations of one suite are compared.
     suite: str = FULL
+    report_k: int = DEFAULT_REPORT_K
 
     @property
     def eval_id(self) -> str:
@@ -120,6 +133,7 @@ class EvalResult:
             "unanswerable": self.unanswerable, "latency": self.latency, "answers": self.answers,
             "abstention": self.abstention,
             "no_result_threshold": self.no_result_threshold, "threshold_source": self.threshold_source,
+            "report_k": self.report_k,
             "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs and not withheld(c.case)},
         }
 
@@ -166,12 +180,14 @@ def evaluate(
     claim_judge: Callable[[str, str], bool | None] | None = None,
     abstention_method: str = "threshold",
     latency_sample: int = LATENCY_SAMPLE,
+    report_k: int = DEFAULT_REPORT_K,
 ) -> EvalResult:
     """Run every case through retrieval with its own caller context and score it; with a
     generator, also answer every case from its top `context_k` chunks and check the answer.
     `abstention_method`: `threshold` (the best score against the no-result threshold) or `model`
     (the abstention model fitted on the dev split, see abstention.py); both are reported per split.
-    `latency_sample`: how many cases are also searched one at a time for the latency figures."""
+    `latency_sample`: how many cases are also searched one at a time for the latency figures.
+    `report_k`: the cutoff at which a case fails (listed in the report) and success@k is shown."""
     cases = golden.cases
     questions, filters = [c.question for c in cases], [case_filters(c) for c in cases]
     results = retriever.search_many(questions, filters, mode, EVAL_DEPTH)
@@ -185,7 +201,7 @@ def evaluate(
         stale = golden.stale.get(case.id, [])
         values: dict[str, float] = {}
         if case.answerable and not stale:
-            values = metrics.query_metrics(ranking, relevant)
+            values = metrics.query_metrics(ranking, relevant, extra_cutoffs=(report_k,))
             if case.gold_spans:
                 values |= {f"span_recall_at_{k}": span_recall(case.gold_spans, result.hits, k) for k in SPAN_CUTOFFS}
         top_k = set(ranking[: retriever.config.k])
@@ -206,6 +222,7 @@ def evaluate(
                 context_tokens=trace["context_tokens"],
                 trace=trace,
                 superseded_outranks=outranks.get(case.id),
+                report_k=report_k,
             )
         )
     threshold, source = (no_result_threshold, "configured") if no_result_threshold is not None else calibrate_threshold(case_results)
@@ -216,7 +233,7 @@ def evaluate(
         c.abstained = bool(scores[i] < model.threshold) if model else c.best_score is None or c.best_score < threshold
     _require_scored_cases(golden, case_results)
     evaluation = EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), case_results, threshold,
-                            f"{source}; abstention: {how}")
+                            f"{source}; abstention: {how}", report_k=report_k)
     evaluation.abstention = abstention_summary(case_results, model, scores, threshold, how)
     if generator_for is not None:
         decisions = [c.abstained for c in case_results] if model else None
@@ -533,6 +550,7 @@ def golden_file_for_revision(golden_set: Path | None, store: Store, revision: st
         raise GoldenSetError("no golden_set configured in the pipeline config")
     path = Path(golden_set)
     if path.is_file() and file_revision(path) == revision:
+        check_file_size(path)  # the snapshot reads it whole: a file over the bound is refused first
         store.records.snapshot_golden(revision, str(path), path.read_text(encoding="utf-8"))
         return path
     content = store.records.golden_snapshot(revision)
@@ -552,6 +570,7 @@ def headline_numbers(result: EvalResult) -> dict[str, float]:
     answer metrics (None and NaN, where a kind of case is missing, are the caller's to drop)."""
     return {
         **{key: result.overall.get(key) for key in HEADLINE_METRICS},
+        f"success_at_{result.report_k}": result.overall.get(f"success_at_{result.report_k}"),
         "weighted_recall_at_5": result.weighted.get("recall_at_5"),
         "weighted_ndcg_at_10": result.weighted.get("ndcg_at_10"),
         "p95_latency_ms": result.latency["p95_latency_ms"],
@@ -574,6 +593,7 @@ def run_golden_evaluation(
     answers: AnswersConfig | None = None,
     suite: str = FULL,
     pr_subset_size: int = 30,
+    report_k: int = DEFAULT_REPORT_K,
 ) -> tuple[GoldenSet, EvalResult]:
     """Load and validate the golden set against the index, evaluate the suite, and persist the result."""
     golden = load_golden_set(golden_path, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
@@ -587,6 +607,7 @@ def run_golden_evaluation(
         context_k=answers.context_k if answers else 5,
         claim_judge=make_claim_judge(answers) if answers and answers.generator != "none" else None,
         abstention_method=retrieval.abstention,
+        report_k=report_k,
     )
     result.suite = suite_identity(suite, pr_subset_size)
     store.records.save_evaluation(result)

@@ -6,12 +6,17 @@ CSV (a header row; list columns as JSON or Python list literals). Shapes:
 
 - `ragas`: question `user_input` | `question`; reference `reference` | `ground_truth` |
   `ground_truths` (a list, joined by newlines); gold contexts `reference_contexts` (a list of
-  texts); slice from `synthesizer_name` | `evolution_type`.
+  texts); slice from `synthesizer_name` | `evolution_type`. A RAGAS 0.1 testset, as
+  `TestsetGenerator` writes it (`question, contexts, ground_truth, evolution_type, metadata,
+  episode_done`), holds its gold contexts in `contexts`: in a file with generator columns
+  (`evolution_type`, `episode_done`) and no answer column, `contexts` are gold; its `metadata`
+  (a list of the source documents' metadata) gives gold files by `source`, `file_path`,
+  `filename` or `file_name`.
 - `deepeval`: question `input`; reference `expected_output`; gold from `source_file` (a file
   name) and `context` (texts).
 
 What the tested system produced is never a label: RAGAS `response` / `answer` are not imported,
-and RAGAS `retrieved_contexts` and `contexts` (its older name for them) and DeepEval
+and RAGAS `retrieved_contexts`, `contexts` outside a generated testset, and DeepEval
 `retrieval_context` never become gold documents. A record whose only contexts are retrieved ones
 has its retrieved contexts listed in `unmapped` ("retrieved contexts are not labels"), and is
 left out unless it names its gold documents another way.
@@ -24,32 +29,24 @@ left out unless it names its gold documents another way.
 In every shape the hand-written gold keys are honoured, and our own fields (`id`, `slice`,
 `split`, `weight`, `tenant`, `roles`, `answerable`, `forbidden_docs`, `gold_spans`) are copied
 as they are, to be validated when the file is written (`answerable` may also be one of the
-strings "true", "false", "yes", "no", in any case; any other value leaves the record out). A
-case without `id` gets
-`<file stem>-<first 10 hex digits of sha256(question)>`; `slice` and `split`, when absent, are
-left to the loader's documented defaults.
+strings "true", "false", "yes", "no", in any case; any other value leaves the record out). An
+unanswerable case is written `answerable: false` at the top level, or inside RAGAS's `metadata`
+or DeepEval's `additional_metadata` object; it needs no reference and no gold. A case without
+`id` gets `<file stem>-<first 10 hex digits of sha256(question)>`; `slice` and `split`, when
+absent, are left to the loader's documented defaults.
 
-References are resolved against the known documents (`known_documents(store)`):
-
-- a document id: as it is; else `<source prefix>:<id>`; else a chunk id (`<doc id>#<n>`) to its
-  document; else as a file name (below).
-- a file name or path: a document id; else, for a path with a folder part, the exact relative
-  path, else a path ending in a document's relative path; else the file name, when no other
-  document has it (when several documents share it and only one of them is indexed, that one);
-  else unmapped: "ambiguous: N documents named X (candidates)" or "no document named X". A bare
-  file name is never matched by relative path: `on-call.md` is ambiguous when one source has
-  `on-call.md` and another `engineering/on-call.md`. With a source prefix, only that source's
-  documents are candidates (all documents, when it has none of the name).
-- a context text: the document whose served chunks contain it (compared as lower-case words, so
-  punctuation, markup and chunk boundaries do not matter); else the document holding the largest
-  share (at least `OVERLAP_THRESHOLD`) of the text's word trigrams, when no other document
-  comes within `OVERLAP_MARGIN` of it.
+References are resolved against the known documents by the resolver shared with the golden-file
+loader (doc_refs.py: ids, chunk ids, file names and paths, context texts).
 
 Nothing is dropped silently: every reference that cannot be mapped is in `unmapped` with its
-line, and a case that cannot be written (no question, no reference, an `answerable` that is not
-a boolean, or answerable with no gold document mapped) is in `left_out` with its line and the
-reason. `ImportResult.write` validates the cases as the loader would, naming the input file's
-lines, and writes nothing when one is invalid.
+line, a case that cannot be written (no question, no reference for an answerable case, an
+`answerable` that is not a boolean, or answerable with no gold document mapped) is in `left_out`
+with its line and the reason, and a question asked twice with other labels (another reference,
+other gold documents, another answerability) is in `warnings` with both lines.
+`ImportResult.write` validates the cases as the loader would, naming the input file's lines, and
+writes nothing when one is invalid. Reading is bounded like a golden file's: a file over
+MAX_IMPORT_FILE_BYTES is refused, and in JSONL and CSV a line over MAX_GOLDEN_LINE_BYTES is an
+error naming it.
 """
 
 from __future__ import annotations
@@ -61,27 +58,47 @@ import json
 import os
 import re
 import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rag_pipeline.core.evaluation.golden import BOOLEAN_VALUES, GoldenSet, GoldenSetError, parse_boolean, validate_cases
+# The resolver is shared with the golden-file loader and other systems' runs; its names stay importable here.
+from rag_pipeline.core.evaluation.doc_refs import ContextMatcher, Resolver, known_documents  # noqa: F401
+from rag_pipeline.core.evaluation.golden import (
+    BOOLEAN_VALUES,
+    MAX_GOLDEN_FILE_BYTES,
+    MAX_GOLDEN_LINE_BYTES,
+    GoldenSet,
+    GoldenSetError,
+    bounded_lines,
+    check_file_size,
+    parse_boolean,
+    validate_cases,
+)
 
 if TYPE_CHECKING:
     from rag_pipeline.core.evaluation.evaluate import EvalResult
     from rag_pipeline.core.storage import Store
 
 SHAPES = ("ragas", "deepeval", "handwritten", "auto")
-OVERLAP_THRESHOLD = 0.5
-OVERLAP_MARGIN = 0.1
 _CONTAINERS = ("goldens", "test_cases", "samples", "data", "rows", "examples")
 _OURS = ("id", "slice", "split", "weight", "tenant", "roles", "answerable", "forbidden_docs", "gold_spans")
 _ID_KEYS = ("gold_pids", "expected_document_ids", "gold_docs")
 _FILE_KEYS = ("source_doc", "source_docs", "file")
 # The tested system's retrieved contexts: its output, never gold (see the module docstring).
 _RETRIEVED = {"ragas": ("retrieved_contexts", "contexts"), "deepeval": ("retrieval_context",), "handwritten": ()}
+# Columns only a testset generator writes (RAGAS 0.1's TestsetGenerator); with them and no answer,
+# `contexts` are the contexts the questions were generated from: gold.
+_GENERATOR_COLUMNS = ("evolution_type", "episode_done")
+_ANSWER_COLUMNS = ("answer", "response", "actual_output")
+# Keys of a source document's metadata that name its file (LangChain `source`, LlamaIndex `file_path`).
+_METADATA_FILE_KEYS = ("source", "file_path", "filename", "file_name")
+# Objects some tools keep per-record metadata in, where `answerable` may be written.
+_METADATA_OBJECTS = ("metadata", "additional_metadata")
+# Bound of an imported dataset (JSON is parsed whole, so this bounds its memory too).
+MAX_IMPORT_FILE_BYTES = MAX_GOLDEN_FILE_BYTES
 _QUESTION = {"ragas": ("user_input", "question"), "deepeval": ("input",),
              "handwritten": ("question", "query", "input", "user_input")}
 _REFERENCE = {"ragas": ("reference", "ground_truth", "ground_truths"), "deepeval": ("expected_output",),
@@ -89,7 +106,7 @@ _REFERENCE = {"ragas": ("reference", "ground_truth", "ground_truths"), "deepeval
 # Keys that tell the shapes apart (auto); the hand-written gold keys are allowed in every shape.
 _SIGNATURES = {
     "ragas": {"user_input", "ground_truth", "ground_truths", "reference_contexts", "retrieved_contexts", "contexts",
-              "synthesizer_name", "evolution_type"},
+              "synthesizer_name", "evolution_type", "episode_done"},
     "deepeval": {"input", "expected_output", "context", "retrieval_context", "source_file", "actual_output"},
     "handwritten": set(_ID_KEYS) | set(_FILE_KEYS),
 }
@@ -124,6 +141,8 @@ class ImportResult:
     mapped_by: list[Mapped] = field(default_factory=list)
     unmapped: list[Unmapped] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
+    # Problems that do not stop a case: the same question asked twice with other labels.
+    warnings: list[str] = field(default_factory=list)
     # The input line of each case in `cases`, so that a problem names the line a person can fix.
     lines: list[int] = field(default_factory=list)
     # Document id -> skip reason (None for a document) of every document ever seen, when known
@@ -166,12 +185,15 @@ class ImportResult:
                  + f", {len(self.unmapped)} unmapped"]
         if self.left_out:
             parts.append(f"left out {len(self.left_out)}")
+        if self.warnings:
+            parts.append(f"{len(self.warnings)} warning(s)")
         return " | ".join(parts)
 
     def problems(self) -> list[str]:
-        """One line per unmapped reference and per case left out, naming its line."""
+        """One line per unmapped reference, per case left out and per warning, naming its line."""
         return ([f"line {u.line}: {u.reference!r}: {u.reason}" for u in self.unmapped]
-                + [f"line {x.line} ({x.case}): left out: {x.reason}" for x in self.left_out])
+                + [f"line {x.line} ({x.case}): left out: {x.reason}" for x in self.left_out]
+                + self.warnings)
 
 
 def _kind(how: str) -> str:
@@ -181,21 +203,6 @@ def _kind(how: str) -> str:
 # ---- the known documents -----------------------------------------------------------------------
 
 
-def known_documents(store: Store) -> dict[str, dict]:
-    """Document id -> `{source_id, rel_path, title, indexed}`: every served document, plus every
-    document the ledger has seen (gone from the index: `indexed` false) that was not skipped."""
-    documents: dict[str, dict] = {}
-    for source_id in store.served.known_sources():
-        for row in store.served.indexed_documents(source_id):
-            documents[row["doc_id"]] = {"source_id": source_id, "rel_path": row["rel_path"],
-                                        "title": row.get("title") or "", "indexed": True}
-    for doc_id, skipped in store.ledger.document_history().items():
-        if skipped is None and doc_id not in documents and ":" in doc_id:
-            source_id, rel_path = doc_id.split(":", 1)
-            documents[doc_id] = {"source_id": source_id, "rel_path": rel_path, "title": "", "indexed": False}
-    return documents
-
-
 def import_from_store(path: Path | str, shape: str, store: Store, source_prefix: str | None = None) -> ImportResult:
     """`import_cases` against a store's documents and served chunk texts (read only if a context needs them)."""
     result = import_cases(path, shape, known_documents(store), store.served.chunk_texts, source_prefix)
@@ -203,147 +210,9 @@ def import_from_store(path: Path | str, shape: str, store: Store, source_prefix:
     return result
 
 
-# ---- resolving references ----------------------------------------------------------------------
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
-
-
-def _trigrams(words: Sequence[str]) -> set[tuple[str, ...]]:
-    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
-
-
 def _short(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class ContextMatcher:
-    """Maps a context text to the document whose chunk texts hold it (see the module docstring)."""
-
-    def __init__(self, chunk_texts: Mapping[str, Sequence[str]], threshold: float = OVERLAP_THRESHOLD,
-                 margin: float = OVERLAP_MARGIN) -> None:
-        self.threshold, self.margin = threshold, margin
-        self.text = {doc: " " + " ".join(" ".join(_words(t)) for t in texts) + " " for doc, texts in chunk_texts.items()}
-        self.index: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        for doc, texts in chunk_texts.items():
-            for text in texts:
-                for gram in _trigrams(_words(text)):
-                    self.index[gram].add(doc)
-
-    def match(self, context: str) -> tuple[str | None, str]:
-        """(doc id, how) or (None, why not)."""
-        words = _words(context)
-        grams = _trigrams(words)
-        if not grams:
-            return None, f"context too short to match ({len(words)} words)"
-        shares = Counter()
-        for gram in grams:
-            shares.update(self.index.get(gram, ()))
-        complete = [d for d, n in shares.items() if n == len(grams)]
-        holding = sorted(d for d in complete if f" {' '.join(words)} " in self.text[d])
-        if len(holding) == 1:
-            return holding[0], "context text found in its chunks"
-        if len(holding) > 1:
-            return None, f"ambiguous: the text is in {len(holding)} documents ({', '.join(holding[:3])})"
-        ranked = sorted(((n / len(grams), d) for d, n in shares.items()), key=lambda x: (-x[0], x[1]))
-        if not ranked:
-            return None, "no served chunk shares a word trigram with it"
-        best, doc = ranked[0]
-        second = ranked[1][0] if len(ranked) > 1 else 0.0
-        if best < self.threshold:
-            return None, (f"no served chunk contains it; best overlap {best:.2f} ({doc}) "
-                          f"is under {self.threshold:.2f}")
-        if best - second < self.margin:
-            return None, f"ambiguous: overlap {best:.2f} with {doc} and {second:.2f} with {ranked[1][1]}"
-        return doc, f"word-trigram overlap ({best:.2f})"
-
-
-class Resolver:
-    """Document ids, file names and context texts to document ids (see the module docstring)."""
-
-    def __init__(self, documents: Mapping[str, Mapping[str, Any]],
-                 chunk_texts: Mapping[str, Sequence[str]] | Callable[[], Mapping[str, Sequence[str]]] | None = None,
-                 source_prefix: str | None = None) -> None:
-        self.documents = documents
-        self.prefix = source_prefix
-        self._chunk_texts = chunk_texts
-        self._matcher: ContextMatcher | None = None
-        self.by_path: dict[str, list[str]] = defaultdict(list)
-        self.by_name: dict[str, list[str]] = defaultdict(list)
-        for doc_id, doc in documents.items():
-            rel = str(doc.get("rel_path") or doc_id.split(":", 1)[-1])
-            self.by_path[rel].append(doc_id)
-            self.by_name[rel.rsplit("/", 1)[-1]].append(doc_id)
-
-    def _in_prefix(self, candidates: list[str]) -> list[str]:
-        if self.prefix:
-            mine = [d for d in candidates if d.split(":", 1)[0] == self.prefix]
-            return mine or candidates
-        return candidates
-
-    def document_id(self, ref: str) -> tuple[str | None, str]:
-        ref = ref.strip()
-        if ref in self.documents:
-            return ref, "document id"
-        if self.prefix and f"{self.prefix}:{ref}" in self.documents:
-            return f"{self.prefix}:{ref}", f"document id with source prefix {self.prefix!r}"
-        if "#" in ref:
-            base = ref.rsplit("#", 1)[0]
-            for candidate in (base, f"{self.prefix}:{base}" if self.prefix else None):
-                if candidate in self.documents:
-                    return candidate, "chunk id to its document"
-        doc, how = self.file(ref)
-        if doc is not None:
-            return doc, how
-        tried = f" (nor {self.prefix}:{ref})" if self.prefix else ""
-        return None, f"no document with id {ref!r}{tried}; {how}"
-
-    def file(self, ref: str) -> tuple[str | None, str]:
-        path = ref.strip().replace("\\", "/").removeprefix("./")
-        if path in self.documents:
-            return path, "document id"
-        # A bare file name says nothing about the folder: an exact relative-path match in one
-        # source must not hide a document of the same name in another folder.
-        paths = () if "/" not in path.lstrip("/") else (
-            ("relative path", self.by_path.get(path.lstrip("/"), [])),
-            ("path ending in its relative path",
-             _longest([d for rel, docs in self.by_path.items() if path.endswith("/" + rel) for d in docs], self.documents)),
-        )
-        for how, candidates in paths:
-            candidates = self._in_prefix(candidates)
-            if len(candidates) == 1:
-                return candidates[0], how
-            if len(candidates) > 1:
-                return None, f"ambiguous: {len(candidates)} documents at {path} ({', '.join(sorted(candidates)[:3])})"
-        name = path.rsplit("/", 1)[-1]
-        named = self._in_prefix(self.by_name.get(name, []))
-        if len(named) == 1:
-            return named[0], "unique file name"
-        indexed = [d for d in named if self.documents[d].get("indexed", True)]
-        if len(named) > 1 and len(indexed) == 1:
-            return indexed[0], f"file name (the one indexed of {len(named)})"
-        if named:
-            return None, f"ambiguous: {len(named)} documents named {name} ({', '.join(sorted(named)[:3])})"
-        return None, f"no document named {name}"
-
-    def context(self, text: str) -> tuple[str | None, str]:
-        if self._matcher is None:
-            if self._chunk_texts is None:
-                return None, "no chunk texts to match contexts against"
-            texts = self._chunk_texts() if callable(self._chunk_texts) else self._chunk_texts
-            self._matcher = ContextMatcher(texts)
-        return self._matcher.match(text)
-
-
-def _longest(candidates: list[str], documents: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Of documents whose relative paths end a given path, those with the longest relative path."""
-    if not candidates:
-        return []
-    length = {d: len(str(documents[d].get("rel_path") or d)) for d in candidates}
-    top = max(length.values())
-    return [d for d in candidates if length[d] == top]
 
 
 # ---- reading records ---------------------------------------------------------------------------
@@ -384,30 +253,59 @@ def _member_offset(text: str, i: int, key: str) -> int:
     raise KeyError(key)
 
 
+def _lines(path: Path) -> Iterable[tuple[int, str]]:
+    """The file's lines, bounded (`bounded_lines`); GoldenSetError at a line over its bound or not UTF-8."""
+    for number, text, error in bounded_lines(path, max_file_bytes=MAX_IMPORT_FILE_BYTES, what="dataset to import"):
+        if error is not None:
+            raise GoldenSetError(f"{path.name} line {number}: {error}")
+        yield number, text
+
+
 def read_records(path: Path) -> tuple[list[tuple[int, dict]], str | None]:
     """(line, record) for every record of a JSON, JSONL or CSV file, and the JSON container key used."""
-    text = path.read_text(encoding="utf-8-sig")
+    check_file_size(path, MAX_IMPORT_FILE_BYTES, "dataset to import")
     if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines(keepends=True))
+        csv.field_size_limit(MAX_GOLDEN_LINE_BYTES)
+        reader = csv.DictReader(text for _, text in _lines(path))
         records, previous = [], 1
-        for row in reader:
-            records.append((previous + 1, {k: v for k, v in row.items() if k is not None}))
-            previous = reader.line_num
+        try:
+            for row in reader:
+                records.append((previous + 1, {k: v for k, v in row.items() if k is not None}))
+                previous = reader.line_num
+        except csv.Error as exc:
+            raise GoldenSetError(f"{path.name} line {reader.line_num}: {exc}") from None
         return records, None
+    if not _json_lines(path):
+        text = path.read_text(encoding="utf-8-sig")
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise GoldenSetError(f"{path.name} line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        return _container(path, text, whole)
+    records = []
+    for number, line in _lines(path):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GoldenSetError(f"{path.name} line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            records.append((number, record))
+    return _objects(path, records), None
+
+
+def _json_lines(path: Path) -> bool:
+    """JSON Lines (streamed, a record a line) rather than one JSON document (parsed whole): the first
+    non-blank line is a whole object that holds no list of records."""
+    first = next((text for _, text in _lines(path) if text.strip()), "")
     try:
-        whole = json.loads(text)
+        value = json.loads(first)
     except json.JSONDecodeError:
-        whole = None
-    if whole is None:
-        records = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path.name} line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-                records.append((number, record))
-        return _objects(path, records), None
+        return False
+    return isinstance(value, dict) and not any(isinstance(value.get(k), list) for k in _CONTAINERS)
+
+
+def _container(path: Path, text: str, whole: Any) -> tuple[list[tuple[int, dict]], str | None]:
+    text = text.removeprefix("\ufeff")
     start = _skip(text, 0)
     container = next((k for k in _CONTAINERS if isinstance(whole.get(k), list)), None) if isinstance(whole, dict) else None
     if container is not None:
@@ -421,7 +319,7 @@ def read_records(path: Path) -> tuple[list[tuple[int, dict]], str | None]:
 def _objects(path: Path, records: list[tuple[int, Any]]) -> list[tuple[int, dict]]:
     for line, record in records:
         if not isinstance(record, dict):
-            raise ValueError(f"{path.name} line {line}: expected a JSON object, got {type(record).__name__}")
+            raise GoldenSetError(f"{path.name} line {line}: expected a JSON object, got {type(record).__name__}")
     return records
 
 
@@ -486,14 +384,35 @@ def import_cases(
     resolver = Resolver(documents, chunk_texts, source_prefix)
     result = ImportResult(path, shape, [])
     stem = re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-") or "case"
+    columns = set().union(*(r.keys() for _, r in records)) if records else set()
+    generated = shape == "ragas" and bool(columns & set(_GENERATOR_COLUMNS)) and not columns & set(_ANSWER_COLUMNS)
     seen: dict[str, int] = {}
+    asked: dict[str, tuple[int, str, str]] = {}  # question -> (line, case id, its labels)
     for line, record in records:
-        case = _convert(record, line, shape, resolver, result, stem, path.name, seen)
+        case = _convert(record, line, shape, resolver, result, stem, path.name, seen, generated)
         if case is not None:
             seen[case["id"]] = line
             result.cases.append(case)
             result.lines.append(line)
+            _check_asked_before(case, line, asked, result)
     return result
+
+
+def _check_asked_before(case: dict, line: int, asked: dict[str, tuple[int, str, str]], result: ImportResult) -> None:
+    """A warning when the question was asked on an earlier line with other labels: two cases then
+    grade one question two ways, and one of them is wrong (or the questions need telling apart)."""
+    question = " ".join(re.findall(r"\w+", case["question"].lower()))
+    labels = json.dumps([sorted(case.get("gold_docs") or []), case.get("answerable", True),
+                         " ".join(str(case.get("reference") or "").split())])
+    earlier = asked.get(question)
+    if earlier is None:
+        asked[question] = (line, case["id"], labels)
+        return
+    if earlier[2] != labels:
+        before, now = json.loads(earlier[2]), json.loads(labels)
+        differ = [name for name, a, b in zip(("gold_docs", "answerable", "reference"), before, now) if a != b]
+        result.warnings.append(f"line {line} ({case['id']}): the question of line {earlier[0]} ({earlier[1]}) again, with "
+                               f"other {', '.join(differ)}: keep one, or make the questions distinct")
 
 
 def _first(record: Mapping[str, Any], keys: Iterable[str]) -> tuple[str | None, Any]:
@@ -527,14 +446,38 @@ def _our_field(name: str, value: Any) -> Any:
     return value
 
 
+def _metadata_objects(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The record's metadata objects (RAGAS `metadata`, DeepEval `additional_metadata`), as mappings;
+    a JSON text (a CSV cell) is parsed, a list of them (RAGAS 0.1: one per source document) flattened."""
+    found: list[Mapping[str, Any]] = []
+    for key in _METADATA_OBJECTS:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+            for parse in (json.loads, ast.literal_eval):
+                try:
+                    value = parse(value)
+                    break
+                except (ValueError, SyntaxError):
+                    continue
+        items = value if isinstance(value, list) else [value]
+        found += [item for item in items if isinstance(item, Mapping)]
+    return found
+
+
 def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: ImportResult, stem: str,
-             file_name: str, seen: Mapping[str, int]) -> dict | None:
-    """One record as a case, or None (then listed in `left_out`); references go to `result`."""
+             file_name: str, seen: Mapping[str, int], generated: bool = False) -> dict | None:
+    """One record as a case, or None (then listed in `left_out`); references go to `result`.
+    `generated`: the file is a RAGAS 0.1 testset, whose `contexts` are gold."""
     _, question = _first(record, _QUESTION[shape])
     reference_key, reference = _first(record, _REFERENCE[shape])
     question = " ".join(_texts(question)) if question is not None else ""
     reference = "\n".join(_texts(reference)) if reference is not None else ""
+    metadata = _metadata_objects(record)
     ours = {k: _our_field(k, record[k]) for k in _OURS if record.get(k) not in (None, "", [])}
+    if "answerable" not in ours:
+        nested = next((m["answerable"] for m in metadata if m.get("answerable") not in (None, "")), None)
+        if nested is not None:
+            ours["answerable"] = _our_field("answerable", nested)
     given_id = str(ours.pop("id", "")).strip()
     case_id = given_id or f"{stem}-{hashlib.sha256(question.encode()).hexdigest()[:10]}"
     if given_id and given_id in seen:
@@ -546,27 +489,34 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
     if not question:
         result.left_out.append(LeftOut(line, case_id, f"no question ({' / '.join(_QUESTION[shape])})"))
         return None
-    if not reference:
-        result.left_out.append(LeftOut(line, case_id, f"no reference answer ({' / '.join(_REFERENCE[shape])})"))
-        return None
     # bool("false") is True: a value that is no boolean must not decide whether gold is needed.
     if not isinstance(ours.get("answerable", True), bool):
         result.left_out.append(LeftOut(line, case_id, f"field 'answerable': {json.dumps(ours['answerable'])} is not a "
                                                       f"boolean; write {BOOLEAN_VALUES}"))
+        return None
+    if not reference and ours.get("answerable", True):
+        result.left_out.append(LeftOut(line, case_id, f"no reference answer ({' / '.join(_REFERENCE[shape])}); only an "
+                                                      "unanswerable case (answerable: false) may leave it out"))
         return None
 
     references: list[tuple[str, str]] = []  # (kind, reference): kind is id, file or context
     references += [("id", r) for key in _ID_KEYS for r in _texts(record.get(key))]
     references += [("file", r) for key in _FILE_KEYS for r in _texts(record.get(key))]
     gold_from = []
-    labels = {"ragas": (("reference_contexts", "context"),),
+    labels = {"ragas": (("reference_contexts", "context"),) + ((("contexts", "context"),) if generated else ()),
               "deepeval": (("source_file", "file"), ("context", "context")), "handwritten": ()}[shape]
     for key, kind in labels:
         if _texts(record.get(key)):
             references += [(kind, r) for r in _texts(record[key])]
             gold_from.append(key)
+    if shape == "ragas":
+        files = [str(m[k]) for m in metadata for k in _METADATA_FILE_KEYS if isinstance(m.get(k), str) and m[k].strip()]
+        if files:
+            references += [("file", f) for f in dict.fromkeys(files)]
+            gold_from.append("metadata")
     answerable = ours.get("answerable", True)
-    retrieved = [key for key in _RETRIEVED[shape] if _texts(record.get(key))] if answerable and not references else []
+    retrieved_keys = [k for k in _RETRIEVED[shape] if not (generated and k == "contexts")]
+    retrieved = [key for key in retrieved_keys if _texts(record.get(key))] if answerable and not references else []
     for key in retrieved:
         # Once per record and column: a dataset of the system's outputs must not pass for a labelled one.
         result.unmapped.append(Unmapped(line, f"{key} ({len(_texts(record[key]))} text(s))",
@@ -594,10 +544,13 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
         return None
     _, slice_name = _first(record, ("synthesizer_name", "evolution_type")) if shape == "ragas" else (None, None)
     provenance = f"imported from {file_name} line {line} (shape {shape}"
-    provenance += f", reference from {reference_key}" + (f", gold from {', '.join(gold_from)}" if gold_from else "") + ")"
+    provenance += (f", reference from {reference_key}" if reference_key else ", no reference") + (
+        f", gold from {', '.join(gold_from)}" if gold_from else "") + ")"
     if record.get("provenance"):
         provenance = f"{record['provenance']}; {provenance}"
-    case = {"id": case_id, "question": question, "reference": reference, "gold_docs": gold}
+    case = {"id": case_id, "question": question, "gold_docs": gold}
+    if reference:
+        case["reference"] = reference
     if slice_name and "slice" not in ours:
         case["slice"] = str(slice_name)
     return case | ours | {"provenance": provenance}
@@ -608,7 +561,8 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
 # Holdout cases stay unseen (see holdout.py): their text is exported only when asked for.
 _HOLDOUT = "holdout"
 RAGAS_COLUMNS = ("case_id", "question", "answer", "contexts", "ground_truth",
-                 "user_input", "response", "retrieved_contexts", "reference")
+                 "user_input", "response", "retrieved_contexts", "reference",
+                 "retrieved_context_ids", "reference_context_ids", "retrieved_chunk_ids")
 
 
 @dataclass
@@ -648,7 +602,9 @@ def export_ragas(
     Columns: `case_id`, `question` / `user_input` (the question), `answer` / `response` (the
     generated answer; empty when answers were not evaluated, or the answer errored),
     `contexts` / `retrieved_contexts` (texts of the top `context_k` final hits of the case's
-    trace), `ground_truth` / `reference` (the reference).
+    trace), `ground_truth` / `reference` (the reference), and the ids RAGAS's id-based context
+    metrics compare: `retrieved_context_ids` (the document of each retrieved context, in order),
+    `reference_context_ids` (the gold documents), and `retrieved_chunk_ids` (the chunks themselves).
 
     `evaluation`: an `EvalResult`, or a stored one as a mapping with `revision` and `traces`
     (case id -> its trace, holding its answer when answers were evaluated) and optionally
@@ -676,17 +632,21 @@ def export_ragas(
     if missing_cases:
         raise ValueError(f"cases not in golden set {golden.path.name}: {', '.join(missing_cases[:5])}")
     shown = {i: t for i, t in traces.items() if include_holdout or by_id[i].split != _HOLDOUT}
-    top = {case_id: [h["chunk_id"] for h in (trace.get("final") or [])[:context_k]] for case_id, trace in shown.items()}
+    finals = {case_id: (trace.get("final") or [])[:context_k] for case_id, trace in shown.items()}
+    top = {case_id: [h["chunk_id"] for h in hits if h.get("chunk_id")] for case_id, hits in finals.items()}
     wanted = sorted({c for ids in top.values() for c in ids})
     texts = dict(chunk_texts(wanted)) if wanted else {}
     rows = []
-    for case_id, ids in top.items():
+    for case_id in top:
         case = by_id[case_id]
-        contexts = [texts[c] for c in ids if c in texts]
+        kept = [h for h in finals[case_id] if h.get("chunk_id") in texts]
+        contexts = [texts[h["chunk_id"]] for h in kept]
         answer = answers.get(case_id) or ""
         rows.append({"case_id": case_id, "question": case.question, "answer": answer, "contexts": contexts,
                      "ground_truth": case.reference, "user_input": case.question, "response": answer,
-                     "retrieved_contexts": contexts, "reference": case.reference})
+                     "retrieved_contexts": contexts, "reference": case.reference,
+                     "retrieved_context_ids": [h["doc_id"] for h in kept], "reference_context_ids": list(case.gold_docs),
+                     "retrieved_chunk_ids": [h["chunk_id"] for h in kept]})
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if out_path.suffix.lower() == ".csv":
         with out_path.open("w", newline="", encoding="utf-8") as handle:

@@ -84,11 +84,12 @@ def first_relevant_rank(ranking: Sequence[str], relevant: Mapping[str, float]) -
     return None
 
 
-def query_metrics(ranking: Sequence[str], relevant: Mapping[str, float]) -> dict[str, float]:
-    """All headline metrics of one query, keyed like `recall_at_5`, `ndcg_at_10`, `mrr_at_10`."""
-    values = {f"recall_at_{k}": recall_at(ranking, relevant, k) for k in RECALL_CUTOFFS}
+def query_metrics(ranking: Sequence[str], relevant: Mapping[str, float], extra_cutoffs: Sequence[int] = ()) -> dict[str, float]:
+    """All headline metrics of one query, keyed like `recall_at_5`, `ndcg_at_10`, `mrr_at_10`;
+    `extra_cutoffs` adds recall and success at other k (a report's own cutoff)."""
+    values = {f"recall_at_{k}": recall_at(ranking, relevant, k) for k in sorted({*RECALL_CUTOFFS, *extra_cutoffs})}
     values |= {f"precision_at_{k}": precision_at(ranking, relevant, k) for k in PRECISION_CUTOFFS}
-    values |= {f"success_at_{k}": success_at(ranking, relevant, k) for k in SUCCESS_CUTOFFS}
+    values |= {f"success_at_{k}": success_at(ranking, relevant, k) for k in sorted({*SUCCESS_CUTOFFS, *extra_cutoffs})}
     values["mrr_at_10"] = reciprocal_rank_at(ranking, relevant, 10)
     values["ndcg_at_10"] = ndcg_at(ranking, relevant, 10)
     return values

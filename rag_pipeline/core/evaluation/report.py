@@ -7,16 +7,16 @@ every one goes through the renderer (`core/render.py`), which escapes them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from rag_pipeline.core.evaluation.baselines import BaselineComparison, compare_with_baseline
-from rag_pipeline.core.evaluation.evaluate import EvalResult
+from rag_pipeline.core.evaluation.evaluate import DEFAULT_REPORT_K, EvalResult
 from rag_pipeline.core.evaluation.gates import GatePolicy
 from rag_pipeline.core.evaluation.holdout import withheld
 from rag_pipeline.core.plots import markdown_image, slice_comparison
-from rag_pipeline.core.render import Markdown, inline, number, safe_json, table
+from rag_pipeline.core.render import Markdown, inline, number, safe_json, table, text_table
 from rag_pipeline.core.storage import Store
 
 SLICE_COLUMNS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10", "ndcg_at_10")
@@ -26,19 +26,38 @@ def _count_or_rate(key: str, value: float) -> str:
     return str(int(value)) if key.endswith(("cases", "abstained")) and not math.isnan(value) else number(value)
 
 
-def slice_table(result: EvalResult, columns: Sequence[str] = SLICE_COLUMNS) -> str:
-    """Markdown table: one row per slice, then overall and weighted; answerable cases only in metrics."""
+def slice_columns(report_k: int) -> tuple[str, ...]:
+    """The metric columns of every table: success@k at the report's cutoff, then SLICE_COLUMNS."""
+    return (f"success_at_{report_k}", *SLICE_COLUMNS)
 
-    def row(name: str, values: dict, all_cases: int, extras: dict) -> list:
+
+def slice_rows(summary: Mapping, plain: bool = False) -> tuple[list[list], list[str]]:
+    """(rows, columns) of the slice table from an evaluation's summary (`EvalResult.as_json()` or a
+    stored one): one row per slice, then overall and weighted; answerable cases only in metrics."""
+    columns = slice_columns(summary.get("report_k", DEFAULT_REPORT_K))
+
+    def row(name: object, values: Mapping, all_cases: int, extras: Mapping) -> list:
         abstain = number(extras["abstain_rate"]) if "abstain_rate" in extras else ""
         leaks = int(extras["forbidden_leak_cases"]) if "forbidden_leak_cases" in extras else ""
         return [name, all_cases, int(values.get("cases", 0)), *(values.get(c) for c in columns), abstain, leaks]
 
-    rows = [row(name, values, int(values.get("all_cases", 0)), values) for name, values in result.by_slice.items()]
-    total = len(result.cases)
-    rows.append(row(Markdown("**overall**"), result.overall, total, {}))
-    rows.append(row(Markdown("**weighted**"), result.weighted, total, {}))
-    return table(rows, ["slice", "cases", "scored", *columns, "abstain", "leaks"], limit=None)
+    rows = [row(name, values, int(values.get("all_cases", 0)), values) for name, values in summary["by_slice"].items()]
+    total = summary["cases"] if isinstance(summary.get("cases"), int) else len(summary.get("cases") or ())
+    rows.append(row("overall" if plain else Markdown("**overall**"), summary["overall"], total, {}))
+    rows.append(row("weighted" if plain else Markdown("**weighted**"), summary["weighted"], total, {}))
+    return rows, ["slice", "cases", "scored", *columns, "abstain", "leaks"]
+
+
+def slice_table(result: EvalResult) -> str:
+    """Markdown table: one row per slice, then overall and weighted (`slice_rows`)."""
+    rows, columns = slice_rows(result.as_json())
+    return table(rows, columns, limit=None)
+
+
+def slice_text(summary: Mapping) -> str:
+    """The slice table as plain text for a terminal or a CI log (`slice_rows`)."""
+    rows, columns = slice_rows(summary, plain=True)
+    return text_table(rows, columns)
 
 
 def _rank(rank: int | None) -> str:
@@ -53,15 +72,17 @@ def shown_failures(result: EvalResult) -> tuple[list, int]:
 
 
 def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
+    """The failed cases at the report's k: no gold document in the top k, or a forbidden one retrieved."""
     failed, held = shown_failures(result)
     rows = [
         {"case": c.case.id, "slice": c.case.slice, "first gold rank": _rank(c.first_gold_rank), "gold": c.case.gold_docs,
-         "top 3 retrieved": c.ranked_docs[:3], "forbidden retrieved": c.forbidden_retrieved}
+         f"top {result.report_k} retrieved": c.ranked_docs[:result.report_k], "forbidden retrieved": c.forbidden_retrieved}
         for c in failed
     ]
-    columns = ["case", "slice", "first gold rank", "gold", "top 3 retrieved", "forbidden retrieved"]
+    columns = ["case", "slice", "first gold rank", "gold", f"top {result.report_k} retrieved", "forbidden retrieved"]
     note = f"\n\n{held} failed holdout case(s) are counted in the metrics and not listed." if held else ""
-    return table(rows, columns, limit=limit, empty="_no failed cases_") + note
+    return table(rows, columns, limit=limit, empty=f"_no failed case: every scored case has a gold document in its top "
+                                                    f"{result.report_k}_") + note
 
 
 ANSWER_COLUMNS = ("answer_faithful", "answer_citations_valid", "answer_required_facts", "answer_claim_support_proxy",
@@ -136,7 +157,8 @@ def write_report(result: EvalResult, store: Store, policy: GatePolicy, folder: P
 
 def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
     """The full report: header, slice table and plot, splits, unanswerable, failed cases and traces."""
-    split_rows = [[s, int(v.get("cases", 0)), *(v.get(c) for c in SLICE_COLUMNS)] for s, v in result.by_split.items()]
+    columns = slice_columns(result.report_k)
+    split_rows = [[s, int(v.get("cases", 0)), *(v.get(c) for c in columns)] for s, v in result.by_split.items()]
     parts = [
         f"# Golden evaluation {inline(result.eval_id)}",
         "",
@@ -144,9 +166,9 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         f"mode: {inline(result.mode)} · config fingerprint: "
         f"{inline(result.config_fingerprint)}",
         "- index state: " + ", ".join(f"{inline(s)}={inline(h)}" for s, h in sorted(result.index_state.items())),
-        f"- no-result threshold: {result.no_result_threshold:.4f} ({inline(result.threshold_source)})",
-        f"- latency: p50 {result.latency['p50_latency_ms']:.1f} ms, p95 {result.latency['p95_latency_ms']:.1f} ms; "
-        f"context {result.latency['mean_context_tokens']:.0f} words per query",
+        f"- no-result threshold: {number(result.no_result_threshold, 4)} ({inline(result.threshold_source)})",
+        f"- latency: p50 {number(result.latency['p50_latency_ms'], 1)} ms, p95 {number(result.latency['p95_latency_ms'], 1)} "
+        f"ms; context {number(result.latency['mean_context_tokens'], 0)} words per query",
         "",
         "## Metrics by slice",
         "",
@@ -158,7 +180,7 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         *([slice_plot, ""] if slice_plot else []),
         "## By split",
         "",
-        table(split_rows, ["split", "scored", *SLICE_COLUMNS], limit=None),
+        table(split_rows, ["split", "scored", *columns], limit=None),
         "",
         "## Unanswerable, permissions, versions",
         "",
@@ -166,6 +188,9 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         "",
         *answer_section(result),
         "## Failed cases",
+        "",
+        f"Scored cases with no gold document in their top {result.report_k} (success@{result.report_k} = 0), and cases "
+        "that retrieved a forbidden document.",
         "",
         failed_cases_table(result),
         "",

@@ -15,7 +15,10 @@
              copy), reports their agreement by slice and lists disagreements (answerable, gold
              documents or spans, slice, split, reference, prohibited claims or decision differ:
              not accepted until reconciled),
-             records every reviewer of an accepted item, flags near duplicates of golden cases
+             records every reviewer of an accepted item, defaults what the golden-file loader
+             defaults (a slice left empty is `general`, a split left empty is the one the id's
+             hash gives: never holdout), lists the items nobody decided yet (left in the queue),
+             flags near duplicates of golden cases
              (cosine >= `duplicate_threshold`; accepted only with `duplicate_ok: true`; a near
              duplicate of a holdout case is held back always and named only as "a holdout
              case"), validates the new cases like any golden
@@ -41,8 +44,10 @@ import numpy as np
 
 from rag_pipeline.core.evaluation.golden import (
     BOOLEAN_VALUES,
+    DEFAULT_SLICE,
     GoldenSet,
     GoldenSetError,
+    default_split,
     file_revision,
     golden_records,
     load_golden_set,
@@ -179,6 +184,8 @@ class AcceptResult:
     duplicates: list[dict] = field(default_factory=list)
     disagreements: list[dict] = field(default_factory=list)
     incomplete: list[dict] = field(default_factory=list)
+    # Items no reviewer decided (no `decision`): nothing happened to them; they wait in the queue.
+    undecided: list[str] = field(default_factory=list)
     # slice -> (items labelled by two or more reviewers, of which they agreed on)
     agreement_by_slice: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -199,16 +206,23 @@ class AcceptResult:
                          "set duplicate_ok: true to accept it anyway")
         for d in self.incomplete:
             lines.append(f"incomplete: item {d['item_id']}: {d['reason']}")
+        if self.undecided:
+            shown = ", ".join(self.undecided[:10]) + (f" and {len(self.undecided) - 10} more" if len(self.undecided) > 10 else "")
+            lines.append(f"undecided: {len(self.undecided)} item(s) without a decision (accept | reject), left in the "
+                         f"queue: {shown}")
         return "\n".join(lines)
 
 
-def _load_reviews(paths: Sequence[Path]) -> dict[str, list[dict]]:
-    """Item id -> its decided copies, with `answerable`, `duplicate_ok` and `decision` parsed strictly."""
+def _load_reviews(paths: Sequence[Path]) -> tuple[dict[str, list[dict]], list[str]]:
+    """(item id -> its decided copies, with `answerable`, `duplicate_ok` and `decision` parsed
+    strictly; the ids of items no copy decides)."""
     reviews: dict[str, list[dict]] = defaultdict(list)
+    seen: dict[str, None] = {}
     for path in paths:
         for number, item in golden_records(path):
             if not item.get("item_id"):
                 raise GoldenSetError(f"{path} line {number}: no item_id; review items written by `golden triage`")
+            seen.setdefault(str(item["item_id"]))
             if not item.get("decision"):
                 continue
             where = f"{path} line {number} (item {item['item_id']})"
@@ -228,7 +242,7 @@ def _load_reviews(paths: Sequence[Path]) -> dict[str, list[dict]]:
                     raise GoldenSetError(f"{where}: field {name!r}: {json.dumps(value)} is not a boolean; write "
                                          f"{BOOLEAN_VALUES}, then run accept again")
             reviews[item["item_id"]].append(item)
-    return reviews
+    return reviews, [item_id for item_id in seen if item_id not in reviews]
 
 
 def _agreement_values(item: dict) -> dict[str, str]:
@@ -244,10 +258,11 @@ def _agreement_values(item: dict) -> dict[str, str]:
 
 def _case_from(item: dict, source_versions: dict[str, str], today: str) -> dict:
     reviewers = item.get("reviewed_by") or [item["reviewer"]]
+    case_id = item.get("id") or f"tri-{item['item_id']}"
     case = {
-        "id": item.get("id") or f"tri-{item['item_id']}", "question": item["question"], "reference": item["reference"],
-        "gold_docs": list(item.get("gold_docs") or []), "slice": item["slice"], "split": item["split"],
-        "answerable": item["answerable"],
+        "id": case_id, "question": item["question"], "reference": item.get("reference") or "",
+        "gold_docs": list(item.get("gold_docs") or []), "slice": item.get("slice") or DEFAULT_SLICE,
+        "split": item.get("split") or default_split(case_id), "answerable": item["answerable"],
         "tenant": (item.get("filters") or {}).get("tenant"), "roles": list((item.get("filters") or {}).get("roles") or []),
         "provenance": f"triage {item['origin']} ({json.dumps(item.get('evidence', {}), default=str)}); reviewed by "
                       f"{', '.join(reviewers)} on {today}",
@@ -287,7 +302,7 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
     """Append the accepted, agreed, non-duplicate reviewed items to the golden file (a new revision)."""
     golden = load_golden_set(golden_path)
     result = AcceptResult(golden.revision, golden.revision)
-    reviews = _load_reviews(review_files)
+    reviews, result.undecided = _load_reviews(review_files)
     ready: list[dict] = []
     for item_id, copies in sorted(reviews.items()):
         reviewers = sorted({c.get("reviewer") or "?" for c in copies})
@@ -305,11 +320,13 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
         if item["decision"] == "reject":
             result.rejected.append(item_id)
             continue
-        missing = [f for f in ("reviewer", "reference", "slice", "split") if not item.get(f)]
+        # What the loader defaults (slice, split) is defaulted here too; a reference is needed
+        # only by a case the corpus can answer.
+        missing = [f for f in ("reviewer",) if not item.get(f)]
         if item.get("answerable") is None:
             missing.append("answerable")
-        elif item["answerable"] and not item.get("gold_docs"):
-            missing.append("gold_docs")
+        elif item["answerable"]:
+            missing += [f for f in ("reference", "gold_docs") if not item.get(f)]
         if missing:
             result.incomplete.append({"item_id": item_id, "reason": "fill " + ", ".join(missing)})
             continue
@@ -337,7 +354,7 @@ def accept_reviewed(review_files: Sequence[Path], golden_path: Path, store: Stor
             result.duplicates.append({"item_id": item["item_id"], "of": names[close[0]], "similarity": float(row[close[0]])})
             continue
         accepted.append(item)
-        names.append(None if item["split"] == HOLDOUT else item.get("id") or f"tri-{item['item_id']}")
+        names.append(None if item.get("split") == HOLDOUT else item.get("id") or f"tri-{item['item_id']}")
         known = np.vstack([known, vector[None, :]]) if len(known) else vector[None, :]
     if not accepted and not relabelled:
         return result

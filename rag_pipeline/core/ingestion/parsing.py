@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from rag_pipeline.core.ingestion.batched_classification import PARTITION_LOCK, partition_batched
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
+from rag_pipeline.core.ingestion.markdown_fences import FENCES_VERSION, normalize_fences
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -38,8 +39,9 @@ def parser_version() -> str:
     """Name and version of the parser, recorded in the ledger with every parsed document."""
     # From the installed distribution: importing unstructured itself costs seconds. The options of
     # `_PARTITION_OPTIONS` are not part of it: they give the elements unstructured's defaults give
-    # (test_parsing_speed_options); an option that changes elements must change this string.
-    return f"unstructured {importlib.metadata.version('unstructured')}"
+    # (test_parsing_speed_options); an option that changes elements must change this string, as
+    # the Markdown fence normalisation does (markdown_fences.py: documents parsed before it re-parse).
+    return f"unstructured {importlib.metadata.version('unstructured')}; md fences {FENCES_VERSION}"
 
 
 BEIR_PARSER = "beir-jsonl"
@@ -98,6 +100,8 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
                 raise ParseError(f"front matter: {exc}") from exc
             if not text.strip():
                 raise ParseError("the file has front matter but no body text")
+        if job.file_type == "md":
+            text = normalize_fences(text)  # MkDocs fences with attributes are code, not prose
         _check_text_length(len(text), job.max_text_chars)
     with _ParserMessages() as messages:
         try:

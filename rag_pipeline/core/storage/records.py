@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from datetime import date
-from pathlib import Path
 
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.storage.database import Database
@@ -29,11 +28,13 @@ class Records:
         ]
         run = (result.eval_id, result.revision, result.mode, result.config_fingerprint, json.dumps(result.index_state),
                result.created_at, json.dumps(result.as_json(), default=str))
+        scores = [(result.eval_id, c.case.id, [float(s) for s in c.doc_scores[:100]]) for c in result.cases]
         kill_point("eval:scored")
         with self.db.transaction():
             self.db.insert("eval_runs", columns("eval_runs"), [run])
             kill_point("eval:half-saved")
             self.db.insert("eval_cases", columns("eval_cases"), cases)
+            self.db.insert("eval_scores", columns("eval_scores"), scores)
         kill_point("eval:saved")
 
     def evaluation_summary(self, eval_id: str) -> dict:
@@ -44,11 +45,14 @@ class Records:
 
     def evaluation_record(self, eval_id: str) -> dict:
         """An evaluation's summary plus `cases`: case id -> metrics, for scored cases (the gate's input),
-        and `case_slices`: case id -> slice."""
+        `case_slices`: case id -> slice, and `case_abstained`: unanswerable case id -> abstained."""
         record = self.evaluation_summary(eval_id)
-        rows = self.db.rows("SELECT case_id, slice, metrics FROM eval_cases WHERE eval_id = ?", [eval_id])
-        record["cases"] = {case_id: json.loads(m) for case_id, _, m in rows if m and m != "{}"}
-        record["case_slices"] = {case_id: slice_name for case_id, slice_name, _ in rows}
+        rows = self.db.rows("SELECT case_id, slice, metrics, answerable, abstained FROM eval_cases WHERE eval_id = ?",
+                            [eval_id])
+        record["cases"] = {case_id: json.loads(m) for case_id, _, m, _, _ in rows if m and m != "{}"}
+        record["case_slices"] = {case_id: slice_name for case_id, slice_name, _, _, _ in rows}
+        record["case_abstained"] = {case_id: bool(abstained) for case_id, _, _, answerable, abstained in rows
+                                    if answerable is False and abstained is not None}
         return record
 
     def latest_evaluation(self, revision: str | None = None) -> str | None:
@@ -61,14 +65,14 @@ class Records:
         rows = self.db.rows("SELECT case_id, trace FROM eval_cases WHERE eval_id = ? ORDER BY case_id", [eval_id])
         return {case_id: json.loads(trace) if trace else {} for case_id, trace in rows}
 
-    def failed_cases(self, eval_id: str) -> list[dict]:
-        """Cases of a stored evaluation whose gold document missed the top 10 (or that leaked a
+    def failed_cases(self, eval_id: str, k: int = 10) -> list[dict]:
+        """Cases of a stored evaluation whose gold documents all missed the top `k` (or that leaked a
         forbidden document): case id, slice, split, first gold rank, ranked documents, trace."""
         rows = self.db.dicts(
             "SELECT case_id, slice, split, first_gold_rank, ranked_docs, forbidden_retrieved, trace FROM eval_cases "
             "WHERE eval_id = ? AND ((answerable AND coalesce(array_length(stale, 1), 0) = 0 "
-            "AND (first_gold_rank IS NULL OR first_gold_rank > 10)) OR coalesce(array_length(forbidden_retrieved, 1), 0) > 0) "
-            "ORDER BY case_id", [eval_id])
+            "AND (first_gold_rank IS NULL OR first_gold_rank > ?)) OR coalesce(array_length(forbidden_retrieved, 1), 0) > 0) "
+            "ORDER BY case_id", [eval_id, k])
         for row in rows:
             row["trace"] = json.loads(row["trace"]) if row["trace"] else {}
         return rows
@@ -80,19 +84,19 @@ class Records:
             return None
         return rows[0][0], float(json.loads(rows[0][1])["no_result_threshold"])
 
-    def write_trec_run(self, eval_id: str, out: Path, tag: str = "rag_pipeline") -> Path:
-        """`qid Q0 docid rank score tag` for every case of a stored evaluation.
+    def case_rows(self, eval_id: str) -> list[dict]:
+        """Every case of a stored evaluation: case id, slice, split, answerable, first gold rank,
+        abstained, stale labels, forbidden documents retrieved, ranked documents (for CI reports)."""
+        return self.db.dicts(
+            "SELECT case_id, slice, split, answerable, first_gold_rank, abstained, stale, forbidden_retrieved, ranked_docs "
+            "FROM eval_cases WHERE eval_id = ? ORDER BY case_id", [eval_id])
 
-        The score column is `len(ranking) - rank + 1`: strictly decreasing, so any tool that sorts
-        by score (trec_eval does, breaking ties by document id) reproduces our order exactly.
-        """
-        rows = self.db.rows("SELECT case_id, ranked_docs FROM eval_cases WHERE eval_id = ? ORDER BY case_id", [eval_id])
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w") as handle:
-            for case_id, docs in rows:
-                for rank, doc_id in enumerate(docs or [], start=1):
-                    handle.write(f"{case_id} Q0 {doc_id} {rank} {len(docs) - rank + 1} {tag}\n")
-        return out
+    def ranked_runs(self, eval_id: str) -> list[tuple[str, list[str], list[float] | None]]:
+        """(case id, ranked documents, their retrieval scores or None when not stored) of every case."""
+        rows = self.db.rows(
+            "SELECT c.case_id, c.ranked_docs, s.doc_scores FROM eval_cases c LEFT JOIN eval_scores s "
+            "ON s.eval_id = c.eval_id AND s.case_id = c.case_id WHERE c.eval_id = ? ORDER BY c.case_id", [eval_id])
+        return [(case_id, list(docs or []), list(scores) if scores is not None else None) for case_id, docs, scores in rows]
 
     # ---- baselines and experiments ---------------------------------------------------------
 

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 4
 
-_TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL = (
-    "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION",
+_TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
+    "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
 )
 _VECTOR = "{vector}"  # FLOAT[] in DuckDB, pgvector's vector in PostgreSQL
 
@@ -109,6 +109,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("forbidden_retrieved", _TEXTS), ("latency_ms", _REAL), ("context_tokens", _INT), ("metrics", _TEXT),
         ("ranked_docs", _TEXTS), ("trace", _TEXT),
     ],
+    # The retrieval score of each document in `eval_cases.ranked_docs` (same order), for the run
+    # files other tools read. A table of its own: a database without it only gains the table.
+    "eval_scores": [("eval_id", _TEXT), ("case_id", _TEXT), ("doc_scores", _REALS)],
     "schema_version": [("version", _INT)],
 }
 
@@ -119,7 +122,7 @@ INDEXES = {
     "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
     "served_history": ["source_id, recorded_at"],
-    "eval_cases": ["eval_id"],
+    "eval_cases": ["eval_id"], "eval_scores": ["eval_id"],
 }
 
 # Keys that concurrent writers must never duplicate (unique indexes in PostgreSQL; DuckDB has one

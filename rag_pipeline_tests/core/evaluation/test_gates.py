@@ -1,6 +1,8 @@
 """The regression gate: the classic trap, a true improvement, significance, budgets, comparability."""
 
+import math
 import random
+import statistics
 
 import pytest
 
@@ -15,7 +17,9 @@ from rag_pipeline.core.evaluation.gates import (
     GatePolicy,
     SignificanceConfig,
     compare,
+    gate_reasons,
     load_policy,
+    minimum_detectable_effect,
     paired_significance,
     render_gate,
 )
@@ -39,7 +43,7 @@ def _record(per_case: dict[str, tuple[str, float]], revision: str = "rev1", p95:
     for cid, (slice_name, v) in per_case.items():
         by_slice.setdefault(slice_name, {"values": []})["values"].append(v)
     by_slice = {s: {"recall_at_5": sum(d["values"]) / len(d["values"])} for s, d in by_slice.items()}
-    return {"revision": revision, "cases": cases, "by_slice": by_slice,
+    return {"revision": revision, "cases": cases, "by_slice": by_slice, "case_slices": {c: s for c, (s, _) in per_case.items()},
             "latency": {"p95_latency_ms": p95, "mean_context_tokens": 400.0}, "unanswerable": {}}
 
 
@@ -52,12 +56,62 @@ def _baseline():
 def test_classic_trap_aggregate_up_protected_slice_down():
     base = _baseline()
     cand = {cid: ("billing", 1.0) if s == "billing" else (s, v) for cid, (s, v) in base.items()}
+    for i in range(8):  # 8 of the 10 permissioned cases lose their gold document: no noise can do that
+        cand[f"p{i}"] = ("permissioned", 0.0)
+    result = compare(_record(base), _record(cand), POLICY)
+    assert result.deltas[0].delta > 0.2  # the aggregate rose a lot...
+    assert not result.passed and not result.promote and result.verdict == "regression"
+    assert result.decision.startswith("keep baseline — protected slice permissioned: recall_at_5 1.0000 -> 0.2000 "
+                                      "(-0.8000, 95% CI [")
+    assert "dropped significantly beyond its tolerance 0.01" in result.decision
+
+
+def test_a_small_protected_slice_drop_is_inconclusive_not_a_regression():
+    """Two of ten cases: the interval of the paired difference reaches back to 0. Not a regression
+    (the gate passes), but no promotion either, and the smallest detectable drop is stated."""
+    base = _baseline()
+    cand = {cid: ("billing", 1.0) if s == "billing" else (s, v) for cid, (s, v) in base.items()}
     cand["p0"] = ("permissioned", 0.0)
     cand["p1"] = ("permissioned", 0.0)
     result = compare(_record(base), _record(cand), POLICY)
-    assert result.deltas[0].delta > 0.3  # the aggregate rose a lot...
-    assert not result.passed and not result.promote
-    assert result.decision.startswith("keep baseline — protected slice regressed: [permissioned recall_at_5 1.000 -> 0.800]")
+    assert result.passed and not result.promote and result.verdict == "inconclusive"
+    rule = next(r for r in result.rules if r.rule == "protected slice permissioned recall_at_5")
+    assert rule.outcome == "inconclusive"
+    assert "but not significantly (inconclusive); the smallest drop 10 cases can detect is about 0.3" in rule.message
+    assert "a drop the cases cannot decide" in result.decision
+
+
+def test_the_noise_of_a_small_set_is_inconclusive():
+    """The case of the report: MRR -0.025 with p = 0.6 on 23 cases blocked as a regression."""
+    rng = random.Random(7)
+    base = {f"c{i}": ("s", rng.choice([0.0, 0.25, 0.5, 1.0])) for i in range(23)}
+    moves = [-0.5, 0.5, -0.25, 0.25, -0.5, -0.25, 0.5, -0.5]
+    cand = dict(base)
+    for i, move in enumerate(moves):
+        cid = f"c{i * 2}"
+        cand[cid] = ("s", min(1.0, max(0.0, base[cid][1] + move)))
+    result = compare(_record(base), _record(cand), POLICY.model_copy(update={"protected_slices": ()}))
+    d = result.deltas[1]
+    assert d.delta < -0.01 and d.p_value > 0.05 and d.ci_low < 0 < d.ci_high
+    assert result.passed and result.verdict == "inconclusive" and not result.promote
+
+
+def test_a_drop_within_its_tolerance_passes():
+    base = {f"c{i}": ("s", 1.0) for i in range(200)}
+    cand = {**base, "c0": ("s", 0.0)}  # -0.005: within the tolerance 0.01
+    result = compare(_record(base), _record(cand), POLICY.model_copy(update={"protected_slices": ()}))
+    assert result.passed and result.verdict == "pass" and not result.errors
+    assert "within its tolerance 0.01" in next(r.message for r in result.rules if r.rule == "recall_at_5")
+
+
+def test_minimum_detectable_effect_is_the_textbook_formula():
+    base, cand = [1.0, 1.0, 0.0, 1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+    diffs = [c - b for b, c in zip(base, cand)]
+    sd = statistics.stdev(diffs)
+    z = statistics.NormalDist()
+    expected = (z.inv_cdf(0.975) + z.inv_cdf(0.8)) * sd / math.sqrt(len(diffs))
+    assert minimum_detectable_effect(base, cand, 0.05) == pytest.approx(expected)
+    assert math.isnan(minimum_detectable_effect([1.0], [0.0], 0.05))
 
 
 def test_true_improvement_is_promoted():
@@ -78,16 +132,43 @@ def test_a_tiny_gain_on_few_cases_is_not_called_a_win():
     assert not result.promote and "no significant gain" in result.decision
 
 
-def test_headline_drop_beyond_tolerance_and_budgets_fail():
+def test_a_significant_headline_drop_fails_and_says_why():
     base = _baseline()
-    cand = {cid: (s, 0.0) if cid in ("b0", "b2", "b4") else (s, v) for cid, (s, v) in base.items()}
-    result = compare(_record(base), _record(cand, p95=900.0), POLICY)
-    messages = [f.message for f in result.errors]
-    assert any(m.startswith("recall_at_5 dropped") for m in messages)
-    assert any("p95 latency 900 ms over the budget 500 ms" == m for m in messages)
+    cand = {cid: (s, 0.0) if cid.startswith("b") and int(cid[1:]) % 2 == 0 and int(cid[1:]) < 30 else (s, v)
+            for cid, (s, v) in base.items()}
+    result = compare(_record(base), _record(cand), POLICY)
+    assert not result.passed and result.verdict == "regression"
+    regression = next(r for r in result.rules if r.rule == "recall_at_5")
+    assert regression.outcome == "regression"
+    assert regression.message.startswith("recall_at_5 0.5714 -> 0.3571 (-0.2143, 95% CI [")
+    assert "p=0.000, 70 cases): dropped significantly beyond its tolerance 0.01" in regression.message
+    reasons = gate_reasons(result, "rev1-hybrid-abc")
+    assert reasons[0].startswith("REGRESSION recall_at_5 0.5714 -> 0.3571") and reasons[0].endswith("[baseline rev1-hybrid-abc]")
     # Markdown for Dagster (entities, escapes), plain text for a terminal.
     assert "-&gt;" in render_gate(result) and "-&gt;" not in render_gate(result, terminal=True)
-    assert "(0.5714 -> 0.5286)" in render_gate(result, terminal=True)
+    assert "\\" not in render_gate(result, terminal=True) and "| recall_at_5 |" not in render_gate(result, terminal=True)
+    assert "ERROR (regression): recall_at_5 0.5714 -> 0.3571" in render_gate(result, terminal=True)
+
+
+def test_latency_over_budget_warns_and_context_over_budget_fails():
+    base = _baseline()
+    slow = compare(_record(base), _record(base, p95=900.0), POLICY)
+    assert slow.passed and [f.message for f in slow.warnings] == [
+        "p95 latency 900 ms over the budget 500 ms (one timing on a machine that may be busy: it warns, never fails; "
+        "measure speed with benchmarks/)"]
+    wordy = _record(base)
+    wordy["latency"]["mean_context_tokens"] = 1200.0
+    result = compare(_record(base), wordy, POLICY)
+    assert not result.passed and [f.message for f in result.errors] == ["context 1200 words per query over the budget 1000"]
+
+
+def test_a_forbidden_document_retrieved_is_always_a_regression():
+    base, cand = _record(_baseline()), _record(_baseline())
+    base["by_slice"]["permissioned"]["forbidden_leak_cases"] = 0.0
+    cand["by_slice"]["permissioned"]["forbidden_leak_cases"] = 1.0
+    result = compare(base, cand, POLICY)
+    assert not result.passed
+    assert [f.message for f in result.errors] == ["slice permissioned: cases that retrieved a forbidden document 0 -> 1"]
 
 
 def test_unprotected_slice_drop_only_warns():

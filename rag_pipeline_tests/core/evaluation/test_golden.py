@@ -26,7 +26,9 @@ def _write(tmp_path, lines):
         (_case(id="c1"), "field 'id': duplicate id 'c1' (first on line 1)"),
         (_case(id="c2", question="  "), "field 'question': missing or empty"),
         (_case(id="c2", question="\u200b \ufeff"), "field 'question': missing or empty"),  # only invisible characters
-        (_case(id="c2", reference=""), "field 'reference': missing or empty"),
+        (_case(id="c2", reference=""), "field 'reference': missing or empty (only an unanswerable case may leave it out)"),
+        (_case(id="c2", reference=["20 weeks"]), "field 'reference': must be a string, not a list"),
+        (_case(id="c2", colour="red"), "field 'colour': not a field of a golden case; check the spelling"),
         (_case(id="c2", gold_docs=[]), "field 'gold_docs': an answerable case needs at least one gold document"),
         (_case(id="c2", answerable=False), "field 'gold_docs': an unanswerable case must have no gold documents"),
         (_case(id="c2", split="train"), "field 'split': 'train' is not one of dev, validation, holdout"),
@@ -98,7 +100,7 @@ KNOWN = {"hb:leave.md": None, "hb:deleted.md": None, "hb:logo.png": "unsupported
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"gold_docs": ["hb:leeve.md"]}, "'hb:leeve.md' is not a document any source has ever held; did you mean 'hb:leave.md'?"),
+        ({"gold_docs": ["hb:leeve.md"]}, "'hb:leeve.md' is not a document any source has ever held; did you mean `hb:leave.md`?"),
         ({"gold_docs": ["wiki:leave.md"]}, "no source 'wiki' has been ingested"),
         ({"gold_docs": ["hb:logo.png"]}, "'hb:logo.png' is not a document (skipped at discovery: unsupported file type"),
         ({"gold_docs": ["hb:leave.md"], "forbidden_docs": ["hb:nope.md"]}, "field 'forbidden_docs': 'hb:nope.md'"),

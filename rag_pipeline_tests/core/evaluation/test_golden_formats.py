@@ -42,7 +42,8 @@ def test_a_minimal_set_loads_with_its_defaults_reported_and_a_stable_split(tmp_p
     path.write_text("\n".join(lines) + "\n")
     golden = load_golden_set(path)
     assert golden.defaults_applied == {"split": 36, "slice": 36}
-    assert golden.summary().endswith("defaults applied: split (36 cases, from the id's hash), slice (36 cases: general)")
+    assert golden.summary().endswith("defaults applied: split (36 cases, from the id's hash: dev or validation, never "
+                                     "holdout), slice (36 cases: general)")
     assert {c.slice for c in golden.cases} == {"general"} and golden.cases[-1].gold_docs == ()
     splits = {c.id: c.split for c in golden.cases}
     assert set(splits.values()) <= set(SPLITS)
@@ -50,11 +51,11 @@ def test_a_minimal_set_loads_with_its_defaults_reported_and_a_stable_split(tmp_p
     assert {c.id: c.split for c in load_golden_set(path).cases} == splits
     (tmp_path / "reversed.jsonl").write_text("\n".join(reversed(lines)) + "\n")
     assert {c.id: c.split for c in load_golden_set(tmp_path / "reversed.jsonl").cases} == splits
-    # The documented rule, and its 60 / 20 / 20 shares.
+    # The documented rule, and its 75 / 25 shares (a default is never holdout).
     n = int(hashlib.sha256(b"hx-001").hexdigest()[:8], 16) % 100
-    assert splits["hx-001"] == ("dev" if n < 60 else "validation" if n < 80 else "holdout")
+    assert splits["hx-001"] == ("dev" if n < 75 else "validation")
     shares = Counter(default_split(f"case-{i}") for i in range(3000))
-    assert 0.57 < shares["dev"] / 3000 < 0.63 and 0.17 < shares["validation"] / 3000 < 0.23
+    assert 0.72 < shares["dev"] / 3000 < 0.78 and shares["holdout"] == 0
 
 
 def test_given_values_are_kept_and_invalid_ones_stay_errors(tmp_path):
@@ -65,7 +66,7 @@ def test_given_values_are_kept_and_invalid_ones_stay_errors(tmp_path):
     golden = load_golden_set(path)
     assert golden.defaults_applied == {"split": 1}
     assert [c.split for c in golden.cases][0] == "holdout"
-    assert golden.summary().endswith("defaults applied: split (1 cases, from the id's hash)")
+    assert golden.summary().endswith("defaults applied: split (1 cases, from the id's hash: dev or validation, never holdout)")
     path.write_text(json.dumps(base | {"id": "a", "split": "train"}) + "\n" + json.dumps(base | {"id": "b", "slice": 3}) + "\n")
     with pytest.raises(GoldenSetError) as excinfo:
         load_golden_set(path)
@@ -185,7 +186,8 @@ def test_deepeval_goldens_map_source_files_and_contexts(tmp_path, sample_index, 
         (line[4], "roadmap.pdf", "no document named roadmap.pdf")]
     assert [(x.line, x.reason) for x in result.left_out] == [
         (line[2], "answerable, but it names no gold document or context (only retrieval_context, not labels)"),
-        (line[3], "no reference answer (expected_output)"), (line[4], "none of its 1 gold reference(s) could be mapped")]
+        (line[3], "no reference answer (expected_output); only an unanswerable case (answerable: false) may leave it out"),
+        (line[4], "none of its 1 gold reference(s) could be mapped")]
     assert len(_load_against(store, result.write(tmp_path / "golden.jsonl")).cases) == 3
 
 

@@ -159,3 +159,21 @@ def test_reviewers_must_agree_on_split_spans_and_prohibited_claims(tmp_path, gol
                      _reviewed(tmp_path, "ben", [{**item, field: ben, "reviewer": "ben"}]))
     assert result.disagreements == [{"item_id": "item00000001", "reviewers": ["ana", "ben"], "fields": [field]}]
     assert not result.accepted
+
+
+def test_accept_defaults_what_the_loader_defaults_and_lists_undecided_items(tmp_path, golden, embedder, store):
+    items = [_item(1, "where do I leave my bike", split="", slice=""),  # the loader would default both
+             _item(2, "is the night ferry on strike", answerable=False, gold_docs=[], reference="", split=""),
+             _item(3, "who waters the plants", decision=""),  # nobody decided it yet
+             _item(4, "is there a sauna", decision=None)]
+    result = _accept(tmp_path, golden, embedder, store, _reviewed(tmp_path, "ana", items))
+    assert result.accepted == ["tri-item00000001", "tri-item00000002"] and not result.incomplete
+    assert result.undecided == ["item00000003", "item00000004"]
+    assert "undecided: 2 item(s) without a decision (accept | reject), left in the queue: item00000003, item00000004" \
+        in result.summary()
+    cases = {c.id: c for c in load_golden_set(golden).cases}
+    from rag_pipeline.core.evaluation.golden import default_split
+
+    bike = cases["tri-item00000001"]
+    assert bike.slice == "general" and bike.split == default_split(bike.id) != "holdout"
+    assert not cases["tri-item00000002"].answerable and cases["tri-item00000002"].reference == ""
