@@ -118,10 +118,12 @@ def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     return runs
 
 
-def _start_parser_early(config: PipelineConfig, store, walks: dict) -> None:
+def _start_early(config: PipelineConfig, store, walks: dict) -> None:
     """Files changed (their size or time differ from the committed manifest): a run is coming.
     Start the parser process for their types now, under the first such source's memory limit, so
-    that its imports run on the other core while this process decides and imports Dagster."""
+    that its imports run on the other core while this process loads the model and imports Dagster
+    (the parser's start is the longer of the two)."""
+    from rag_pipeline.core.ingestion.embedding import ModelEmbedder, make_embedder
     from rag_pipeline.core.ingestion.parse_worker import start_parser_early
 
     types: set[str] = set()
@@ -139,6 +141,9 @@ def _start_parser_early(config: PipelineConfig, store, walks: dict) -> None:
             memory_limit = source.limits.max_parser_memory_mb
         types |= changed
     start_parser_early(types, memory_limit)
+    embedder = make_embedder(config.embedding)
+    if types and isinstance(embedder, ModelEmbedder):
+        embedder.load()  # once per process: the run's embedder finds it loaded
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -146,7 +151,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     walks = _walks(config)
     store = _store(config)
     with store.db.session():
-        _start_parser_early(config, store, walks)
+        _start_early(config, store, walks)
         runs = _all_unchanged(config, store, args.force, walks)
     if runs is None:
         from rag_pipeline.runner import ingest

@@ -54,10 +54,14 @@ class Embedder(Protocol):
         ...
 
 
+# Engines loaded in this process, by (model folder or name, token limit, batch size): every
+# embedder of one model shares one load (a command that loads it early hands it to its run).
+_engines: dict[tuple[str, int | None, int], object] = {}
+_engines_lock = threading.Lock()
+
+
 class ModelEmbedder:
     """The configured sentence-transformers model, on ONNX Runtime when it can run it; loaded on first use."""
-
-    _lock = threading.Lock()
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
@@ -80,8 +84,15 @@ class ModelEmbedder:
     @cached_property
     def engine(self):
         """An `OnnxEncoder`, or a `LibraryEncoder` for a model ONNX cannot serve (said in the log)."""
-        with self._lock:
-            return self._onnx_engine() or LibraryEncoder(self.model_path, self.config)
+        key = (self.model_path, self.config.max_seq_length, self.config.batch_size)
+        with _engines_lock:
+            if key not in _engines:
+                _engines[key] = self._onnx_engine() or LibraryEncoder(self.model_path, self.config)
+            return _engines[key]
+
+    def load(self) -> None:
+        """Load the model now, for a command that knows it will encode."""
+        self.engine  # noqa: B018 - the property loads it
 
     def _onnx_engine(self):
         from rag_pipeline.core.ingestion.onnx_export import ExportError, discard, exported_model
