@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from docx import Document
 from rag_pipeline.config import ChunkingConfig, DocumentLimits, EmbeddingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core.ingestion.embedding import HashingEmbedder
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parsers
+from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
 from rag_pipeline.core.ingestion.stages import discover_source, ingest_source, parse_source
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline_tests.conftest import write_tree
@@ -53,6 +55,47 @@ def make_docx_bomb(path: Path, inflated_bytes: int) -> Path:
                 count += 1
             member.write(tail.encode())
     return path
+
+
+def billion_laughs_docx() -> bytes:
+    """A .docx whose XML defines entities ten deep, ten of the one below each: 10^10 'lol's on expansion."""
+    template = io.BytesIO()
+    document = Document()
+    document.add_paragraph("x")
+    document.save(template)
+    source = zipfile.ZipFile(io.BytesIO(template.getvalue()))
+    xml = source.read("word/document.xml").decode()
+    body = xml[xml.index("?>") + 2:].lstrip()
+    body = body.split("<w:body>")[0] + "<w:body><w:p><w:r><w:t>&l9;</w:t></w:r></w:p></w:body>" + body.split("</w:body>")[1]
+    entities = '<!ENTITY l0 "lol lol lol lol lol lol lol lol lol lol">' + "".join(
+        f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 10))
+    laughs = f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><!DOCTYPE w:document [{entities}]>{body}'
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for item in source.infolist():
+            archive.writestr(item, laughs.encode() if item.filename == "word/document.xml" else source.read(item.filename))
+    return out.getvalue()
+
+
+def pdf_stream_bomb(inflated_bytes: int) -> bytes:
+    """A one-page PDF saying "Hello", with a second content stream of `inflated_bytes` of deflated spaces."""
+    deflate = zlib.compressobj(9)
+    spaces = b"".join(deflate.compress(b" " * MB) for _ in range(inflated_bytes // MB)) + deflate.flush()
+    hello = zlib.compress(b"BT /F1 12 Tf 72 720 Td (Hello) Tj ET\n")
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents [4 0 R 5 0 R] "
+               b"/Resources << /Font << /F1 6 0 R >> >> >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(hello), hello),
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(spaces), spaces),
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    pdf, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(pdf))
+        pdf += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    table = len(pdf)
+    pdf += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1) + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    pdf += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, table)
+    return bytes(pdf)
 
 
 def _word_file(path: Path, text: str) -> None:
@@ -104,6 +147,8 @@ def test_a_zip_bomb_is_refused_by_its_declared_size_and_the_rest_is_served(tmp_p
     assert failure.doc_id == "docs:bomb.docx"
     assert "inflates to 1,025 MB, over the 256 MB limit (limits.max_unpacked_mb): refused before parsing" in failure.reason
     assert _served(store) == {"docs:guide.md", "docs:faq.md", "docs:notes.docx"}
+    print(f"zip bomb (1 GiB of XML in {bomb.stat().st_size / MB:.1f} MB) refused by its declared size: worker peak "
+          f"{parser.peak_memory_bytes / MB:,.0f} MB")
     assert parser.peak_memory_bytes < 1024 * MB  # its directory was read, never its XML
 
 
@@ -123,6 +168,29 @@ def test_a_zip_bomb_let_through_is_stopped_by_the_memory_limit_and_the_rest_is_s
           f"under a {limits.max_parser_memory_mb:,} MB limit")
     assert 500 * MB < peak < limits.max_parser_memory_mb * MB  # it did parse, up to the limit and not past it
     assert _served(store) == {"docs:guide.md", "docs:faq.md", "docs:notes.docx"}
+
+
+@pytest.mark.parametrize("bomb", ["billion laughs in a .docx", "a PDF stream of 1 GiB of spaces"])
+def test_other_bombs_fail_alone_or_parse_within_the_memory_limit(bomb):
+    limits = DocumentLimits()
+    data, file_type = (billion_laughs_docx(), "docx") if bomb.startswith("billion") else (pdf_stream_bomb(1 << 30), "pdf")
+    parser = ParserProcess(limits.max_parser_memory_mb)
+    job = ParseJob(f"s:bomb.{file_type}", f"bomb.{file_type}", file_type, data, "h", None, limits.max_text_chars,
+                   int(limits.max_unpacked_mb * MB))
+    try:
+        try:
+            outcome = f"parsed: {[e.text for e in parser.parse(job, limits.max_parse_seconds).elements]}"
+        except ParseError as exc:
+            outcome = f"failed: {exc}"
+        if file_type == "docx":  # libxml2 refuses the expansion itself
+            assert "amplification factor exceeded" in outcome
+        else:  # pdfminer inflates the stream and reads the page's one word, or pypdf's check flags the stream
+            assert outcome == "parsed: ['Hello']" or "exceeds pypdf's decode limit" in outcome, outcome
+        print(f"{bomb} ({len(data) / MB:.2f} MB): {outcome[:90]}; worker peak {parser.peak_memory_bytes / MB:,.0f} MB")
+        assert parser.peak_memory_bytes < limits.max_parser_memory_mb * MB
+        assert parser.parse(ParseJob("s:a.md", "a.md", "md", b"# After\n\nThe next page.\n", "h"), 120).title == "After"
+    finally:
+        parser.close()
 
 
 def test_a_file_over_its_types_size_limit_is_refused_unread(tmp_path):
