@@ -95,8 +95,10 @@ def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     With a persistent Dagster instance ($DAGSTER_HOME), a command-line run of a source that was
     killed is left open there until a later run of the source closes it: a source whose ingestion
     lock says such a run may exist (it is held now, or its holder died holding it; see
-    `Database.run_left_open`) goes to the runner, which closes it. Runs the UI, a sensor or a
-    schedule launched take no such lock: the source sensor closes those of dead processes."""
+    `Database.run_left_open`) goes to the runner, which closes it; so does every source on a
+    backend whose lock leaves no trace of a dead holder (PostgreSQL's advisory lock). Runs the UI,
+    a sensor or a schedule launched take no such lock: the source sensor closes those of dead
+    processes."""
     if force:
         return None
     from rag_pipeline.core.ingestion.embedding import make_embedder
