@@ -328,7 +328,7 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
     def read_file(row: dict):
         limit = limits.max_parse_bytes(row["file_type"])
         if row["size"] > limit:
-            raise ParseError(f"{row['size'] / 2**20:,.1f} MB, over the {limit / 2**20:,.1f} MB limit of .{row['file_type']} "
+            raise ParseError(f"{row['size'] / 2**20:,.1f} MB, over the {limit / 2**20:,.1f} MB limit for {row['file_type']} "
                              f"files (limits.max_file_mb_by_type.{row['file_type']}): refused before parsing")
         try:
             data = tree.read(row["rel_path"])

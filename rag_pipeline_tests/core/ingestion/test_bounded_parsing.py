@@ -206,7 +206,7 @@ def test_a_file_over_its_types_size_limit_is_refused_unread(tmp_path):
         parser.close()
     (failure,) = report.failures
     assert failure.doc_id == "docs:huge.md"
-    assert failure.reason == ("28.7 MB, over the 8.0 MB limit of .md files (limits.max_file_mb_by_type.md): "
+    assert failure.reason == ("28.7 MB, over the 8.0 MB limit for md files (limits.max_file_mb_by_type.md): "
                               "refused before parsing")
     assert report.counts["parsed"] == 1
 
