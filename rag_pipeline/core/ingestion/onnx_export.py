@@ -18,6 +18,7 @@ file, so processes that start at once wait for one export and never read a half-
 from __future__ import annotations
 
 import argparse
+import atexit
 import fcntl
 import json
 import logging
@@ -77,6 +78,7 @@ def exported_model(folder: Path | str, revision: str) -> ExportVerdict:
         # A read-only cache: export for this process only (again in the next one).
         LOGGER.warning(f"the model cache {target.parent} cannot be written ({exc}): exporting for this process only")
         private = Path(tempfile.mkdtemp(prefix="rag_pipeline_onnx_"))
+        atexit.register(shutil.rmtree, private, ignore_errors=True)
         return _export(Path(folder), private / target.name)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process exporting the same revision finishes first
@@ -101,7 +103,9 @@ def read_verdict(target: Path) -> ExportVerdict | None:
         LOGGER.warning(f"the cached ONNX model {model_file} is damaged ({exc}): exporting it again")
         discard(target)
         return None
-    return ExportVerdict("onnx", model_file, f"within {recorded['max_abs_diff']:.1e} of the library", recorded["max_abs_diff"])
+    difference = recorded.get("max_abs_diff")
+    said = f"{difference:.1e}" if isinstance(difference, float) else "the tolerance"
+    return ExportVerdict("onnx", model_file, f"within {said} of the library", difference)
 
 
 def discard(target: Path) -> None:
