@@ -36,6 +36,7 @@ from rag_pipeline.core.ingestion.model_folder import (
     read_layout,
     resolve_model_path,
 )
+from rag_pipeline.core.ingestion.onnx_engine import EngineLoadError, OnnxEncoder
 from rag_pipeline.core.vectors import normalise_rows
 
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
@@ -81,57 +82,64 @@ class ModelEmbedder:
             return self.config.max_seq_length
         return read_json(Path(self.model_path) / "sentence_bert_config.json").get("max_seq_length")
 
-    @cached_property
+    @property
     def engine(self):
-        """An `OnnxEncoder`, or a `LibraryEncoder` for a model ONNX cannot serve (said in the log)."""
-        key = (self.model_path, self.config.max_seq_length, self.config.batch_size)
+        """An `OnnxEncoder`, or a `LibraryEncoder` for a model ONNX cannot serve (said in the log);
+        one per process and model."""
         with _engines_lock:
-            if key not in _engines:
-                _engines[key] = self._onnx_engine() or LibraryEncoder(self.model_path, self.config)
-            return _engines[key]
+            if self._engine_key not in _engines:
+                _engines[self._engine_key] = self._onnx_engine() or LibraryEncoder(self.model_path, self.config)
+            return _engines[self._engine_key]
+
+    @property
+    def _engine_key(self) -> tuple[str, int | None, int]:
+        return self.model_path, self.config.max_seq_length, self.config.batch_size
 
     def load(self) -> None:
-        """Load the model now, for a command that knows it will encode."""
-        self.engine  # noqa: B018 - the property loads it
+        """Load the model now, as one text needs it: for a command that knows it will encode."""
+        self._with_engine(lambda engine: engine.session(1) if isinstance(engine, OnnxEncoder) else None)
 
-    def _onnx_engine(self):
-        from rag_pipeline.core.ingestion.onnx_export import ExportError, discard, exported_model
+    def _with_engine(self, use):
+        """`use(engine)`; an export ONNX Runtime cannot load is made again, and if that cannot be
+        loaded either, the library runs the model."""
+        for last in (False, True):
+            try:
+                return use(self.engine)
+            except EngineLoadError as exc:
+                from rag_pipeline.core.ingestion.onnx_export import discard
+
+                discard(exc.model_file.parent)
+                with _engines_lock:
+                    if last:
+                        LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {exc}")
+                        _engines[self._engine_key] = LibraryEncoder(self.model_path, self.config)
+                    else:
+                        LOGGER.warning(f"{exc}: exporting it again")
+                        _engines.pop(self._engine_key, None)
+        return use(self.engine)
+
+    def _onnx_engine(self) -> OnnxEncoder | None:
+        from rag_pipeline.core.ingestion.onnx_export import ExportError, exported_model
 
         try:
             layout = read_layout(self.model_path, self.config.max_seq_length)
-        except UnsupportedModel as exc:
-            LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {exc}")
-            return None
-        from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
-
-        for attempt in range(2):
-            try:
-                verdict = exported_model(self.model_path, folder_revision(Path(self.model_path)))
-            except ExportError as exc:
-                LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {exc}")
-                return None
-            if verdict.engine != "onnx":
-                LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {verdict.reason}")
-                return None
-            encoder = OnnxEncoder(verdict.model_file, layout, self.config.batch_size)
-            try:
-                encoder.session(1)  # ONNX Runtime reads the file here: a damaged one is exported again
-                return encoder
-            except Exception as exc:  # noqa: BLE001 - ONNX Runtime's load errors have no common type
-                if attempt:
-                    LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): "
-                                   f"ONNX Runtime cannot load its export ({exc})")
-                    return None
-                LOGGER.warning(f"ONNX Runtime cannot load {verdict.model_file} ({exc}): exporting it again")
-                discard(verdict.model_file.parent)
+            verdict = exported_model(self.model_path, folder_revision(Path(self.model_path)))
+        except (UnsupportedModel, ExportError) as exc:
+            reason = str(exc)
+        else:
+            if verdict.engine == "onnx":
+                return OnnxEncoder(verdict.model_file, layout, self.config.batch_size)
+            reason = verdict.reason
+        LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {reason}")
         return None
 
     @property
     def dimension(self) -> int:
-        return self.engine.dimension
+        return self._with_engine(lambda engine: engine.dimension)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        return self.engine.encode(list(texts), normalize=self.config.normalize)
+        texts = list(texts)
+        return self._with_engine(lambda engine: engine.encode(texts, normalize=self.config.normalize))
 
 
 class LibraryEncoder:

@@ -26,6 +26,14 @@ from rag_pipeline.core.ingestion.model_folder import ModelLayout, UnsupportedMod
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+class EngineLoadError(RuntimeError):
+    """ONNX Runtime could not load the exported model file (damaged, or of another ONNX version)."""
+
+    def __init__(self, model_file: Path, reason: str) -> None:
+        super().__init__(f"ONNX Runtime cannot load {model_file} ({reason})")
+        self.model_file = model_file
+
+
 def bulk_threads() -> int:
     """Threads for a batch: the CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -59,8 +67,11 @@ class OnnxEncoder:
                 options.intra_op_num_threads = threads
                 options.inter_op_num_threads = 1
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                self._sessions[threads] = ort.InferenceSession(str(self.model_file), options,
-                                                               providers=["CPUExecutionProvider"])
+                try:
+                    self._sessions[threads] = ort.InferenceSession(str(self.model_file), options,
+                                                                   providers=["CPUExecutionProvider"])
+                except Exception as exc:  # noqa: BLE001 - ONNX Runtime's load errors share no type
+                    raise EngineLoadError(self.model_file, str(exc).strip().splitlines()[0][:300]) from exc
             return self._sessions[threads]
 
     @property
