@@ -149,6 +149,14 @@ def render(count: int, rounds: int, rates, differences, fresh_results) -> str:
     return "\n".join(lines)
 
 
+def machine_load(at_start: tuple[float, float, float]) -> str:
+    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
+    the CPUs with whatever else ran then."""
+    at_end = os.getloadavg()
+    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
+            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -156,10 +164,12 @@ def main() -> int:
     parser.add_argument("--fresh-rounds", type=int, default=5)
     parser.add_argument("--no-page", action="store_true", help="print only; leave docs/performance.md as it is")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
     texts = passages(args.texts)
     rates, differences = bulk(texts, args.rounds)
     fresh_results = fresh(args.fresh_rounds)
     body = render(len(texts), args.rounds, rates, differences, fresh_results)
+    body += "\n\n" + machine_load(load_at_start)
     print(body)
     if not args.no_page:
         sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -295,6 +295,14 @@ def _commit(checkout: Path) -> str:
     return (done.stdout.strip() or str(checkout)) + (", with changes" if dirty else "")
 
 
+def machine_load(at_start: tuple[float, float, float]) -> str:
+    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
+    the CPUs with whatever else ran then."""
+    at_end = os.getloadavg()
+    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
+            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
@@ -305,6 +313,7 @@ def main() -> int:
     parser.add_argument("--before", type=Path, help="a checkout of the code to compare with (e.g. a worktree of main)")
     parser.add_argument("--no-page", action="store_true", help="print only; leave docs/performance.md as it is")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
     results: dict = {}
     sections: list[str] = []
     if args.cli_rounds:  # --cli-rounds 0: skip them
@@ -340,6 +349,7 @@ def main() -> int:
                   f"{r['rerun_embedded']}) |" for r in rows]
         sections.append("The core stages in one process (no Dagster):\n\n" + "\n".join(lines))
     body = "\n\n".join(sections)
+    body += "\n\n" + machine_load(load_at_start)
     print(json.dumps(results, indent=2) if args.json else body)
     if not args.no_page and sections:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
