@@ -145,7 +145,9 @@ def _start_early(config: PipelineConfig, store, walks: dict) -> None:
     start_parser_early(types, memory_limit)
     embedder = make_embedder(config.embedding)
     if types and isinstance(embedder, ModelEmbedder):
-        embedder.load()  # once per process: the run's embedder finds it loaded
+        # As one text needs it (a page edit's chunk); once per process, so the run's embedder finds
+        # it loaded. A full build encodes in batches on another session and leaves this one idle.
+        embedder.load()
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
