@@ -67,6 +67,10 @@ class OnnxEncoder:
                 options.intra_op_num_threads = threads
                 options.inter_op_num_threads = 1
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                # Memory patterns pre-plan a run's buffers for inputs of one shape; batches differ
+                # in length, so they only held a quarter more memory (1,051 MB against 787 MB
+                # peak for 320 passages), at the same speed.
+                options.enable_mem_pattern = False
                 try:
                     self._sessions[threads] = ort.InferenceSession(str(self.model_file), options,
                                                                    providers=["CPUExecutionProvider"])
