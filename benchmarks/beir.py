@@ -233,8 +233,8 @@ def eval_overhead(store: Store, embedder, golden, name: str, rounds: int) -> dic
 
     def raw() -> tuple[float, float]:
         started = time.perf_counter()
-        vectors = embedder.model.encode(questions, batch_size=config.batch_size, normalize_embeddings=config.normalize,
-                                        convert_to_numpy=True, show_progress_bar=False)
+        # The engine itself (ONNX Runtime, or the library for a model it cannot run), without the retriever.
+        vectors = embedder.engine.encode(questions, normalize=config.normalize)
         encoded = time.perf_counter()
         scores = np.asarray(vectors, dtype=np.float32) @ unit.T
         top = np.argpartition(-scores, depth, axis=1)[:, :depth]

@@ -1,7 +1,8 @@
 """Ingestion speed on the sample corpus and the httpx docs: parse docs/s, embed chunks/s against a
-raw `model.encode` of the same texts in the same process, and a no-change re-run against the full run.
+raw encode of the same texts in the same process, and what a user waits for in fresh processes.
 
     python benchmarks/ingest.py [--json] [--parse-only] [--cli-only] [--rounds N] [--cli-rounds N]
+                                [--before CHECKOUT] [--no-page]
 
 Runs the core stages directly (the Dagster assets call the same functions), each corpus into a
 fresh DuckDB file under benchmarks/out/ingest/. Before that, parse docs/s of the Markdown, HTML
@@ -9,13 +10,18 @@ and text files with unstructured's default options (the call before) against the
 pipeline uses (`parsing._PARTITION_OPTIONS`): same pages, this process, the two calls alternating
 in order over N rounds (3 unless told), medians reported; `--parse-only` stops there.
 
-What a user pays is timed too, end to end in fresh processes: `rag-pipeline ingest` on a copy of
-the httpx 0.23 docs (a new store: the full build; again: no change; after appending a paragraph
-to one page: a one-page edit; then `rag-pipeline search` of one question), each `--cli-rounds`
-times (3 unless told), medians and each case as a share of the full build on its own (of the
-medians, and the median of each round's share); each command on its own and through a warm
-process (`rag-pipeline warm start`), alternating; then, untimed, the DuckDB connections each
-case opens on its own (`duckdb.connect` counted); `--cli-only` runs just that.
+What a user pays is timed too, end to end in fresh processes, as users run the pipeline: with a
+persistent Dagster instance (DAGSTER_HOME set to a new folder holding this repository's
+dagster.yaml, as `make demo` and the UI have). `rag-pipeline ingest` on a copy of the httpx 0.23
+docs (a new store: the full build; again: no change; after appending a paragraph to one page: a
+one-page edit), then `rag-pipeline search` of one question; each `--cli-rounds` times (3 unless
+told), medians, and each case as a share of the full build (of the medians, and the median of
+each round's own share). `--before CHECKOUT` runs the same rounds with the code of another
+checkout of this repository (its `rag_pipeline` first on the path, this interpreter and its
+packages), alternating with this code round by round, and shows both side by side. Then,
+untimed, the DuckDB connections each case opens with this code (`duckdb.connect` counted).
+`--cli-only` runs just that. The figures are written into docs/performance.md
+(`performance_page.write_section`) unless `--no-page`.
 """
 
 from __future__ import annotations
@@ -84,8 +90,8 @@ def parse_option_rows(rounds: int) -> list[dict]:
 
 def parse_worker_rows(rounds: int) -> list[dict]:
     """The pipeline's parse stage (`parse_source`: reading, hashing, the worker round trips, the
-    staging writes) with one and with two parser workers, started and warm before timing (as the
-    warm process's forks have them), alternating in one process; medians of docs/s."""
+    staging writes) with one and with two parser workers, started and warm before timing,
+    alternating in one process; medians of docs/s."""
     import tempfile as _tempfile
 
     from rag_pipeline.config import LifecycleConfig, SourceConfig
@@ -154,10 +160,13 @@ def bench_corpus(name: str, config, out: Path, embedder) -> dict:
     }
 
 
-def _cli_env() -> dict:
-    """The environment of the command-line cases: offline, on a throwaway Dagster instance."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
+def _cli_env(code: Path | None = None) -> dict:
+    """The environment of the command-line cases: offline; the code of checkout `code` when given."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
+           "RAG_PIPELINE_WARM": "0"}  # an older checkout's warm process must not serve its commands
     env.pop("DAGSTER_HOME", None)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
@@ -166,16 +175,16 @@ def _run_cli(interpreter: Sequence[str], config: Path, env: dict, command: Seque
     its standard error, or an error that quotes it."""
     command = command or ("ingest",)
     done = subprocess.run([sys.executable, *interpreter, command[0], "--config", str(config), *command[1:]], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=config.parent)
     if done.returncode != 0:
         raise RuntimeError(f"rag-pipeline {command[0]} failed: {done.stderr[-2000:]}")
     return done.stderr
 
 
-def _cli_ingest(config: Path, env: dict, entry: str = "rag_pipeline.cli", *command: str) -> float:
+def _cli_ingest(config: Path, env: dict, *command: str) -> float:
     """Seconds of one `rag-pipeline` command in a fresh process (`ingest` unless told)."""
     started = time.perf_counter()
-    _run_cli(["-m", entry], config, env, command)
+    _run_cli(["-m", "rag_pipeline.cli"], config, env, command)
     return time.perf_counter() - started
 
 
@@ -183,9 +192,10 @@ CLI_CASES = ("full build", "no change", "one page edited", "search, one question
 SEARCH_QUESTION = "how do I set a timeout on a client"
 
 
-def _cli_round(env: dict, entry: str, cases: dict[str, list], suffix: str = "", run=None) -> None:
-    """A full build of a fresh copy of the httpx docs, a no-change run, a one-page edit, then a
-    search of one question; each case's `run(config, env, entry, *command)` (its seconds unless told)."""
+def _cli_round(env: dict, cases: dict[str, list], run=None) -> None:
+    """A full build of a fresh copy of the httpx docs with a new Dagster instance, a no-change run,
+    a one-page edit, then a search of one question; each case's `run(config, env, *command)` (its
+    seconds unless told)."""
     import yaml
 
     run = run or _cli_ingest
@@ -193,15 +203,19 @@ def _cli_round(env: dict, entry: str, cases: dict[str, list], suffix: str = "", 
         work = Path(folder)
         docs = work / "docs"
         shutil.copytree(HTTPX, docs)
+        home = work / "dagster_home"
+        home.mkdir()
+        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+        env = {**env, "DAGSTER_HOME": str(home)}
         config = work / "pipeline.yaml"
         config.write_text(yaml.safe_dump({"sources": [{"name": "httpx", "path": str(docs)}],
                                           "storage": {"path": str(work / "index.duckdb")}}))
-        cases["full build" + suffix].append(run(config, env, entry))
-        cases["no change" + suffix].append(run(config, env, entry))
+        cases["full build"].append(run(config, env))
+        cases["no change"].append(run(config, env))
         page = docs / "quickstart.md"
         page.write_text(page.read_text() + "\n\nA paragraph added to time a one-page edit.\n")
-        cases["one page edited" + suffix].append(run(config, env, entry))
-        cases["search, one question" + suffix].append(run(config, env, entry, "search", SEARCH_QUESTION))
+        cases["one page edited"].append(run(config, env))
+        cases["search, one question"].append(run(config, env, "search", SEARCH_QUESTION))
 
 
 # The command line in an interpreter whose `duckdb.connect` is counted; the count is its last line.
@@ -219,51 +233,74 @@ runpy.run_module("rag_pipeline.cli", run_name="__main__")
 """
 
 
-def _cli_connects(config: Path, env: dict, entry: str, *command: str) -> int:
+def _cli_connects(config: Path, env: dict, *command: str) -> int:
     """DuckDB connections one `rag-pipeline` command opens (an untimed run)."""
     stderr = _run_cli(["-c", _COUNTING_CLI], config, env, command)
     return int(stderr.strip().splitlines()[-1].removeprefix("duckdb connects: "))
 
 
 def cli_connection_counts() -> dict[str, int]:
-    """DuckDB connections each command-line case opens, in one untimed round on its own."""
+    """DuckDB connections each command-line case opens, in one untimed round with this code."""
     cases: dict[str, list] = {name: [] for name in CLI_CASES}
-    _cli_round({**_cli_env(), "RAG_PIPELINE_WARM": "0"}, "rag_pipeline.cli", cases, run=_cli_connects)
+    _cli_round(_cli_env(), cases, run=_cli_connects)
     return {name: counts[0] for name, counts in cases.items()}
 
 
-def bench_cli(rounds: int) -> dict:
-    """Full build, no-change run and one-page edit of the httpx docs, each command a fresh process:
-    on its own (`RAG_PIPELINE_WARM=0`), and through a warm process (`rag-pipeline warm start`,
-    once, in a cache folder of its own), the two alternating round by round."""
-    env = _cli_env()
-    alone = {**env, "RAG_PIPELINE_WARM": "0"}
-    cases: dict[str, list[float]] = {name + suffix: [] for suffix in ("", ", warm") for name in CLI_CASES}
-    with tempfile.TemporaryDirectory() as cache:
-        warm = {**env, "RAG_PIPELINE_CACHE": cache}
-        warm.pop("RAG_PIPELINE_WARM", None)
-        started = time.perf_counter()
-        start = subprocess.run([sys.executable, "-m", "rag_pipeline", "warm", "start", "--idle-minutes", "30"],
-                               env=warm, capture_output=True, text=True)
-        warm_start_s = time.perf_counter() - started
-        if start.returncode != 0:
-            raise RuntimeError(f"rag-pipeline warm start failed: {start.stderr[-2000:]}")
-        try:
-            for _ in range(rounds):
-                _cli_round(alone, "rag_pipeline.cli", cases)
-                _cli_round(warm, "rag_pipeline", cases, ", warm")
-        finally:
-            subprocess.run([sys.executable, "-m", "rag_pipeline", "warm", "stop"], env=warm, capture_output=True)
+def _rows(cases: dict[str, list[float]]) -> dict[str, dict]:
     full = statistics.median(cases["full build"])
-    # Each round's case against the same round's full build on its own: paired, so that a drift of
-    # the machine's speed between rounds moves both.
-    rows = {name: {"median_s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
+    # Each round's case against the same round's full build: paired, so that a drift of the
+    # machine's speed between rounds moves both.
+    return {name: {"median_s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
                    "share_of_full_pct": round(100 * statistics.median(v) / full, 1),
                    "paired_share_pct": round(100 * statistics.median(x / f for x, f in zip(v, cases["full build"])), 1)}
             for name, v in cases.items()}
-    rows["warm start (once)"] = {"median_s": round(warm_start_s, 2), "runs_s": [round(warm_start_s, 2)],
-                                 "share_of_full_pct": round(100 * warm_start_s / full, 1)}
-    return rows
+
+
+def bench_cli(rounds: int, before: Path | None = None) -> dict[str, dict[str, dict]]:
+    """The command-line cases with this code ("after") and, given `before`, with that checkout's,
+    alternating round by round (which goes first alternates too)."""
+    versions = {"after": _cli_env()}
+    if before is not None:
+        versions["before"] = _cli_env(before.resolve())
+    cases = {version: {name: [] for name in CLI_CASES} for version in versions}
+    names = list(versions)
+    for round_ in range(rounds):
+        for version in names if round_ % 2 == 0 else names[::-1]:
+            _cli_round(versions[version], cases[version])
+    return {version: _rows(found) for version, found in cases.items()}
+
+
+def cli_table(cli: dict[str, dict[str, dict]], before: Path | None) -> str:
+    """The command-line figures as markdown: before and after side by side when both ran."""
+    versions = [v for v in ("before", "after") if v in cli]
+    label = {"before": f"before ({_commit(before)})" if before else "before", "after": f"after ({_commit(PROJECT_ROOT)})"}
+    header = "| `rag-pipeline`, httpx 0.23 docs, fresh process, DAGSTER_HOME set | " + " | ".join(
+        f"{label[v]}: median s | share of the full build | median of each round's share" for v in versions) + \
+        " | DuckDB connections (after) | runs, s |"
+    lines = [header, "|---|" + "---|---|---|" * len(versions) + "---|---|"]
+    for name in CLI_CASES:
+        cells = []
+        for version in versions:
+            row = cli[version][name]
+            cells += [f"{row['median_s']:.2f}", f"{row['share_of_full_pct']:.1f}%", f"{row['paired_share_pct']:.1f}%"]
+        runs = "; ".join(f"{v}: {', '.join(map(str, cli[v][name]['runs_s']))}" for v in versions)
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {cli['after'][name].get('duckdb_connects', '')} | {runs} |")
+    return "\n".join(lines)
+
+
+def _commit(checkout: Path) -> str:
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return (done.stdout.strip() or str(checkout)) + (", with changes" if dirty else "")
+
+
+def machine_load(at_start: tuple[float, float, float]) -> str:
+    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
+    the CPUs with whatever else ran then."""
+    at_end = os.getloadavg()
+    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
+            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
 
 
 def main() -> int:
@@ -273,59 +310,52 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the parse options comparison")
     parser.add_argument("--cli-only", action="store_true", help="only the end-to-end command-line timings")
     parser.add_argument("--cli-rounds", type=int, default=3, help="fresh-process rounds of each command-line case")
+    parser.add_argument("--before", type=Path, help="a checkout of the code to compare with (e.g. a worktree of main)")
+    parser.add_argument("--no-page", action="store_true", help="print only; leave docs/performance.md as it is")
     args = parser.parse_args()
-    cli = bench_cli(args.cli_rounds) if args.cli_rounds else {}  # --cli-rounds 0: skip them
-    if cli:
+    load_at_start = os.getloadavg()
+    results: dict = {}
+    sections: list[str] = []
+    if args.cli_rounds:  # --cli-rounds 0: skip them
+        cli = results["cli"] = bench_cli(args.cli_rounds, args.before)
         for name, count in cli_connection_counts().items():
-            cli[name]["duckdb_connects"] = count
-    if cli and not args.json:
-        print("| `rag-pipeline ingest`, httpx 0.23 docs, fresh process | median s | share of the full build on its own"
-              " | median of each round's share | DuckDB connections | runs |")
-        print("|---|---|---|---|---|---|")
-        for name, row in cli.items():
-            paired = f"{row['paired_share_pct']:.1f}%" if "paired_share_pct" in row else ""
-            print(f"| {name} | {row['median_s']:.2f} | {row['share_of_full_pct']:.1f}% | {paired} |"
-                  f" {row.get('duckdb_connects', '')} | {', '.join(map(str, row['runs_s']))} |")
-        print()
-    if args.cli_only:
-        if args.json:
-            print(json.dumps({"cli": cli}, indent=2))
-        return 0
-    parse_rows = parse_option_rows(args.rounds)
-    if not args.json:
-        print(f"| corpus | docs | parse docs/s, unstructured defaults | parse docs/s, pipeline options | speed-up |"
-              f" (median of {args.rounds} alternating rounds, one process)")
-        print("|---|---|---|---|---|")
-        for r in parse_rows:
-            print(f"| {r['corpus']} | {r['documents']} | {r['default_docs_per_s']:.2f} | {r['fast_docs_per_s']:.2f} | "
-                  f"{r['speedup']:.2f}x |")
-        print()
-    worker_rows = parse_worker_rows(args.rounds)
-    if not args.json:
-        print(f"| corpus | parse stage docs/s, one worker | two workers | speed-up | (median of {args.rounds} alternating rounds)")
-        print("|---|---|---|---|")
-        for r in worker_rows:
-            print(f"| {r['corpus']} | {r['one_worker_docs_per_s']:.2f} | {r['two_workers_docs_per_s']:.2f} | {r['speedup']:.2f}x |")
-        print()
-    if args.parse_only:
-        if args.json:
-            print(json.dumps({"cli": cli, "parse_options": parse_rows, "parse_workers": worker_rows}, indent=2))
-        return 0
-    embedder = make_embedder(EmbeddingConfig())
-    embedder.encode(["warm-up: load the model before timing"])
-    sample = load_config(PROJECT_ROOT / "data" / "pipeline.yaml")
-    httpx = sample.model_copy(update={"sources": ()}).with_sources({"httpx": HTTPX})
-    out = PROJECT_ROOT / "benchmarks" / "out" / "ingest"
-    rows = [bench_corpus("sample corpus", sample, out / "sample", embedder), bench_corpus("httpx 0.23 docs", httpx, out / "httpx", embedder)]
-    if args.json:
-        print(json.dumps({"cli": cli, "parse_options": parse_rows, "parse_workers": worker_rows, "ingest": rows}, indent=2))
-        return 0
-    print("| corpus | docs | chunks | parse docs/s | embed stage chunks/s | raw encode chunks/s | embed overhead | full run s | no-change re-run s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['corpus']} | {r['documents']} | {r['chunks']} | {r['parse_docs_per_s']:.1f} | {r['embed_stage_chunks_per_s']:.1f} | "
-              f"{r['raw_encode_chunks_per_s']:.1f} | {r['embed_overhead_pct']:+.1f}% | {r['full_run_s']:.1f} | "
-              f"{r['no_change_rerun_s']:.2f} ({r['rerun_share_pct']:.1f}%, embedded {r['rerun_embedded']}) |")
+            cli["after"][name]["duckdb_connects"] = count
+        sections.append(f"What a user waits for, {args.cli_rounds} rounds, medians:\n\n{cli_table(cli, args.before)}")
+    if not args.cli_only:
+        parse_rows = results["parse_options"] = parse_option_rows(args.rounds)
+        lines = [f"| corpus | docs | parse docs/s, unstructured defaults | parse docs/s, pipeline options | speed-up |"
+                 f" (median of {args.rounds} alternating rounds, one process)", "|---|---|---|---|---|"]
+        lines += [f"| {r['corpus']} | {r['documents']} | {r['default_docs_per_s']:.2f} | {r['fast_docs_per_s']:.2f} | "
+                  f"{r['speedup']:.2f}x |" for r in parse_rows]
+        worker_rows = results["parse_workers"] = parse_worker_rows(args.rounds)
+        lines += ["", f"| corpus | parse stage docs/s, one worker | two workers | speed-up | (median of {args.rounds} "
+                      "alternating rounds)", "|---|---|---|---|"]
+        lines += [f"| {r['corpus']} | {r['one_worker_docs_per_s']:.2f} | {r['two_workers_docs_per_s']:.2f} | "
+                  f"{r['speedup']:.2f}x |" for r in worker_rows]
+        sections.append("\n".join(lines))
+    if not (args.cli_only or args.parse_only):
+        embedder = make_embedder(EmbeddingConfig())
+        embedder.encode(["warm-up: load the model before timing"])
+        sample = load_config(PROJECT_ROOT / "data" / "pipeline.yaml")
+        httpx = sample.model_copy(update={"sources": ()}).with_sources({"httpx": HTTPX})
+        out = PROJECT_ROOT / "benchmarks" / "out" / "ingest"
+        rows = results["ingest"] = [bench_corpus("sample corpus", sample, out / "sample", embedder),
+                                    bench_corpus("httpx 0.23 docs", httpx, out / "httpx", embedder)]
+        lines = ["| corpus | docs | chunks | parse docs/s | embed stage chunks/s | raw encode chunks/s | embed overhead | "
+                 "full run s | no-change re-run s |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['corpus']} | {r['documents']} | {r['chunks']} | {r['parse_docs_per_s']:.1f} | "
+                  f"{r['embed_stage_chunks_per_s']:.1f} | {r['raw_encode_chunks_per_s']:.1f} | {r['embed_overhead_pct']:+.1f}% | "
+                  f"{r['full_run_s']:.1f} | {r['no_change_rerun_s']:.2f} ({r['rerun_share_pct']:.1f}%, embedded "
+                  f"{r['rerun_embedded']}) |" for r in rows]
+        sections.append("The core stages in one process (no Dagster):\n\n" + "\n".join(lines))
+    body = "\n\n".join(sections)
+    body += "\n\n" + machine_load(load_at_start)
+    print(json.dumps(results, indent=2) if args.json else body)
+    if not args.no_page and sections:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from performance_page import write_section
+
+        write_section("Ingestion and the command line", body)
     return 0
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from rag_pipeline.launcher import main
+from rag_pipeline.cli import main
 
 sys.exit(main())

@@ -115,18 +115,28 @@ def _walks(config: PipelineConfig) -> dict:
 
 def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     """Every source's outcome when none of them needs a run, decided before Dagster is imported
-    (which alone costs seconds); None otherwise. With $DAGSTER_HOME set, the runner decides (it
-    also checks the instance for runs left open)."""
-    if force or os.environ.get("DAGSTER_HOME"):
+    (which alone costs seconds); None otherwise.
+
+    With a persistent Dagster instance ($DAGSTER_HOME), a command-line run of a source that was
+    killed is left open there until a later run of the source closes it: a source whose ingestion
+    lock says such a run may exist (it is held now, or its holder died holding it; see
+    `Database.run_left_open`) goes to the runner, which closes it; so does every source on a
+    backend whose lock leaves no trace of a dead holder (PostgreSQL's advisory lock). Runs the UI,
+    a sensor or a schedule launched take no such lock: the source sensor closes those of dead
+    processes."""
+    if force:
         return None
     from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.ingestion.inputs import settings_fingerprint
     from rag_pipeline.outcomes import unchanged_run
 
+    persistent_instance = bool(os.environ.get("DAGSTER_HOME"))
     settings = settings_fingerprint(config.chunking, make_embedder(config.embedding).identity)
     runs = []
     for source in config.sources:
         if source.source_id not in walks:
+            return None
+        if persistent_instance and store.db.run_left_open(source.source_id) is not False:
             return None
         run = unchanged_run(source, store, settings, walks[source.source_id])
         if run is None:
@@ -135,20 +145,34 @@ def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     return runs
 
 
-def _start_parser_early(store, walks: dict) -> None:
+def _start_early(config: PipelineConfig, store, walks: dict) -> None:
     """Files changed (their size or time differ from the committed manifest): a run is coming.
-    Start the parser process for their types now, so that its imports run on the other core
-    while this process decides and imports Dagster."""
+    Start the parser process for their types now, under the first such source's memory limit, so
+    that its imports run on the other core while this process loads the model and imports Dagster
+    (the parser's start is the longer of the two)."""
+    from rag_pipeline.core.ingestion.embedding import ModelEmbedder, make_embedder
     from rag_pipeline.core.ingestion.parse_worker import start_parser_early
 
     types: set[str] = set()
-    for source_id, walk in walks.items():
+    memory_limit = None
+    for source in config.sources:
+        walk = walks.get(source.source_id)
+        if walk is None:
+            continue
         try:
-            manifest = store.staging.manifest_rows(source_id)
+            manifest = store.staging.manifest_rows(source.source_id)
         except Exception:  # noqa: BLE001 - only a head start: the run itself reports any problem
             continue
-        types |= walk.types_likely_to_parse(manifest)
-    start_parser_early(types)
+        changed = walk.types_likely_to_parse(manifest)
+        if changed and memory_limit is None:
+            memory_limit = source.limits.max_parser_memory_mb
+        types |= changed
+    start_parser_early(types, memory_limit)
+    embedder = make_embedder(config.embedding)
+    if types and isinstance(embedder, ModelEmbedder):
+        # As one text needs it (a page edit's chunk); once per process, so the run's embedder finds
+        # it loaded. A full build encodes in batches on another session and leaves this one idle.
+        embedder.load()
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -156,7 +180,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     walks = _walks(config)
     store = _store(config)
     with store.db.session():
-        _start_parser_early(store, walks)
+        _start_early(config, store, walks)
         runs = _all_unchanged(config, store, args.force, walks)
     if runs is None:
         from rag_pipeline.runner import ingest
@@ -728,46 +752,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cmd_warm(args: argparse.Namespace) -> int:
-    """Start, stop or describe the warm process (see `rag_pipeline.warm`)."""
-    from rag_pipeline import warm
-    from rag_pipeline.config import config_path_from_env
-
-    path = warm.socket_path(warm.installation_fingerprint())
-    if args.warm_command == "start":
-        config, default = args.config, config_path_from_env()
-        if config is None and default.is_file():
-            config = str(default)
-        if config is not None:
-            load_config(config)  # a bad file is named here, not in the warm process's log
-        idle = warm.DEFAULT_IDLE_MINUTES if args.idle_minutes is None else args.idle_minutes
-        try:
-            state = warm.start(config, idle)
-        except RuntimeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        verb = "already runs" if state["already_running"] else "is ready"
-        print(f"warm process {state['pid']} {verb} ({path}); leaves after {state['idle_seconds'] / 60:g} min "
-              f"without a command. Loaded: {'; '.join(state['loaded'])}")
-        return 0
-    if args.warm_command == "stop":
-        targets = [found for found, _ in warm.all_statuses()] if args.all else [path]
-        stopped = [target for target in targets if warm.stop(target)]
-        if not stopped:
-            print("no warm process serves this installation" if not args.all else "no warm process")
-        for target in stopped:
-            print(f"warm process stopping ({target}): commands already running finish first")
-        return 0
-    found = warm.all_statuses()
-    if not found:
-        print("no warm process")
-    for socket_file, state in found:
-        current = "this installation" if socket_file == path else "another installation (serves no command of this one)"
-        print(f"pid {state['pid']}: {current}; {state['served']} command(s) served, {state['running']} running"
-              f"{', stopping' if state['stopping'] else ''}; loaded: {'; '.join(state['loaded'])}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -905,19 +889,6 @@ def build_parser() -> argparse.ArgumentParser:
     accept.add_argument("--duplicate-threshold", type=float, default=0.9, help="cosine at or above which an item is a near duplicate")
     accept.set_defaults(func=cmd_golden_accept, source=None)
 
-    warm = sub.add_parser("warm", help="a warm process that keeps Dagster, the parsers and the model loaded "
-                                       "between commands (each command runs in a fork of it)")
-    warm_sub = warm.add_subparsers(dest="warm_command", required=True)
-    warm_start = warm_sub.add_parser("start", help="start this installation's warm process (kept when one runs)")
-    warm_start.add_argument("--config", help="the config whose embedding model to load (default: $RAG_PIPELINE_CONFIG "
-                                             "or data/pipeline.yaml when it exists, else the default model)")
-    warm_start.add_argument("--idle-minutes", type=float, default=None,
-                            help="leave after this long without a command (default: 60)")
-    warm_stop = warm_sub.add_parser("stop", help="stop this installation's warm process (running commands finish first)")
-    warm_stop.add_argument("--all", action="store_true", help="also those of other installations (older code)")
-    warm_sub.add_parser("status", help="the warm processes of this cache folder, and whether they serve this installation")
-    warm.set_defaults(func=cmd_warm, source=None)
-
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)
     demo.set_defaults(func=cmd_demo)
@@ -976,5 +947,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BROKEN_PIPE_EXIT
 
 
-if __name__ == "__main__":  # always in this process; `python -m rag_pipeline` also tries the warm one
+if __name__ == "__main__":
     sys.exit(main())

@@ -83,15 +83,16 @@ def ingest(
     settings = settings_fingerprint(config.chunking, (embedder or EmbedderResource.from_config(config.embedding)).get().identity)
     runs, job = [], None
     for source_id in source_ids:
-        if not force:
-            unchanged = _unchanged(config.source(source_id), store, settings, instance)
-            if unchanged is not None:
-                runs.append(unchanged)
-                continue
-        job = job or _job(config, ingest_sources_job.name, embedder, overrides)
         try:
-            # Another process ingesting the same source would overwrite this run's staging.
+            # Another process ingesting the same source would overwrite this run's staging. Held
+            # for the decision too: its release then tells the next command that no run of the
+            # source is left open (`Database.run_left_open`).
             with store.source_lock(source_id):
+                unchanged = None if force else _unchanged(config.source(source_id), store, settings, instance)
+                if unchanged is not None:
+                    runs.append(unchanged)
+                    continue
+                job = job or _job(config, ingest_sources_job.name, embedder, overrides)
                 result = job.execute_in_process(
                     instance=instance, partition_key=source_id, raise_on_error=False, run_config=QUIET_LOGS,
                     tags={**CLI_TAGS, SOURCE_TAG: source_id, **process_tags()},

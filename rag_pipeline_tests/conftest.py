@@ -8,9 +8,6 @@ import os
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# A warm process the developer started must not run the tests' commands (test_warm_process.py
-# starts its own, in a cache folder of its own).
-os.environ["RAG_PIPELINE_WARM"] = "0"
 # Tests make their own Dagster instances; a DAGSTER_HOME from the shell must not leak into them.
 os.environ.pop("DAGSTER_HOME", None)
 

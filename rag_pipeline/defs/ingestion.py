@@ -63,14 +63,13 @@ def source_documents(
 
 @dg.asset(deps=[source_documents], kinds={"unstructured", "duckdb"}, **_common)
 def parsed_documents(
-    context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource, embedder: EmbedderResource
+    context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource
 ) -> dg.MaterializeResult:
     """unstructured elements of the added and changed documents, parsed in a worker process under the
     source's limits; failures recorded per document with the parser's reason."""
     with explained(context, lambda: _served_state(store.get(), context.partition_key)):
         source = settings.load().source(context.partition_key)
-        report = stages.parse_source(source, store.get(), context.run.run_id, embedder=embedder.get(),
-                                     progress=context.log.info)
+        report = stages.parse_source(source, store.get(), context.run.run_id, progress=context.log.info)
     return _materialized(context, report, parser=parser_version())
 
 

@@ -88,8 +88,9 @@ def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_p
     config = write_config({"docs": root})
     parser = shared_parsers(1)[0]
     parser.close()
-    cli._start_parser_early(cli._store(config), cli._walks(config))
+    cli._start_early(config, cli._store(config), cli._walks(config))
     assert parser.running() and parser._process.args[-2:] == ["--warm", "md"]
+    assert parser.memory_limit_mb == config.sources[0].limits.max_parser_memory_mb
     doc = parser.parse(ParseJob("docs:a.md", "a.md", "md", b"# A\n\nThe parser reads this page.\n", "h", None, None), timeout_s=120)
     assert [e.category for e in doc.elements] == ["Title", "NarrativeText"]
     parser.close()

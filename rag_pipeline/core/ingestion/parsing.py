@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.metadata
-import importlib.util
 import io
 import logging
 import re
-import sys
-import types
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -63,6 +59,8 @@ class ParseJob:
     content_hash: str
     title: str | None = None
     max_text_chars: int | None = None
+    # A zip-based document (.docx): the most its members may inflate to, as its directory declares.
+    max_unpacked_bytes: int | None = None
 
 
 def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> ParsedDocument:
@@ -88,7 +86,7 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
     line_offset = 0
     text: str | None = None
     if job.file_type == "docx":
-        _check_docx(data)
+        _check_docx(data, job.max_unpacked_bytes)
     if job.file_type in ("md", "txt", "html"):
         text = _decode_text(data, job.file_type)
         if not text.strip():
@@ -106,8 +104,8 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
     with _ParserMessages() as messages:
         try:
             raw_elements = _partition(job.file_type, data, text, parser_defaults)
-        except ParseError:
-            raise
+        except (ParseError, MemoryError):
+            raise  # a MemoryError is the worker's memory limit: reported as such by the worker
         except Exception as exc:  # unstructured raises many types; the reason is what matters here
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             # The parser read from memory: name the file where its message shows the buffer.
@@ -163,14 +161,24 @@ def _decode_text(data: bytes, file_type: str) -> str:
         raise ParseError(str(exc)) from exc
 
 
-def _check_docx(data: bytes) -> None:
-    """A .docx is a zip holding word/document.xml; anything else gets a reason a person can act on."""
+def _check_docx(data: bytes, max_unpacked_bytes: int | None = None) -> None:
+    """A .docx is a zip holding word/document.xml; anything else gets a reason a person can act on.
+
+    Its members' inflated sizes, as the zip's directory declares them, must stay within
+    `max_unpacked_bytes`: a few MB of zip can inflate to gigabytes of XML (a decompression bomb).
+    The declared sizes bind: Python's zipfile stops a member at its declared size and fails its
+    checksum, so an archive that understates them does not get further."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            names = set(archive.namelist())
+            members = archive.infolist()
     except zipfile.BadZipFile:
         raise ParseError("not a readable Word .docx document (not a complete zip archive): truncated, an old .doc, "
                          "or another type renamed? re-save it from Word as .docx, or give it its real extension") from None
+    names = {member.filename for member in members}
+    unpacked = sum(member.file_size for member in members)
+    if max_unpacked_bytes is not None and unpacked > max_unpacked_bytes:
+        raise ParseError(f"the document's zip inflates to {unpacked / 2**20:,.0f} MB, over the "
+                         f"{max_unpacked_bytes / 2**20:,.0f} MB limit (limits.max_unpacked_mb): refused before parsing")
     if "word/document.xml" not in names:
         raise ParseError("not a Word .docx document (a zip archive without word/document.xml): re-save it from "
                          "Word as .docx, or give it its real extension")
@@ -178,50 +186,6 @@ def _check_docx(data: bytes) -> None:
 
 # The file types whose parser runs in the parser process (a BEIR corpus is read directly).
 WARM_UP_TYPES = ("md", "html", "txt", "pdf", "docx")
-
-# Modules unstructured imports whole for work the pipeline's options turn off: iso639 (language
-# codes, for language detection and OCR) builds its tables at import, 0.3 s of every parser
-# process's start. Deferred, a module's body runs at the first use of one of its names: never,
-# on these options.
-DEFERRED_IMPORTS = ("iso639",)
-
-
-class _DeferredModule(types.ModuleType):
-    """Stands in for a module until one of its names is used; then imports it and takes its names.
-
-    importlib's LazyLoader would not do on Python 3.11: `import` itself reads `__spec__` of a
-    module found in sys.modules, which makes LazyLoader run the body there and then. The stand-in
-    has what the import system and tools read without using the module (`inspect.getmodule`
-    looks for `__file__` in every module there is)."""
-
-    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
-        super().__init__(spec.name)
-        self.__spec__, self.__loader__, self.__package__ = spec, spec.loader, spec.parent
-        if spec.has_location:
-            self.__file__ = spec.origin
-        if spec.submodule_search_locations is not None:
-            self.__path__ = list(spec.submodule_search_locations)
-
-    def __getattr__(self, name: str):
-        # Only names the stand-in lacks get here: the module's own.
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        module = importlib.import_module(self.__name__)
-        self.__dict__.update(module.__dict__)
-        return getattr(module, name)
-
-
-def defer_unused_imports() -> None:
-    """Put a `_DeferredModule` in sys.modules for each of `DEFERRED_IMPORTS` not yet imported
-    (call before unstructured is imported)."""
-    for name in DEFERRED_IMPORTS:
-        if name in sys.modules:
-            continue
-        spec = importlib.util.find_spec(name)
-        if spec is None:
-            continue
-        sys.modules[name] = _DeferredModule(spec)
-
 
 def warm_up(file_type: str) -> None:
     """Import the partitioner of a file type, and for text formats run it once on a tiny page

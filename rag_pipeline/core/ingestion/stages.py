@@ -51,10 +51,6 @@ from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
 WRITE_BATCH = 500
 EMBED_BATCH = 2048
-# Chunks per parsed document, guessed before parsing: the httpx docs give about 12 per page, the
-# sample corpus about 7. A guess that errs high loads the embedding library early, beside the
-# parser; one that errs low loads it after parsing (the embed stage knows the real count).
-CHUNKS_PER_DOCUMENT_GUESS = 8
 MIN_EMBED_BATCH = 64
 
 
@@ -188,7 +184,7 @@ def _behind_unreadable_folders(
 
 def parse_source(
     source: SourceConfig, store: Store, run_id: str, parser: ParserProcess | None = None,
-    embedder: Embedder | None = None, progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> StageReport:
     """Parse the documents whose content or metadata differ from their parsed version.
 
@@ -200,11 +196,6 @@ def parse_source(
     source_id = source.source_id
     version = parser_for(source.kind)
     todo = documents_to_parse(source, store)
-    if todo and embedder is not None:
-        # New text will need vectors: the model loads while the parser works (in its own process).
-        # How many chunks is known only after parsing; a guess per document decides whether the
-        # library's model is worth loading (a few documents' chunks are encoded by numpy).
-        embedder.prefetch(texts_expected=CHUNKS_PER_DOCUMENT_GUESS * len(todo))
     report = StageReport(source_id, "parsed")
     ledger: list[dict] = []
     batch: list = []
@@ -270,6 +261,8 @@ def _parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProce
         parsers = [parser]
     else:
         parsers = shared_parsers(parse_workers_for(source.parse_workers, len(todo)))
+        for worker in parsers:
+            worker.use_memory_limit(source.limits.max_parser_memory_mb)
     readers = [_reader(source, doc_ids, p) for p in parsers]
 
     def attempt(read, row: dict):
@@ -336,6 +329,10 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
     limits = source.limits
 
     def read_file(row: dict):
+        limit = limits.max_parse_bytes(row["file_type"])
+        if row["size"] > limit:
+            raise ParseError(f"{row['size'] / 2**20:,.1f} MB, over the {limit / 2**20:,.1f} MB limit for {row['file_type']} "
+                             f"files (limits.max_file_mb_by_type.{row['file_type']}): refused before parsing")
         try:
             data = tree.read(row["rel_path"])
         except discovery.DocumentReadError as exc:
@@ -343,7 +340,8 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
         if discovery.sha256_bytes(data) != row["content_hash"]:
             raise ParseError("file changed between discovery and parsing; the next run picks up the new version")
         title = json.loads(row["meta_json"] or "{}").get("title")
-        job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars)
+        job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars,
+                       int(limits.max_unpacked_mb * 2**20))
         return parser.parse(job, limits.max_parse_seconds)
 
     return read_file
@@ -418,8 +416,6 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     # cached batch by batch, so that an interrupted run keeps what it already embedded.
     hashes = sorted(misses, key=lambda h: len(misses[h]))
     per_call = batch_size(len(hashes), EMBED_BATCH, MIN_EMBED_BATCH)
-    if hashes:
-        embedder.prefetch(texts_expected=len(hashes))
     done = Progress(f"{source_id}: embedding", len(hashes), progress)
     for start in range(0, len(hashes), per_call):
         batch = hashes[start : start + per_call]

@@ -256,6 +256,11 @@ class Database(ABC):
         """Held for a whole ingestion of one source: two runs of a source would overwrite each
         other's staging."""
 
+    def run_left_open(self, source_id: str) -> bool | None:
+        """Whether an ingestion holds `source_id`'s lock now or died holding it (None: the backend
+        keeps no trace of a dead holder)."""
+        return None
+
     def close(self) -> None:
         """Release what the database holds open between calls (PostgreSQL: its connection;
         DuckDB: a released connection still waiting for the next call)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.database import Database, arrow_to_numpy
-from rag_pipeline.core.storage.locks import exclusive_source
+from rag_pipeline.core.storage.locks import exclusive_source, left_open
 from rag_pipeline.core.storage.schema import column_types
 
 _LOCK_WAIT_SECONDS = 120.0
@@ -47,7 +47,10 @@ class DuckDBDatabase(Database):
         self.path = Path(path)
         # The released connection waiting for the next call: (connection, its closing timer, pid).
         self._idle: tuple[duckdb.DuckDBPyConnection, threading.Timer, int] | None = None
+        # Held while the waiting connection is taken, and while it is closed: `shutdown` waits for
+        # a close in progress.
         self._idle_lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
         _LINGERING.add(self)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
@@ -56,8 +59,8 @@ class DuckDBDatabase(Database):
             if idle is not None and idle[2] != os.getpid():
                 # Forked while a connection waited: the parent's DuckDB (its open file, its cache
                 # of open databases) was copied into this process; a connect here would use that
-                # copy, and closing it would checkpoint the parent's file. Parser workers are
-                # forked so and never open the store; anything else must start on its own.
+                # copy, and closing it would checkpoint the parent's file. A process that opens
+                # the store must start on its own.
                 raise RuntimeError(f"{self.path}: this process was forked from one that had the file open; "
                                    "open the store in a process started on its own, not forked")
             self._idle = None
@@ -105,6 +108,7 @@ class DuckDBDatabase(Database):
                 timer = threading.Timer(LINGER_SECONDS, self._close_idle, args=(connection,))
                 timer.daemon = True
                 self._idle = (connection, timer, os.getpid())
+                self._timers = [t for t in self._timers if t.is_alive()] + [timer]
                 timer.start()
                 return
         connection.close()  # one connection waits at a time; a second (another thread's) closes
@@ -116,12 +120,26 @@ class DuckDBDatabase(Database):
             if idle is None or (connection is not None and idle[0] is not connection) or idle[2] != os.getpid():
                 return
             self._idle = None
-        idle[1].cancel()
-        idle[0].close()
+            idle[1].cancel()
+            idle[0].close()
 
     def close(self) -> None:
         """Close the connection waiting for a next call now: the file is free for other processes."""
         self._close_idle()
+
+    def shutdown(self) -> None:
+        """`close`, and wait until no closing timer runs (at exit).
+
+        A timer thread still inside DuckDB's native close when the interpreter finalizes is ended
+        by CPython as it takes the GIL back (pthread_exit); the forced unwinding meets a C++ frame
+        of DuckDB that swallows it, and the process aborts ("FATAL: exception not rethrown",
+        SIGABRT) after its work was done."""
+        self._close_idle()
+        for timer in self._timers:
+            timer.cancel()
+            if timer is not threading.current_thread():
+                timer.join()
+        self._timers = []
 
     def _begin(self, connection) -> None:
         connection.execute("BEGIN")
@@ -211,16 +229,20 @@ class DuckDBDatabase(Database):
     def source_lock(self, source_id: str, timeout_s: float = 1800.0) -> AbstractContextManager:
         return exclusive_source(self.path, source_id, timeout_s)
 
+    def run_left_open(self, source_id: str) -> bool | None:
+        return left_open(self.path, source_id)
+
     def describe(self) -> str:
         return str(self.path)
 
 
 # Databases whose released connection may still wait: closed at exit, so that the file is
-# checkpointed and its lock released as before, not left to the interpreter's teardown.
+# checkpointed and its lock released as before, not left to the interpreter's teardown, and no
+# timer thread is left in DuckDB's code when it starts (`DuckDBDatabase.shutdown`).
 _LINGERING: weakref.WeakSet[DuckDBDatabase] = weakref.WeakSet()
 
 
 @atexit.register
 def _close_lingering() -> None:
     for database in list(_LINGERING):
-        database.close()
+        database.shutdown()

@@ -60,3 +60,24 @@ def exclusive_source(database: Path, source_id: str, timeout_s: float = 1800.0, 
             handle.truncate()
             handle.flush()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def left_open(database: Path, source_id: str) -> bool:
+    """Whether an ingestion of `source_id` holds its lock now, or died holding it: the lock file
+    still names a holder (a holder that ends, normally or by an exception, empties it; a kill -9
+    leaves it). False when no ingestion ever took it."""
+    path = lock_path(database, source_id)
+    try:
+        handle = open(path)
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # held now
+        try:
+            return bool(handle.read().strip())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.core.ingestion.embedding import _folder_revision, revision_cache_file
+from rag_pipeline.core.ingestion.model_folder import folder_revision, revision_cache_file
 
 
 @pytest.fixture
@@ -18,17 +18,17 @@ def model(tmp_path, monkeypatch):
 
 
 def test_the_second_identity_reads_no_weights(model, monkeypatch):
-    first = _folder_revision(model)
+    first = folder_revision(model)
     assert revision_cache_file().is_file()
 
     def refuse(self):
         raise AssertionError(f"read {self}")
 
     monkeypatch.setattr(Path, "read_bytes", refuse)
-    assert _folder_revision(model) == first
+    assert folder_revision(model) == first
 
 
 def test_changed_weights_are_hashed_again(model):
-    first = _folder_revision(model)
+    first = folder_revision(model)
     (model / "model.safetensors").write_bytes(b"other weights" * 1000)
-    assert _folder_revision(model) != first
+    assert folder_revision(model) != first

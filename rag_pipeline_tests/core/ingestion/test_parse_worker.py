@@ -1,15 +1,11 @@
-"""The parser in its own process: a document that overruns or kills the parser fails alone.
-
-Each test runs with a worker started as its own interpreter and with one forked from this
-process (as a command forked from the warm process starts it); after an overrun or a death, the
-replacement is always its own interpreter."""
+"""The parser in its own process: a document that overruns or kills the parser fails alone."""
 
 import threading
 import time
 
 import pytest
 
-from rag_pipeline.core.ingestion.parse_worker import ForkedWorker, ParserProcess
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess
 from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
 
 pytestmark = pytest.mark.slow
@@ -21,15 +17,9 @@ def _job(name: str, data: bytes, file_type: str = "md") -> ParseJob:
     return ParseJob(f"s:{name}", name, file_type, data, "hash", None, None)
 
 
-@pytest.fixture(params=["own interpreter", "forked"])
-def parser(request):
+@pytest.fixture
+def parser():
     process = ParserProcess()
-    if request.param == "forked":
-        from rag_pipeline.core.ingestion import parsing
-
-        parsing.warm_up("md")
-        process.adopt(ForkedWorker(), {"md"})
-        assert isinstance(process._process, ForkedWorker)
     yield process
     process.close()
 
@@ -55,9 +45,8 @@ def test_an_overrun_is_stopped_and_the_next_document_parses(parser):
 
 def test_a_dead_parser_fails_only_its_document(parser):
     parser.parse(_job("warm.md", b"# Warm\n\nup.\n"), timeout_s=60)
-    victim = parser._process
-    assert victim.poll() is None
-    killer = threading.Timer(0.5, victim.kill)
+    assert parser.running()
+    killer = threading.Timer(0.5, parser.kill)
     killer.start()
     with pytest.raises(ParseError, match="parser process died while parsing .*killed by SIGKILL"):
         parser.parse(_job("slow.md", SLOW_MARKDOWN), timeout_s=120)
@@ -86,42 +75,19 @@ def test_an_interrupted_parse_leaves_no_reply_for_the_next_document(parser):
     assert parser.parse(_job("last.md", b"# Last page\n\nIts own text.\n"), timeout_s=120).title == "Last page"
 
 
-def test_a_forked_worker_keeps_only_its_pipes_and_standard_streams(tmp_path):
+def test_the_worker_keeps_only_its_pipe_and_standard_streams(tmp_path):
     import os
 
     held = open(tmp_path / "held.txt", "w")  # a descriptor of this process the worker must not keep
     process = ParserProcess()
     try:
-        process.adopt(ForkedWorker(), set())
         assert process.parse(_job("a.md", b"# Title\n\nBody.\n"), timeout_s=120).title == "Title"
-        worker = process._process
-        fds = {int(fd) for fd in os.listdir(f"/proc/{worker.pid}/fd")}
+        fds = {int(fd) for fd in os.listdir(f"/proc/{process.pid}/fd")}
         assert held.fileno() not in fds
-        assert len(fds) == 5  # stdin, stdout, stderr, its requests and its replies
-        worker.stdin.close()  # the end of requests: the worker leaves on its own
-        assert worker.wait() == 0
+        assert len(fds) == 4, fds  # stdin, stdout, stderr and its end of the pipe
+        pid = process.pid
+        process.close()  # the parent's end closes: the worker is stopped and reaped
+        assert not os.path.exists(f"/proc/{pid}")
     finally:
         process.close()
         held.close()
-
-
-def test_a_deferred_import_runs_only_when_used():
-    """The worker defers iso639 (language codes): parsing with the pipeline's options never runs it;
-    a partition that detects languages still gets it, whole."""
-    import subprocess
-    import sys
-
-    script = """
-import sys
-from rag_pipeline.core.ingestion import parsing
-parsing.defer_unused_imports()
-page = "# Plans\\n\\nGrowth costs 49 dollars a month, billed yearly.\\n"
-fast = parsing._partition("md", page.encode(), page)
-print(type(sys.modules["iso639"]).__name__, [e.category for e in fast])
-detected = parsing._partition("md", page.encode(), page, parser_defaults=True)
-print(type(sys.modules["iso639"]).__name__, sorted({l for e in detected for l in e.metadata.languages}))
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    # Used, the module took the stand-in's place in sys.modules.
-    assert done.stdout.splitlines() == ["_DeferredModule ['Title', 'NarrativeText']", "module ['eng']"]

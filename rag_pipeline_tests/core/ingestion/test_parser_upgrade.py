@@ -16,6 +16,9 @@ class InProcessParser:
     def parse(self, job, timeout_s):
         return parsing.parse_job(job)
 
+    def use_memory_limit(self, memory_limit_mb):
+        """This process has no limit of its own to take."""
+
 
 def _run(source, store, embedder, run_id):
     reports = stages.ingest_source(source, store, embedder, ChunkingConfig(), LifecycleConfig(), run_id)

@@ -140,3 +140,23 @@ def test_a_one_page_edit_runs_every_stage_on_one_connection(tmp_path, connects, 
     assert reports["parsed"].counts["parsed"] == 1 and reports["indexed"].switched
     assert len(connects) == 1
     store.close()
+
+
+# A process that exits while its waiting connection's timer closes it: the race behind the SIGABRT
+# ("FATAL: exception not rethrown") seen after ingests that had finished their work.
+EXIT_DURING_CLOSE = """
+import sys, time
+from rag_pipeline.core.storage import duckdb as backend, duckdb_store
+backend.LINGER_SECONDS = 0.02
+store = duckdb_store(sys.argv[1])
+store.db.value("SELECT 1")
+time.sleep(float(sys.argv[2]))  # exit about when the timer fires
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_exits_while_its_connection_closes_exits_cleanly(tmp_path):
+    path = tmp_path / "exit.duckdb"
+    codes = [subprocess.run([sys.executable, "-c", EXIT_DURING_CLOSE, str(path), str(delay)], capture_output=True,
+                            text=True, timeout=120) for delay in (0.0, 0.01, 0.02, 0.03) * 10]
+    assert [c.returncode for c in codes] == [0] * len(codes), next(c.stderr for c in codes if c.returncode)

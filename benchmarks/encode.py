@@ -1,0 +1,183 @@
+"""The embedding engine, side by side with the library: bulk encode on the same texts, and one
+query's encode in a fresh process.
+
+    python benchmarks/encode.py [--rounds 5] [--texts 512] [--fresh-rounds 5] [--no-page]
+
+Bulk: the first `--texts` SciFact passages (title and abstract, chunk-sized real text) encoded
+by the pipeline's embedder on ONNX Runtime (as a batch runs: every CPU; and on one thread) and by
+sentence-transformers' `model.encode` (torch, its own thread count), batch size 32, in this one
+process, the three alternating in order over `--rounds` rounds; medians of texts/s, and the
+largest difference of any vector component from the library's.
+
+Fresh process: `python -c` that builds the embedder and encodes one question, timed from outside
+(the whole process) and inside (imports, load, encode), against the same with the library;
+alternating over `--fresh-rounds`; whether the process imported torch. Results go to
+docs/performance.md (`performance_page.write_section`) unless `--no-page`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
+
+from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig  # noqa: E402
+from rag_pipeline.core.ingestion.embedding import ModelEmbedder  # noqa: E402
+from rag_pipeline.core.ingestion.onnx_engine import bulk_threads  # noqa: E402
+
+SCIFACT = PROJECT_ROOT.parent / "shared" / "datasets" / "beir-scifact" / "corpus.jsonl"
+QUESTION = "how do I set a timeout on a client"
+
+ONNX_QUERY = """
+import json, sys, time
+started = time.perf_counter()
+from rag_pipeline.config import EmbeddingConfig
+from rag_pipeline.core.ingestion.embedding import make_embedder
+embedder = make_embedder(EmbeddingConfig())
+embedder.encode([sys.argv[1]])
+print(json.dumps({"inside_s": time.perf_counter() - started, "torch": "torch" in sys.modules}))
+"""
+LIBRARY_QUERY = """
+import json, sys, time
+started = time.perf_counter()
+from sentence_transformers import SentenceTransformer
+from rag_pipeline.config import DEFAULT_MODEL
+from rag_pipeline.core.ingestion.model_folder import resolve_model_path
+model = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
+model.encode([sys.argv[1]], normalize_embeddings=True)
+print(json.dumps({"inside_s": time.perf_counter() - started, "torch": "torch" in sys.modules}))
+"""
+
+
+def passages(count: int) -> list[str]:
+    texts = []
+    with open(SCIFACT, encoding="utf-8") as corpus:
+        for line in corpus:
+            record = json.loads(line)
+            texts.append(f"{record.get('title', '')} {record.get('text', '')}".strip())
+            if len(texts) == count:
+                break
+    return texts
+
+
+def bulk(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Texts/s of each engine per round, alternating; the largest difference from the library's vectors."""
+    from sentence_transformers import SentenceTransformer
+
+    embedder = ModelEmbedder(EmbeddingConfig())
+    engine = embedder.engine
+    library = SentenceTransformer(embedder.model_path, device="cpu")
+    threads = bulk_threads()
+    session_one = engine.session(1)
+
+    def onnx_one_thread(batch):
+        # The engine's own batching and pooling, on its one-thread session.
+        saved = engine.session
+        engine.session = lambda _threads: session_one
+        try:
+            return engine.encode(batch, normalize=True)
+        finally:
+            engine.session = saved
+
+    runs = {
+        f"ONNX Runtime, {threads} thread(s)": lambda batch: engine.encode(batch, normalize=True),
+        "ONNX Runtime, 1 thread": onnx_one_thread,
+        "sentence-transformers (torch)": lambda batch: library.encode(batch, batch_size=32, normalize_embeddings=True,
+                                                                      convert_to_numpy=True, show_progress_bar=False),
+    }
+    for run in runs.values():  # untimed: sessions made, torch's first call
+        run(texts[:8])
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    vectors: dict[str, np.ndarray] = {}
+    names = list(runs)
+    for round_ in range(rounds):
+        order = names[round_ % len(names):] + names[:round_ % len(names)]
+        for name in order:
+            started = time.perf_counter()
+            vectors[name] = runs[name](texts)
+            rates[name].append(len(texts) / (time.perf_counter() - started))
+    reference = vectors["sentence-transformers (torch)"]
+    differences = {name: float(np.abs(v - reference).max()) for name, v in vectors.items()}
+    return rates, differences
+
+
+def fresh(rounds: int) -> dict[str, dict]:
+    """A query's encode in a fresh process: outside (whole process) and inside seconds per round."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cases = {"ONNX Runtime (the pipeline's embedder)": ONNX_QUERY, "sentence-transformers (torch)": LIBRARY_QUERY}
+    results = {name: {"outside_s": [], "inside_s": [], "torch": set()} for name in cases}
+    for round_ in range(rounds + 1):  # the first round is untimed: the file cache fills
+        for name, code in (list(cases.items()) if round_ % 2 else list(cases.items())[::-1]):
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), QUESTION], env=env, capture_output=True,
+                                  text=True, timeout=600)
+            outside = time.perf_counter() - started
+            if done.returncode != 0:
+                raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
+            report = json.loads(done.stdout.strip().splitlines()[-1])
+            if round_:
+                results[name]["outside_s"].append(outside)
+                results[name]["inside_s"].append(report["inside_s"])
+                results[name]["torch"].add(report["torch"])
+    return results
+
+
+def render(count: int, rounds: int, rates, differences, fresh_results) -> str:
+    lines = [f"Bulk encode of {count} SciFact passages (title and abstract), batch size 32, one process, "
+             f"{rounds} alternating rounds, medians:", "",
+             "| engine | texts/s (median) | rounds | largest difference from the library's vectors |", "|---|---|---|---|"]
+    for name, values in rates.items():
+        lines.append(f"| {name} | {statistics.median(values):.1f} | {', '.join(f'{v:.1f}' for v in values)} | "
+                     f"{differences[name]:.1e} |")
+    lines += ["", "One question encoded in a fresh process (`python -c`: imports, model load, one encode), "
+              f"{len(next(iter(fresh_results.values()))['outside_s'])} alternating rounds after an untimed one, medians:", "",
+              "| engine | whole process s | inside the process s | imported torch |", "|---|---|---|---|"]
+    for name, result in fresh_results.items():
+        lines.append(f"| {name} | {statistics.median(result['outside_s']):.2f} | "
+                     f"{statistics.median(result['inside_s']):.2f} | {'yes' if True in result['torch'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def machine_load(at_start: tuple[float, float, float]) -> str:
+    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
+    the CPUs with whatever else ran then."""
+    at_end = os.getloadavg()
+    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
+            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--texts", type=int, default=512)
+    parser.add_argument("--fresh-rounds", type=int, default=5)
+    parser.add_argument("--no-page", action="store_true", help="print only; leave docs/performance.md as it is")
+    args = parser.parse_args()
+    load_at_start = os.getloadavg()
+    texts = passages(args.texts)
+    rates, differences = bulk(texts, args.rounds)
+    fresh_results = fresh(args.fresh_rounds)
+    body = render(len(texts), args.rounds, rates, differences, fresh_results)
+    body += "\n\n" + machine_load(load_at_start)
+    print(body)
+    if not args.no_page:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from performance_page import write_section
+
+        write_section("The embedding engine: ONNX Runtime against the library", body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
