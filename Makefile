@@ -36,8 +36,12 @@ demo ui: export DAGSTER_HOME := $(DAGSTER_HOME)
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/rag-pipeline demo
 
+# CI runs everything; the development loop runs what is not marked slow (no real model, few parses).
 test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 lint: install
 	$(BIN)/ruff check rag_pipeline rag_pipeline_tests benchmarks tools

@@ -31,10 +31,10 @@ from rag_pipeline.config import PROJECT_ROOT, ChunkingConfig, EmbeddingConfig, L
 from rag_pipeline.core.evaluation import abstention  # noqa: E402
 from rag_pipeline.core.evaluation.answer_checks import check_answer  # noqa: E402
 from rag_pipeline.core.evaluation.answers import ExtractiveGenerator  # noqa: E402
-from rag_pipeline.core.evaluation.retrieval import Retriever  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.models import SearchFilters  # noqa: E402
+from rag_pipeline.core.retrieval.retriever import Retriever  # noqa: E402
 from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 

@@ -111,8 +111,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from rag_pipeline.config import RetrievalConfig  # noqa: E402
-from rag_pipeline.core.evaluation.retrieval import reciprocal_rank_fusion  # noqa: E402
 from rag_pipeline.core.models import Hit, SearchFilters  # noqa: E402
+from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
 from rag_pipeline.core.storage import Store  # noqa: E402
 from rag_pipeline.core.storage.duckdb import DuckDBDatabase  # noqa: E402
 from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402

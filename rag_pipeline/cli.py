@@ -454,9 +454,9 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
 def cmd_golden_triage(args: argparse.Namespace) -> int:
     """The review queue: items to turn into golden cases, with what a reviewer needs beside them."""
     from rag_pipeline.core.evaluation.golden import load_golden_set
-    from rag_pipeline.core.evaluation.retrieval import Retriever
     from rag_pipeline.core.evaluation.triage import build_queue, write_queue
     from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.retrieval.retriever import Retriever
 
     config, _ = _load(args)
     if config.golden_set is None:
@@ -491,9 +491,9 @@ def cmd_golden_accept(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """What retrieval returns for one question, with the trace: the first look at a failed case."""
-    from rag_pipeline.core.evaluation.retrieval import Retriever
     from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.models import SearchFilters
+    from rag_pipeline.core.retrieval.retriever import Retriever
 
     config, _ = _load(args)
     store = _store(config, read_only=True)

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from rag_pipeline.core.ingestion.metadata import load_mapping, validate_defaults
+from rag_pipeline.core.metadata import load_mapping, validate_defaults
 
 CONFIG_ENV_VAR = "RAG_PIPELINE_CONFIG"
 # A pipeline config or an experiment overlay is a page of YAML: past this size it is refused unread.
@@ -58,7 +58,7 @@ class _Strict(BaseModel):
 class SourceDefaults(_Strict):
     """Metadata applied to every document of a source unless the document says otherwise.
 
-    The access fields are checked as a document's own are (core/ingestion/metadata.py): a key
+    The access fields are checked as a document's own are (core/metadata.py): a key
     given must say something definite (`visibility: null` or `tenant: ''` is an error, not public)."""
 
     tenant: str | None = None
@@ -225,10 +225,18 @@ class MonitoringConfig(_Strict):
     # A daily WARN at 5% would cry wolf every three weeks on unchanged traffic; 1% is about four times a year.
     alpha: float = Field(default=0.01, gt=0, lt=1, description="false-alarm rate of the daily drift check")
     candidates: int = Field(default=15, ge=1)
-    start_date: date | None = Field(default=None, description="first daily partition; default: the query log's first day")
+    # The first day partition: read from here, never from a scan of the log when the definitions load.
+    start_date: date | None = Field(default=None, description="first daily partition (required with a query_log)")
     # A recording (the bundled sample), not a live feed: the nightly run monitors the log's last day.
     # Left false for a live log, the night monitors yesterday, and a day without traffic is a red run.
     recorded_log: bool = False
+
+    @model_validator(mode="after")
+    def _days_start_somewhere(self) -> MonitoringConfig:
+        if self.query_log is not None and self.start_date is None:
+            raise ValueError("monitoring.start_date is required with a query_log: the first day to monitor "
+                             "(YYYY-MM-DD, for example the log's first day); each day from it is a partition")
+        return self
 
 
 class AutomationConfig(_Strict):

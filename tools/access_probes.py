@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, RetrievalConfig, SourceConfig, SourceDefaults
-from rag_pipeline.core.evaluation.retrieval import Retriever
-from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.retrieval.encoder import Embedder
+from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
 
 FIELDS = ("tenant", "visibility", "roles", "status")

@@ -5,7 +5,6 @@ from datetime import date
 import dagster as dg
 
 from rag_pipeline.config import MonitoringConfig
-from rag_pipeline.core.monitoring.sampling import first_day
 
 # Keys are slugged source ids ([a-z0-9_]), valid as partition keys.
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
@@ -14,8 +13,7 @@ golden_partitions = dg.DynamicPartitionsDefinition(name="golden_revisions")
 
 
 def daily_partitions(monitoring: MonitoringConfig, today: date | None = None) -> dg.DailyPartitionsDefinition:
-    """One partition per day of production traffic, from `monitoring.start_date`, else the query
-    log's first day, else today; end_offset=1 makes today a partition too (watched while it fills)."""
-    start = monitoring.start_date or (first_day(monitoring.query_log) if monitoring.query_log else None)
-    start = start or today or date.today()
+    """One partition per day of production traffic, from `monitoring.start_date` (without a query
+    log, today); end_offset=1 makes today a partition too (watched while it fills)."""
+    start = monitoring.start_date or today or date.today()
     return dg.DailyPartitionsDefinition(start_date=start.isoformat(), end_offset=1)

@@ -168,20 +168,23 @@ def test_a_recorded_log_is_monitored_on_its_last_day_a_live_one_yesterday():
     assert monitoring_day({}, now, live) == "2026-11-30"  # no traffic that day: drift_report fails, saying so
 
 
-def test_daily_partitions_start_at_the_logs_first_day_or_the_configured_one():
+def test_daily_partitions_start_at_the_configured_day_without_reading_the_log(tmp_path):
     from datetime import date
 
-    from rag_pipeline.config import load_config
+    from rag_pipeline.config import ConfigError, MonitoringConfig, load_config
     from rag_pipeline.defs.partitions import daily_partitions
     from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
     monitoring = load_config(SAMPLE_CONFIG).monitoring
-    days = daily_partitions(monitoring, today=date(2026, 12, 1))
-    assert days.start.date() == date(2026, 11, 10)  # the sample log's first day
-    configured = monitoring.model_copy(update={"start_date": date(2026, 11, 20)})
-    assert daily_partitions(configured).start.date() == date(2026, 11, 20)
-    no_log = monitoring.model_copy(update={"query_log": None})
-    assert daily_partitions(no_log, today=date(2026, 12, 1)).start.date() == date(2026, 12, 1)
+    assert daily_partitions(monitoring, today=date(2026, 12, 1)).start.date() == date(2026, 11, 10)
+    # The log is not read: a folder that does not exist yet gives the same partitions.
+    elsewhere = monitoring.model_copy(update={"query_log": tmp_path / "not-yet-written"})
+    assert daily_partitions(elsewhere, today=date(2026, 12, 1)).start.date() == date(2026, 11, 10)
+    assert daily_partitions(MonitoringConfig(), today=date(2026, 12, 1)).start.date() == date(2026, 12, 1)
+    # A query log without a first day is a config error that says what to add.
+    (tmp_path / "pipeline.yaml").write_text(f"monitoring:\n  query_log: {tmp_path}\n")
+    with pytest.raises(ConfigError, match="monitoring.start_date is required with a query_log"):
+        load_config(tmp_path / "pipeline.yaml")
 
 
 def test_assets_carry_owners_kinds_code_references_and_the_freshness_policy(two_sources):

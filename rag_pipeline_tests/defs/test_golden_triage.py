@@ -153,8 +153,8 @@ def test_a_ragas_export_reads_back_and_is_no_golden_set(triaged, capsys):
 
 
 def test_a_grader_disagreeing_with_a_person_becomes_an_item(triaged, tmp_path):
-    from rag_pipeline.core.evaluation.retrieval import Retriever
     from rag_pipeline.core.evaluation.triage import build_queue
+    from rag_pipeline.core.retrieval.retriever import Retriever
 
     config = triaged["config"]
     context = {"kb:leave.md#1": "Every new parent gets 20 weeks of parental leave at full pay."}

@@ -17,7 +17,7 @@ def test_same_day_gives_the_same_sample_and_report(tmp_path, write_config):
     (root / "refunds.md").write_text("# Refunds\n\nRefunds are issued within 14 days.\n")
     (root / "sso.md").write_text("# SSO\n\nSet up single sign-on with Okta or Entra ID.\n")
     config = write_config({"kb": root}, golden_set=str(GOLDEN),
-                          monitoring={"query_log": str(QUERY_LOG), "sample_size": 25, "days_back": 2, "bootstrap_samples": 200})
+                          monitoring={"query_log": str(QUERY_LOG), "start_date": "2026-11-10", "sample_size": 25, "days_back": 2, "bootstrap_samples": 200})
     instance = dg.DagsterInstance.ephemeral()
     assert ingest(config, instance)[0].success
     first = monitor(config, instance, "2026-11-20")
@@ -43,7 +43,7 @@ def test_a_day_without_traffic_fails_the_drift_step_with_the_reason(tmp_path, wr
     root.mkdir()
     (root / "refunds.md").write_text("# Refunds\n\nRefunds are issued within 14 days.\n")
     config = write_config({"kb": root}, golden_set=str(GOLDEN),
-                          monitoring={"query_log": str(QUERY_LOG), "bootstrap_samples": 200})
+                          monitoring={"query_log": str(QUERY_LOG), "start_date": "2026-11-10", "bootstrap_samples": 200})
     instance = dg.DagsterInstance.ephemeral()
     assert ingest(config, instance)[0].success
     run = monitor(config, instance, "2026-11-30")  # the sample log ends on 2026-11-29

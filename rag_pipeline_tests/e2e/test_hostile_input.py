@@ -135,7 +135,7 @@ def hostile(tmp_path_factory):
         "embedding": {"kind": "hashing"},
         "storage": {"path": str(tmp / "store" / "index.duckdb")},
         "golden_set": str(_golden(tmp)),
-        "monitoring": {"query_log": str(_query_log(tmp)), "bootstrap_samples": 200},
+        "monitoring": {"query_log": str(_query_log(tmp)), "start_date": "2026-11-10", "bootstrap_samples": 200},
         "answers": {"generator": "extractive"},
     }))
     home = tmp / "dagster_home"

@@ -71,8 +71,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rag_pipeline.core.evaluation.answers import rank_sentences, split_sentences
-from rag_pipeline.core.ingestion.lexical import analyze
 from rag_pipeline.core.models import Hit
+from rag_pipeline.core.retrieval.lexical import analyze
 
 FEATURES = (
     "dense_best", "dense_gap", "bm25_best", "bm25_gap", "top_doc_agrees", "top_docs_overlap",

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rag_pipeline.core.evaluation.answers import Answer, parse_citations, split_sentences
-from rag_pipeline.core.ingestion.lexical import analyze
+from rag_pipeline.core.retrieval.lexical import analyze
 
 CLAIM_SUPPORT_SHARE = 0.6
 # Words that turn a statement around; `analyze` drops "no" and "not" as stop words, so polarity is

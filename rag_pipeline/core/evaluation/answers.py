@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Protocol
 
 from rag_pipeline.config import AnswersConfig
-from rag_pipeline.core.ingestion.lexical import analyze
 from rag_pipeline.core.models import Hit
+from rag_pipeline.core.retrieval.lexical import analyze
 
 ABSTENTION = "I don't know based on the available documents."
 _CITATION = re.compile(r"\[([^\[\]\s]+#\d+)\]")

@@ -32,10 +32,11 @@ from rag_pipeline.core.evaluation.golden import (
     load_golden_set,
 )
 from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
-from rag_pipeline.core.evaluation.retrieval import RetrievalResult, Retriever, rollup_documents
 from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
-from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.retrieval.encoder import Embedder
+from rag_pipeline.core.retrieval.fusion import rollup_documents
+from rag_pipeline.core.retrieval.retriever import RetrievalResult, Retriever
 from rag_pipeline.core.storage import Store
 
 # Metrics rank documents: at least this many per case when the visible index holds them

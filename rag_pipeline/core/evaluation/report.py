@@ -15,7 +15,8 @@ from rag_pipeline.core.evaluation.baselines import BaselineComparison, compare_w
 from rag_pipeline.core.evaluation.evaluate import DEFAULT_REPORT_K, EvalResult
 from rag_pipeline.core.evaluation.gates import GatePolicy
 from rag_pipeline.core.evaluation.holdout import withheld
-from rag_pipeline.core.plots import markdown_image, slice_comparison
+from rag_pipeline.core.evaluation.slice_plot import slice_comparison
+from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.core.render import Markdown, inline, number, safe_json, table, text_table
 from rag_pipeline.core.storage import Store
 

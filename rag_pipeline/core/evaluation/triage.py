@@ -55,11 +55,12 @@ from rag_pipeline.core.evaluation.golden import (
     read_golden_lines,
 )
 from rag_pipeline.core.evaluation.holdout import HOLDOUT, withheld
-from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.files import write_text_atomically
-from rag_pipeline.core.ingestion.embedding import Embedder
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.retrieval.encoder import Embedder
+from rag_pipeline.core.retrieval.fusion import rollup_documents
+from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.vectors import normalise_rows
 

@@ -20,12 +20,9 @@ from dataclasses import dataclass, field
 from rag_pipeline.config import ChunkingConfig
 from rag_pipeline.core.ingestion.parsing import table_rows
 from rag_pipeline.core.models import Chunk, Element, ParsedDocument
+from rag_pipeline.core.retrieval.lexical import count_tokens
 
 BREADCRUMB_SEPARATOR = " > "
-
-
-def count_tokens(text: str) -> int:
-    return len(text.split())
 
 
 def text_hash(text: str) -> str:

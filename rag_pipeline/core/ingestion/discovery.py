@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from rag_pipeline.core.bounded import bounded_lines, size_text
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
-from rag_pipeline.core.ingestion.metadata import (
+from rag_pipeline.core.metadata import (
     MAX_SIDECAR_BYTES,
     build_meta,
     load_mapping,

@@ -24,7 +24,6 @@ import threading
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -37,22 +36,11 @@ from rag_pipeline.core.ingestion.model_folder import (
     resolve_model_path,
 )
 from rag_pipeline.core.ingestion.onnx_engine import EngineLoadError, OnnxEncoder
+from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.vectors import normalise_rows
 
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
 _WORD = re.compile(r"\w+")
-
-
-class Embedder(Protocol):
-    @property
-    def identity(self) -> str: ...
-
-    @property
-    def dimension(self) -> int: ...
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 matrix, one row per text (L2-normalised when the config says so)."""
-        ...
 
 
 # Engines loaded in this process, by (model folder or name, token limit, batch size): every

@@ -28,12 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.core import metadata
 from rag_pipeline.core.faults import kill_point
-from rag_pipeline.core.ingestion import discovery, inputs, metadata
+from rag_pipeline.core.ingestion import discovery, inputs
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
-from rag_pipeline.core.ingestion.embedding import Embedder
-from rag_pipeline.core.ingestion.lexical import term_frequencies
 from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report, guard_against_mass_deletion
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
 from rag_pipeline.core.ingestion.parsing import (
@@ -44,6 +43,8 @@ from rag_pipeline.core.ingestion.parsing import (
 )
 from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
 from rag_pipeline.core.progress import Progress
+from rag_pipeline.core.retrieval.encoder import Embedder
+from rag_pipeline.core.retrieval.lexical import term_frequencies
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from rag_pipeline.core.bounded import bounded_lines, size_text
 from rag_pipeline.core.evaluation.metrics import nearest_rank_quantile
-from rag_pipeline.core.evaluation.retrieval import Retriever, rollup_documents
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.retrieval.fusion import rollup_documents
+from rag_pipeline.core.retrieval.retriever import Retriever
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _too_long(size: int) -> str:
             "skipped unread")
 
 
-def _json_lines(log: QueryLog, path: Path, name: str, first_only: bool = False) -> None:
+def _json_lines(log: QueryLog, path: Path, name: str) -> None:
     """The queries of one JSON-lines file (gzipped or not), each line read within its limit."""
     opener = gzip.open if path.name.endswith(".gz") else open
     number = 0
@@ -105,8 +106,6 @@ def _json_lines(log: QueryLog, path: Path, name: str, first_only: bool = False) 
                     log.malformed.append({"file": name, "line": line.number, "reason": _too_long(line.size)})
                 elif line.data.strip():
                     _read_json_line(log, line.data, name, line.number)
-                    if first_only and log.queries:
-                        return
     except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream: what came before it stands
         log.malformed.append({"file": name, "line": number + 1, "reason": f"cannot be read on from here ({exc}): "
                               "the rest of the file is skipped"})
@@ -162,30 +161,6 @@ def read_query_log(folder: Path) -> QueryLog:
             _parquet_records(log, path, name)
     log.queries.sort(key=lambda q: (q.timestamp, q.source))
     return log
-
-
-def first_day(folder: Path) -> date | None:
-    """The UTC day of the earliest query in the log, reading only what that needs: the first valid
-    line of each JSON-lines file (logs are appended in time order) and the timestamp column of
-    Parquet files. None when the folder holds no valid query."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return None
-    earliest: datetime | None = None
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        log = QueryLog(queries=[])
-        if path.name.endswith(JSON_LINES_SUFFIXES):
-            _json_lines(log, path, path.name, first_only=True)
-        elif path.suffix == ".parquet":
-            import pyarrow.compute as pc
-            import pyarrow.parquet as pq
-
-            column = pq.read_table(path, columns=["timestamp"]).column("timestamp")
-            if len(column):
-                log.queries.append(_parse_line({"timestamp": pc.min(column).as_py(), "query": "-"}, path.name))
-        for query in log.queries:
-            earliest = query.timestamp if earliest is None else min(earliest, query.timestamp)
-    return earliest.date() if earliest else None
 
 
 def window(queries: Sequence[LoggedQuery], day: date, days_back: int) -> list[LoggedQuery]:

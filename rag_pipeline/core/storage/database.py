@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, SchemaError, create_statements
 
 
 class NoIndexError(ValueError):
@@ -117,13 +118,81 @@ class Database(ABC):
 
     def _ensure_schema(self, connection) -> None:
         if not self._prepared:
-            from rag_pipeline.core.storage.schema import check_readable, prepare
-
             if self.read_only or not self.create:
-                check_readable(self, connection)
+                self._check_readable(connection)
             if not self.read_only:
-                prepare(self, connection)
+                self._prepare_schema(connection)
             self._prepared = True
+
+    # ---- the schema: created, brought forward, or checked before a reader goes on ---------------
+
+    def _prepare_schema(self, connection) -> None:
+        """Create missing tables and bring an older database forward, in one transaction.
+
+        A database already at this version with every table is left alone: no DDL at all, since even
+        `CREATE ... IF NOT EXISTS` takes table locks that would deadlock with other processes'
+        switches. One at this version but missing a table (made by a build from between two layout
+        changes) gets the missing tables."""
+        self._begin(connection)
+        try:
+            if self._schema_present(connection) and self._complete_schema(*self._schema_state(connection)):
+                self._commit(connection)
+                return
+            self._lock_schema(connection)
+            version, tables = self._schema_state(connection)
+            if self._complete_schema(version, tables):  # another process prepared it while we waited for the lock
+                self._commit(connection)
+                return
+            if version is not None and version > SCHEMA_VERSION:
+                raise SchemaError(
+                    f"{self.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
+                    "upgrade rag_pipeline"
+                )
+            # Missing tables first, in the newest layout (a migration may fill one from an old table).
+            for statement in create_statements(self.vector_type, self.dialect) + self.schema_statements():
+                self._run(connection, statement, ())
+            if version is not None and version < SCHEMA_VERSION:
+                for from_version in range(version, SCHEMA_VERSION):
+                    for statement in MIGRATIONS[from_version]:
+                        self._run(connection, statement, ())
+            self._run(connection, "DELETE FROM schema_version", ())
+            self._run(connection, "INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+            self._commit(connection)
+        except BaseException:
+            self._rollback(connection)
+            raise
+
+    def _check_readable(self, connection) -> None:
+        """Before a reader (or a writer that must not create an index) goes on: the index exists, and a
+        reader finds it at this schema version (it writes nothing, so an older index is brought forward
+        by an ingestion first). NoIndexError for a missing, empty or older index; SchemaError for a
+        newer one."""
+        if not self._schema_present(connection):
+            raise self.missing()
+        version, _ = self._schema_state(connection)
+        if version is None:
+            raise self.missing()
+        if version > SCHEMA_VERSION:
+            raise SchemaError(f"{self.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
+                              "upgrade rag_pipeline")
+        if version < SCHEMA_VERSION and self.read_only:
+            raise NoIndexError(f"the index at {self.describe()} was written by an older rag_pipeline (schema version {version}): "
+                               "run `rag-pipeline ingest` once to bring it forward, then this command")
+
+    def _schema_state(self, connection) -> tuple[int | None, set[str]]:
+        """(schema version, table names): version 1 for a DuckDB file from before the version table,
+        None when empty."""
+        tables = {r[0] for r in self._fetch(self._run(
+            connection, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()", ()))}
+        if "schema_version" in tables:
+            rows = self._fetch(self._run(connection, "SELECT version FROM schema_version", ()))
+            if rows:
+                return int(rows[0][0]), tables
+        return (1 if "manifest" in tables else None), tables
+
+    @staticmethod
+    def _complete_schema(version: int | None, tables: set[str]) -> bool:
+        return version == SCHEMA_VERSION and set(TABLES) <= tables
 
     def missing(self) -> NoIndexError:
         """The error of a reading command that finds no index."""

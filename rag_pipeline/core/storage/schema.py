@@ -1,4 +1,5 @@
-"""The tables, their version, and the forward migrations of older DuckDB files.
+"""The tables, their version, and the forward migrations of older DuckDB files (data only: the
+database applies them, `Database._prepare_schema`).
 
 Every insert names its columns from `TABLES`, so adding a column never shifts another's values.
 A database records its schema version; opening an older DuckDB file brings it forward in one
@@ -6,11 +7,6 @@ transaction, and a newer one is refused (an older rag_pipeline must not write in
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rag_pipeline.core.storage.database import Database
 
 SCHEMA_VERSION = 4
 
@@ -208,76 +204,3 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 
 class SchemaError(RuntimeError):
     """The database cannot be used by this version of rag_pipeline."""
-
-
-def prepare(db: Database, connection) -> None:
-    """Create missing tables and bring an older database forward, in one transaction.
-
-    A database already at this version with every table is left alone: no DDL at all, since even
-    `CREATE ... IF NOT EXISTS` takes table locks that would deadlock with other processes'
-    switches. One at this version but missing a table (made by a build from between two layout
-    changes) gets the missing tables."""
-    db._begin(connection)
-    try:
-        if db._schema_present(connection) and _complete(*_state(db, connection)):
-            db._commit(connection)
-            return
-        db._lock_schema(connection)
-        version, tables = _state(db, connection)
-        if _complete(version, tables):  # another process prepared it while we waited for the lock
-            db._commit(connection)
-            return
-        if version is not None and version > SCHEMA_VERSION:
-            raise SchemaError(
-                f"{db.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
-                "upgrade rag_pipeline"
-            )
-        # Missing tables first, in the newest layout (a migration may fill one from an old table).
-        for statement in create_statements(db.vector_type, db.dialect) + db.schema_statements():
-            db._run(connection, statement, ())
-        if version is not None and version < SCHEMA_VERSION:
-            for from_version in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[from_version]:
-                    db._run(connection, statement, ())
-        db._run(connection, "DELETE FROM schema_version", ())
-        db._run(connection, "INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-        db._commit(connection)
-    except BaseException:
-        db._rollback(connection)
-        raise
-
-
-def check_readable(db: Database, connection) -> None:
-    """Before a reader (or a writer that must not create an index) goes on: the index exists, and a
-    reader finds it at this schema version (it writes nothing, so an older index is brought forward
-    by an ingestion first). NoIndexError for a missing, empty or older index; SchemaError for a
-    newer one."""
-    from rag_pipeline.core.storage.database import NoIndexError
-
-    if not db._schema_present(connection):
-        raise db.missing()
-    version, _ = _state(db, connection)
-    if version is None:
-        raise db.missing()
-    if version > SCHEMA_VERSION:
-        raise SchemaError(f"{db.describe()} has schema version {version}, newer than this rag_pipeline's {SCHEMA_VERSION}: "
-                          "upgrade rag_pipeline")
-    if version < SCHEMA_VERSION and db.read_only:
-        raise NoIndexError(f"the index at {db.describe()} was written by an older rag_pipeline (schema version {version}): "
-                           "run `rag-pipeline ingest` once to bring it forward, then this command")
-
-
-def _state(db: Database, connection) -> tuple[int | None, set[str]]:
-    """(schema version, table names): version 1 for a DuckDB file from before the version table,
-    None when empty."""
-    tables = {r[0] for r in db._fetch(db._run(
-        connection, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()", ()))}
-    if "schema_version" in tables:
-        rows = db._fetch(db._run(connection, "SELECT version FROM schema_version", ()))
-        if rows:
-            return int(rows[0][0]), tables
-    return (1 if "manifest" in tables else None), tables
-
-
-def _complete(version: int | None, tables: set[str]) -> bool:
-    return version == SCHEMA_VERSION and set(TABLES) <= tables

@@ -14,8 +14,8 @@ from rag_pipeline.core.evaluation import abstention
 from rag_pipeline.core.evaluation.answers import ExtractiveGenerator, make_generator
 from rag_pipeline.core.evaluation.evaluate import EVAL_DEPTH, case_filters, evaluate
 from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.retrieval import Retriever
 from rag_pipeline.core.models import Hit
+from rag_pipeline.core.retrieval.retriever import Retriever
 
 
 def _data(n=80, seed=3):

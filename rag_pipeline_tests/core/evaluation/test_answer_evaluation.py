@@ -8,7 +8,7 @@ from rag_pipeline.core.evaluation.calibration import calibrate, deterministic_gr
 from rag_pipeline.core.evaluation.evaluate import evaluate
 from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig, compare, load_policy
 from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.retrieval import Retriever
+from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
 

@@ -17,8 +17,9 @@ from rag_pipeline.core.evaluation.evaluate import (
     span_hit,
 )
 from rag_pipeline.core.evaluation.golden import GoldenCase, GoldSpan, load_golden_set
-from rag_pipeline.core.evaluation.retrieval import Retriever, reciprocal_rank_fusion, rollup_documents
 from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion, rollup_documents
+from rag_pipeline.core.retrieval.retriever import Retriever
 
 MODES = ("dense", "bm25", "hybrid")
 

@@ -17,8 +17,8 @@ from rag_pipeline.core.evaluation.evaluate import evaluate
 from rag_pipeline.core.evaluation.external_runs import score_run
 from rag_pipeline.core.evaluation.golden import GoldenSetError, InputTooLargeError, load_golden_set
 from rag_pipeline.core.evaluation.golden_formats import export_ragas, import_cases, import_from_store
-from rag_pipeline.core.evaluation.retrieval import Retriever
 from rag_pipeline.core.evaluation.run_files import RunFileError, decreasing_scores, read_run, write_qrels, write_trec_run
+from rag_pipeline.core.retrieval.retriever import Retriever
 
 ON_CALL = "handbook:engineering/on-call.md"
 REFUNDS = "helpcenter:refunds.html"

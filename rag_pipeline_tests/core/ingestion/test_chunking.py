@@ -1,6 +1,7 @@
 from rag_pipeline.config import ChunkingConfig
-from rag_pipeline.core.ingestion.chunking import chunk_document, count_tokens
+from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.models import Element, ParsedDocument
+from rag_pipeline.core.retrieval.lexical import count_tokens
 
 TABLE_HTML = "<table><tr><th>Plan</th><th>Seats</th></tr>" + "".join(
     f"<tr><td>Plan{i}</td><td>{i * 5}</td></tr>" for i in range(40)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rag_pipeline.core.ingestion.discovery import discover_files
-from rag_pipeline.core.ingestion.metadata import (
+from rag_pipeline.core.metadata import (
     MAX_FRONT_MATTER_CHARS,
     MAX_SIDECAR_BYTES,
     build_meta,

@@ -13,9 +13,9 @@ from rag_pipeline.config import (
     SourceConfig,
 )
 from rag_pipeline.core.ingestion.embedding import HashingEmbedder
-from rag_pipeline.core.ingestion.lexical import analyze
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.retrieval.lexical import analyze
 from rag_pipeline_tests.conftest import BACKENDS, make_store, write_tree
 
 DOCS = {

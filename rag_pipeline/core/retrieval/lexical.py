@@ -40,3 +40,8 @@ def analyze_words(text: str) -> list[tuple[str, str]]:
 
 def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))
+
+
+def count_tokens(text: str) -> int:
+    """Whitespace-separated words: the unit of chunk sizes and of a context's cost."""
+    return len(text.split())

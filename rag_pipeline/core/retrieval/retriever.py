@@ -1,4 +1,4 @@
-"""Retrieval: dense, BM25 and hybrid (reciprocal rank fusion), with a trace of every stage.
+"""The retriever: dense, BM25 and hybrid (reciprocal rank fusion), with a trace of every stage.
 
 Filters (tenant, roles, status, effective date) are applied inside each retriever's query,
 before fusion: a chunk the caller may not see never enters the candidate lists.
@@ -9,15 +9,15 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from rag_pipeline.config import RetrievalConfig
-from rag_pipeline.core.ingestion.chunking import count_tokens
-from rag_pipeline.core.ingestion.embedding import Embedder
-from rag_pipeline.core.ingestion.lexical import analyze
 from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.retrieval.encoder import Embedder
+from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion, rollup_documents
+from rag_pipeline.core.retrieval.lexical import analyze, count_tokens
 from rag_pipeline.core.storage import Store
 
 MODES = ("dense", "bm25", "hybrid")
@@ -69,33 +69,6 @@ class RetrievalResult:
 def _hit_json(hit: Hit) -> dict:
     return {"rank": hit.rank, "score": round(hit.score, 6), "chunk_id": hit.chunk_id, "doc_id": hit.doc_id,
             "heading_path": list(hit.heading_path)}
-
-
-def rollup_documents(hits: Sequence[Hit]) -> list[tuple[str, float]]:
-    """Documents in the order of their best chunk, each scored by that chunk."""
-    best: dict[str, float] = {}
-    for hit in hits:
-        if hit.doc_id not in best:
-            best[hit.doc_id] = hit.score
-    return list(best.items())
-
-
-def reciprocal_rank_fusion(
-    lists: dict[str, Sequence[Hit]], weights: dict[str, float], rrf_k: int, k: int
-) -> list[Hit]:
-    """score(c) = sum over lists r of weight_r / (rrf_k + rank_r(c)); ties broken by chunk id."""
-    scores: dict[str, float] = defaultdict(float)
-    first_seen: dict[str, Hit] = {}
-    for name, hits in lists.items():
-        for hit in hits:
-            scores[hit.chunk_id] += weights.get(name, 1.0) / (rrf_k + hit.rank)
-            first_seen.setdefault(hit.chunk_id, hit)
-    ordered = sorted(scores, key=lambda c: (-scores[c], c))[:k]
-    return [_reranked(first_seen[c], scores[c], rank) for rank, c in enumerate(ordered, start=1)]
-
-
-def _reranked(hit: Hit, score: float, rank: int) -> Hit:
-    return replace(hit, score=score, rank=rank)
 
 
 class Retriever:
