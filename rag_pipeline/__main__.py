@@ -2,6 +2,6 @@
 
 import sys
 
-from rag_pipeline.cli import main
+from rag_pipeline.cli.main import main
 
 sys.exit(main())

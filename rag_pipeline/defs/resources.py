@@ -38,25 +38,12 @@ def _load_config_cached(path: str | None, overrides: tuple[tuple[str, str], ...]
 
 
 class StoreResource(dg.ConfigurableResource):
-    """Where staging, index, cache, ledger and records live: the storage section of the config."""
+    """Where staging, index, cache, ledger and records live: the storage section of the settings' config."""
 
-    backend: str = "duckdb"
-    path: str
-    dsn_env: str = "RAG_PIPELINE_PG_DSN"
-    pg_schema: str = "rag_pipeline"
-    vector_index: str = "exact"
-    hnsw_m: int = 16
-    hnsw_ef_construction: int = 64
-    hnsw_ef_search: int = 100
-    memory_search: bool = True
-    memory_max_chunks: int = 2_000_000
-
-    @classmethod
-    def from_config(cls, storage: StorageConfig) -> StoreResource:
-        return cls(**storage.model_dump(mode="json"))
+    settings: PipelineSettings
 
     def get(self) -> Store:
-        return _store_for(StorageConfig(**self.model_dump()))
+        return _store_for(self.settings.load().storage)
 
 
 @lru_cache(maxsize=4)
@@ -66,25 +53,16 @@ def _store_for(storage: StorageConfig) -> Store:
 
 
 class EmbedderResource(dg.ConfigurableResource):
-    """An embedder built from the embedding settings; the model loads on first encode."""
+    """An embedder built from the embedding section of the settings' config; the model loads on first encode."""
 
-    model: str
-    kind: str = "sentence-transformers"
-    batch_size: int = 32
-    normalize: bool = True
-    max_seq_length: int | None = None
-    dimension: int = 384
-
-    @classmethod
-    def from_config(cls, config: EmbeddingConfig) -> EmbedderResource:
-        return cls(**config.model_dump())
+    settings: PipelineSettings
 
     def get(self) -> Embedder:
-        return _embedder_for(EmbeddingConfig(**self.model_dump()))
+        return embedder_for(self.settings.load().embedding)
 
 
 @lru_cache(maxsize=4)
-def _embedder_for(config: EmbeddingConfig) -> Embedder:
+def embedder_for(config: EmbeddingConfig) -> Embedder:
     # One embedder per process and config, so a run over many partitions loads the model once.
     return make_embedder(config)
 
@@ -92,9 +70,11 @@ def _embedder_for(config: EmbeddingConfig) -> Embedder:
 def resources_for(
     config: PipelineConfig, embedder: EmbedderResource | None = None, overrides: dict[str, str] | None = None
 ) -> dict:
-    """The resources of one deployment: its settings (with the command line's source overrides), store, embedder."""
+    """The resources of one deployment: its settings (with the command line's source overrides), and
+    the store and embedder built from the config those settings load (validated once, never copied)."""
+    settings = PipelineSettings.from_config(config, overrides)
     return {
-        "settings": PipelineSettings.from_config(config, overrides),
-        "store": StoreResource.from_config(config.storage),
-        "embedder": embedder or EmbedderResource.from_config(config.embedding),
+        "settings": settings,
+        "store": StoreResource(settings=settings),
+        "embedder": embedder or EmbedderResource(settings=settings),
     }

@@ -6,9 +6,9 @@ import dagster as dg
 import pytest
 import pytrec_eval
 
+from rag_pipeline.cli.runner import evaluate_golden, ingest
 from rag_pipeline.core.storage import open_store
 from rag_pipeline.defs.partitions import golden_partitions
-from rag_pipeline.runner import evaluate_golden, ingest
 from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {

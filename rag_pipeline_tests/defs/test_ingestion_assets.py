@@ -6,8 +6,8 @@ import shutil
 import dagster as dg
 import pytest
 
+from rag_pipeline.cli.runner import ingest
 from rag_pipeline.core.storage import open_store
-from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 
 pytestmark = pytest.mark.slow

@@ -5,10 +5,10 @@ import shutil
 import dagster as dg
 import pytest
 
+from rag_pipeline.cli.runner import ingest
 from rag_pipeline.core.ingestion.embedding import make_embedder
 from rag_pipeline.core.ingestion.lifecycle import deletion_report, freshness_report
 from rag_pipeline.core.storage import open_store
-from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 
 pytestmark = pytest.mark.slow

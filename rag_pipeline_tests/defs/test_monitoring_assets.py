@@ -2,10 +2,10 @@
 
 import dagster as dg
 
+from rag_pipeline.cli.runner import ingest, monitor
 from rag_pipeline.config import PROJECT_ROOT
 from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline.core.storage import open_store
-from rag_pipeline.runner import ingest, monitor
 
 QUERY_LOG = PROJECT_ROOT / "data" / "query_log"
 GOLDEN = PROJECT_ROOT / "data" / "golden" / "golden_set.jsonl"

@@ -80,7 +80,8 @@ def test_the_types_to_parse_are_those_of_changed_new_files(tmp_path):
 
 @pytest.mark.slow
 def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_path, write_config):
-    from rag_pipeline import cli
+    from rag_pipeline.cli.common import configured_store
+    from rag_pipeline.cli.ingest import _start_early, _walks
     from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parsers
     from rag_pipeline.core.ingestion.parsing import ParseJob
 
@@ -88,7 +89,7 @@ def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_p
     config = write_config({"docs": root})
     parser = shared_parsers(1)[0]
     parser.close()
-    cli._start_early(config, cli._store(config), cli._walks(config))
+    _start_early(config, configured_store(config), _walks(config))
     assert parser.running() and parser._process.args[-2:] == ["--warm", "md"]
     assert parser.memory_limit_mb == config.sources[0].limits.max_parser_memory_mb
     doc = parser.parse(ParseJob("docs:a.md", "a.md", "md", b"# A\n\nThe parser reads this page.\n", "h", None, None), timeout_s=120)

@@ -22,8 +22,8 @@ import dagster as dg
 import pytest
 import yaml
 
+from rag_pipeline.cli.runner import ingest, monitor
 from rag_pipeline.config import PROJECT_ROOT, load_config
-from rag_pipeline.runner import ingest, monitor
 
 pytestmark = pytest.mark.slow
 

@@ -1,17 +1,41 @@
-"""What a command-line run of a source reports, and the run that need not happen (Dagster-free)."""
+"""What a command-line run of a source reports, and the one decision of whether a source needs a run (Dagster-free)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rag_pipeline.config import SourceConfig
-from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.inputs import SourceWalk, walk_source
-from rag_pipeline.core.storage import Store
+if TYPE_CHECKING:  # imported when deciding, so that a command that never decides does not pay for them
+    from rag_pipeline.config import SourceConfig
+    from rag_pipeline.core.ingestion.inputs import SourceWalk
+    from rag_pipeline.core.storage import Store
 
-# What a run of a source counts, in pipeline order: every outcome carries all of them.
-RUN_COUNTS = ("discovered", "skipped", "added", "changed", "unchanged", "unreadable", "deleted", "parsed", "chunked", "embedded",
-              "cache_hits", "indexed", "queryable")
+# What a run of a source counts, in pipeline order, and the (asset, metadata key) each is read from.
+# Every outcome carries all of them (0 where it has none) and the command's table shows them.
+RUN_COUNTS: dict[str, tuple[str, str]] = {
+    "discovered": ("source_documents", "discovered"),
+    "skipped": ("source_documents", "skipped"),
+    "added": ("source_documents", "added"),
+    "changed": ("source_documents", "changed"),
+    "unchanged": ("source_documents", "unchanged"),
+    "unreadable": ("source_documents", "unreadable"),
+    "deleted": ("source_documents", "deleted"),
+    "parsed": ("parsed_documents", "parsed"),
+    "chunked": ("document_chunks", "chunked_documents"),
+    "embedded": ("chunk_embeddings", "embedded"),
+    "cache_hits": ("chunk_embeddings", "cache_hits"),
+    "indexed": ("search_index", "indexed"),
+    "queryable": ("search_index", "queryable"),  # state: documents whose current version is served and proven queryable
+}
+# Counts a run that ran also reports (JSON only): what its probe and its switch did.
+RUN_DETAILS: dict[str, tuple[str, str]] = {
+    "probed": ("search_index", "probed"),  # this run: documents whose queryable probe ran
+    # state: documents whose current version failed and whose last good version stays served
+    "kept_previous": ("search_index", "kept_previous"),
+}
+# Columns of the human-readable ingestion summary.
+SUMMARY_COLUMNS = (*RUN_COUNTS, "failed")
 
 
 @dataclass
@@ -41,10 +65,20 @@ class SourceRun:
                 "not_run": self.not_run, "interrupted": self.interrupted}
 
 
-def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: SourceWalk | None = None) -> SourceRun | None:
-    """A run's outcome without running it, when the source's inputs are those of its last committed
-    switch and that switch was not refused since; None when it must run. `walk`: the source's
-    walk, when the caller made one just now."""
+def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: SourceWalk | None = None,
+                  open_elsewhere: Callable[[str], bool] | None = None) -> SourceRun | None:
+    """Does this source need a run? None when it does; else the outcome of the run that need not happen.
+
+    A source needs no run when its inputs (files and the settings fingerprint) are those of its last
+    committed switch, no switch was refused since, and no run of it may be open elsewhere
+    (`open_elsewhere(source_id)`: a Dagster run in flight, or a command-line run that a dead process
+    left open; that run is then closed by running the source). `walk`: the source's walk, when the
+    caller made one just now."""
+    from rag_pipeline.core.ingestion.coverage import coverage_report
+    from rag_pipeline.core.ingestion.inputs import walk_source
+
+    if open_elsewhere is not None and open_elsewhere(source.source_id):
+        return None
     with store.db.session():
         committed = store.staging.committed_inputs(source.source_id)
         refused = store.ledger.last_failure(source.source_id)

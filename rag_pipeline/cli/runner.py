@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from rag_pipeline.cli.outcomes import RUN_COUNTS, RUN_DETAILS, SourceRun, skipped_files, unchanged_run
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.evaluation.golden import file_revision, load_golden_set
 from rag_pipeline.core.ingestion.coverage import coverage_report
@@ -17,30 +18,8 @@ from rag_pipeline.definitions import build_definitions
 from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
-from rag_pipeline.defs.resources import EmbedderResource
+from rag_pipeline.defs.resources import EmbedderResource, embedder_for
 from rag_pipeline.defs.runs import close_dead_runs, process_tags
-from rag_pipeline.outcomes import SourceRun, skipped_files, unchanged_run
-
-# The counts the command line reports per source, and the asset each comes from.
-COUNT_SOURCES: dict[str, tuple[str, str]] = {
-    "discovered": ("source_documents", "discovered"),
-    "skipped": ("source_documents", "skipped"),
-    "added": ("source_documents", "added"),
-    "changed": ("source_documents", "changed"),
-    "unchanged": ("source_documents", "unchanged"),
-    "unreadable": ("source_documents", "unreadable"),
-    "deleted": ("source_documents", "deleted"),
-    "parsed": ("parsed_documents", "parsed"),
-    "chunked": ("document_chunks", "chunked_documents"),
-    "embedded": ("chunk_embeddings", "embedded"),
-    "cache_hits": ("chunk_embeddings", "cache_hits"),
-    "indexed": ("search_index", "indexed"),
-    "queryable": ("search_index", "queryable"),  # state: documents whose current version is served and proven queryable
-    "probed": ("search_index", "probed"),  # this run: documents whose queryable probe ran
-    # state: documents whose current version failed and whose last good version stays served
-    "kept_previous": ("search_index", "kept_previous"),
-}
-
 
 OPEN_STATUSES = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                  dg.DagsterRunStatus.STARTED]
@@ -80,7 +59,7 @@ def ingest(
     if new:
         instance.add_dynamic_partitions(source_partitions.name, new)
     store = open_store(config.storage)
-    settings = settings_fingerprint(config.chunking, (embedder or EmbedderResource.from_config(config.embedding)).get().identity)
+    settings = settings_fingerprint(config.chunking, (embedder.get() if embedder else embedder_for(config.embedding)).identity)
     runs, job = [], None
     for source_id in source_ids:
         try:
@@ -88,7 +67,8 @@ def ingest(
             # for the decision too: its release then tells the next command that no run of the
             # source is left open (`Database.run_left_open`).
             with store.source_lock(source_id):
-                unchanged = None if force else _unchanged(config.source(source_id), store, settings, instance)
+                unchanged = None if force else unchanged_run(config.source(source_id), store, settings,
+                                                             open_elsewhere=lambda s: _run_in_flight(instance, s))
                 if unchanged is not None:
                     runs.append(unchanged)
                     continue
@@ -123,11 +103,10 @@ def _interrupted(result: dg.ExecuteInProcessResult) -> bool:
     return False
 
 
-def _unchanged(source, store: Store, settings: str, instance: dg.DagsterInstance) -> SourceRun | None:
-    """`unchanged_run`, unless a run of the source is in flight elsewhere (this one then waits its turn)."""
-    open_runs = instance.get_runs(filters=dg.RunsFilter(statuses=OPEN_STATUSES, tags={"dagster/partition": source.source_id}),
-                                  limit=1)
-    return None if open_runs else unchanged_run(source, store, settings)
+def _run_in_flight(instance: dg.DagsterInstance, source_id: str) -> bool:
+    """Whether a Dagster run of the source is open (this command's run then waits its turn)."""
+    return bool(instance.get_runs(filters=dg.RunsFilter(statuses=OPEN_STATUSES, tags={"dagster/partition": source_id}),
+                                  limit=1))
 
 
 def _job(config: PipelineConfig, name: str, embedder: EmbedderResource | None = None,
@@ -139,7 +118,7 @@ def _job(config: PipelineConfig, name: str, embedder: EmbedderResource | None = 
 def _summarise(source_id: str, result: dg.ExecuteInProcessResult, store: Store) -> SourceRun:
     metadata = _materialized_metadata(result)
     counts = {}
-    for name, (asset, key) in COUNT_SOURCES.items():
+    for name, (asset, key) in {**RUN_COUNTS, **RUN_DETAILS}.items():
         value = metadata.get(asset, {}).get(key)
         counts[name] = int(value.value) if value is not None else 0
     # Failures come from the ledger: it also holds earlier failures of documents not retried since.

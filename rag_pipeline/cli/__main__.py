@@ -1,0 +1,7 @@
+"""`python -m rag_pipeline.cli`: the `rag-pipeline` command."""
+
+import sys
+
+from rag_pipeline.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,214 @@
+"""`eval`, `gate`, `promote` and `calibrate`: measure on the golden set, then judge against the baseline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rag_pipeline.cli.common import (
+    _INPUT_ERRORS,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    INTERRUPTED_EXIT,
+    configured_store,
+    dagster_instance,
+    evaluation_id,
+    gate_policy,
+    load_args,
+    load_args_with_sources,
+    print_json,
+)
+from rag_pipeline.cli.ingest import any_interrupted, print_ingest_summary
+from rag_pipeline.config import ConfigError, PipelineConfig, load_config
+from rag_pipeline.core.render import printable, printable_lines
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Ingest (incrementally) the configured sources, or read another system's run; measure the golden
+    set (metrics, report, traces, requested files); then gate against the promoted baseline."""
+    from rag_pipeline.cli.runner import evaluate_golden, ingest
+
+    config, overrides = load_args(args) if args.run else load_args_with_sources(args)
+    if config.golden_set is None:
+        raise ConfigError("no golden set: set golden_set in the config or pass --golden")
+    if args.run and not Path(args.run).is_file():
+        raise ConfigError(f"run file {args.run} does not exist")
+    with dagster_instance() as instance:
+        runs = [] if args.run else ingest(config, instance, overrides=overrides)
+        if not all(r.success for r in runs) and not args.json:
+            print_ingest_summary(runs)
+        if any_interrupted(runs):
+            return INTERRUPTED_EXIT
+        golden = _checked_golden(config)  # a bad golden file is named here, line by line (exit 2)
+        evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset,
+                                     run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
+    if not evaluation.measured:
+        print(f"error: evaluation failed: {printable_lines(evaluation.error)}", file=sys.stderr)
+        return EXIT_USAGE if evaluation.error_kind in _INPUT_ERRORS else EXIT_REGRESSION
+    store = configured_store(config)
+    eval_id = evaluation.summary["eval_id"]
+    files = _write_eval_files(args, golden, store, eval_id)
+    comparison = None
+    if not args.no_gate:
+        from rag_pipeline.core.evaluation.baselines import compare_with_baseline
+
+        comparison = compare_with_baseline(store, eval_id, gate_policy(config, None))
+    if args.junit_xml:
+        from rag_pipeline.core.evaluation.junit import write_junit
+
+        files["junit_xml"] = str(write_junit(Path(args.junit_xml), eval_id, store.records.case_rows(eval_id),
+                                             evaluation.summary.get("report_k", config.evaluation.report_k), comparison,
+                                             gated=not args.no_gate))
+    regression = comparison is not None and comparison.gate is not None and not comparison.gate.passed
+    ingestion_ok = all(r.success for r in runs)
+    code = EXIT_REGRESSION if regression or not ingestion_ok or evaluation.error else EXIT_PASS
+    if args.json:
+        keys = ("eval_id", "revision", "suite", "mode", "config_fingerprint", "index_state", "report_k", "overall",
+                "weighted", "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold",
+                "stale_cases")
+        print_json({**{k: evaluation.summary.get(k) for k in keys}, "report": evaluation.report, "files": files,
+                    "gate": _gate_json(comparison, gated=not args.no_gate), "exit_code": code})
+    else:
+        _print_measurement(evaluation, store, files)
+        print()
+        if args.no_gate:
+            print("gate: not gated (--no-gate): measured only")
+        else:
+            from rag_pipeline.core.evaluation.baselines import gate_text
+
+            print(gate_text(comparison))
+        if evaluation.error:
+            print(f"\nevaluation run FAILED after measuring: {printable_lines(evaluation.error)}")
+        if not ingestion_ok:
+            print("\ningestion FAILED for " + ", ".join(r.source_id for r in runs if not r.success) + " (above)")
+    return code
+
+
+def _checked_golden(config: PipelineConfig):
+    """The configured golden set, validated against every document the sources have held (ids
+    resolved from paths); GoldenSetError lists each problem on its own line."""
+    from rag_pipeline.core.evaluation.golden import load_golden_set
+
+    store = configured_store(config)
+    history = store.ledger.document_history()
+    return load_golden_set(config.golden_set, served_hashes=store.served.document_hashes() if history else None,
+                           known_documents=history or None)
+
+
+def _write_eval_files(args: argparse.Namespace, golden, store, eval_id: str) -> dict[str, str]:
+    """The run files asked for: a TREC run (retrieval scores, tagged with the eval id) and its qrels beside it."""
+    files: dict[str, str] = {}
+    if not args.trec_run:
+        return files
+    from rag_pipeline.core.evaluation.run_files import write_qrels, write_trec_run
+
+    out = Path(args.trec_run)
+    files["trec_run"] = str(write_trec_run(store.records.ranked_runs(eval_id), out, tag=eval_id))
+    evaluated = {row["case_id"] for row in store.records.case_rows(eval_id)}
+    qrels = out.with_suffix(".qrels") if out.suffix != ".qrels" else out.with_name(out.name + ".qrels")
+    files["qrels"] = str(write_qrels([c for c in golden.cases if c.id in evaluated], qrels))
+    return files
+
+
+def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
+    """What was measured, before any verdict: the golden set, the metrics table, the failed cases at
+    the report's k, and where the report and files are."""
+    from rag_pipeline.core.evaluation.report import slice_text
+
+    summary = evaluation.summary
+    print(printable_lines(evaluation.golden_summary))
+    if summary.get("mode") == "run":
+        print(f"scored another system's run (config fingerprint {summary['config_fingerprint'][:12]}: the run file's hash)")
+    print()
+    print(slice_text(summary))
+    k = summary.get("report_k", 5)
+    failed = [row for row in store.records.failed_cases(summary["eval_id"], k) if row["split"] != "holdout"]
+    print(f"\nfailed cases at k={k} (no gold document in the top {k}, or a forbidden one retrieved): {len(failed)}"
+          + ("" if failed else " (none)"))
+    for row in failed[:10]:
+        rank = row["first_gold_rank"] or "not in top 100"
+        print(f"  {printable(row['case_id'])} [{printable(row['slice'])}] first gold rank {rank}; top {k}: "
+              + (printable(", ".join((row["ranked_docs"] or [])[:k])) or "nothing retrieved"))
+    if len(failed) > 10:
+        print(f"  ... and {len(failed) - 10} more in the report")
+    print(f"\nreport: {evaluation.report}")
+    for name, path in files.items():
+        print(f"{name.replace('_', ' ')}: {path}")
+
+
+def _gate_json(comparison, gated: bool) -> dict:
+    if not gated:
+        return {"verdict": "not gated"}
+    if comparison is None or comparison.gate is None:
+        return {"verdict": "no baseline", "reason": comparison.missing_reason if comparison else None}
+    gate = comparison.gate
+    return {"verdict": gate.verdict, "baseline": comparison.baseline_id, "against": comparison.against,
+            "promote": gate.promote, "decision": gate.decision,
+            "rules": [{"rule": r.rule, "outcome": r.outcome, "message": r.message} for r in gate.rules]}
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    """Compare two stored evaluations; exit 1 on a regression (an ERROR rule), else 0 (also when there
+    is no baseline to compare with, or the drop is inconclusive)."""
+    from rag_pipeline.core.evaluation.baselines import compare_with_baseline, gate_text
+
+    config = load_config(args.config)
+    store = configured_store(config, read_only=True)
+    candidate_id = evaluation_id(store, args.candidate)
+    baseline_id = None if args.baseline == "baseline" else args.baseline
+    comparison = compare_with_baseline(store, candidate_id, gate_policy(config, args.policy), baseline_id)
+    print(gate_text(comparison))
+    return EXIT_REGRESSION if comparison.gate is not None and not comparison.gate.passed else EXIT_PASS
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE; exit 1
+    only on a regression (keeping the baseline because the candidate is not better exits 0)."""
+    from rag_pipeline.core.evaluation.baselines import promotion
+
+    config = load_config(args.config)
+    store = configured_store(config, create=False)
+    eval_id = evaluation_id(store, args.eval)
+    summary = store.records.evaluation_summary(eval_id)
+    if store.records.baseline(summary["revision"], summary.get("suite", "full")) == eval_id:
+        # Already promoted (a promote that died before Dagster heard of it, or run twice): finish it.
+        record_promotion_in_dagster(store, eval_id)
+        print(f"{eval_id} is already the promoted baseline of golden revision {summary['revision']}")
+        return 0
+    outcome = promotion(store, eval_id, gate_policy(config, args.policy))
+    if outcome.promoted:
+        record_promotion_in_dagster(store, eval_id)
+    print(outcome.text)
+    return EXIT_REGRESSION if outcome.regression else EXIT_PASS
+
+
+def record_promotion_in_dagster(store, eval_id: str, instance=None) -> None:
+    """Show the promotion in Dagster: the gate check of that evaluation passes against itself."""
+    from rag_pipeline.defs.checks import record_promotion
+
+    revision = store.records.evaluation_summary(eval_id)["revision"]
+    if instance is not None:
+        record_promotion(instance, revision, eval_id)
+        return
+    with dagster_instance() as own:
+        record_promotion(own, revision, eval_id)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """How far the answer grader agrees with people; exit 1 when it may not gate."""
+    from rag_pipeline.core.evaluation.calibration import (
+        calibrate,
+        load_verdicts,
+        render_calibration,
+    )
+
+    config = load_config(args.config)
+    policy = gate_policy(config, args.policy)
+    verdicts = Path(args.verdicts) if args.verdicts else policy.grader_verdicts
+    if verdicts is None:
+        raise ConfigError("no human verdicts: pass --verdicts or set grader_verdicts in the gate policy")
+    report = calibrate(load_verdicts(verdicts))
+    print(render_calibration(report, policy.grader_false_pass_budgets))
+    return 0 if report.usable(policy.grader_false_pass_budgets)[0] else 1

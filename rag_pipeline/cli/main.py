@@ -1,0 +1,226 @@
+"""`rag-pipeline`: the pipeline from the command line, for CI jobs and scripts outside the Dagster UI."""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import gc
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+
+from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
+from rag_pipeline.cli.demo import cmd_demo
+from rag_pipeline.cli.evaluate import cmd_calibrate, cmd_eval, cmd_gate, cmd_promote
+from rag_pipeline.cli.experiments import cmd_experiment, cmd_experiments
+from rag_pipeline.cli.golden import (
+    cmd_golden_accept,
+    cmd_golden_export_ragas,
+    cmd_golden_import,
+    cmd_golden_triage,
+    cmd_import_beir,
+    cmd_release_holdout,
+)
+from rag_pipeline.cli.ingest import cmd_ingest
+from rag_pipeline.cli.monitor import cmd_monitor
+from rag_pipeline.cli.search import cmd_search
+from rag_pipeline.config import ConfigError
+from rag_pipeline.core.evaluation.golden import GoldenSetError
+from rag_pipeline.core.render import printable
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rag-pipeline", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="pipeline config (default: $RAG_PIPELINE_CONFIG or data/pipeline.yaml)")
+        p.add_argument("--source", action="append", metavar="NAME=PATH", help="add or override a source")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    ingest = sub.add_parser("ingest", help="ingest every configured source and report coverage")
+    common(ingest)
+    ingest.add_argument("--force", action="store_true",
+                        help="run every source, also those whose inputs did not change since their last switch")
+    ingest.add_argument("--fail-on-document-errors", action="store_true",
+                        help="exit 1 when any document failed (by default a failed document is a warning)")
+    ingest.set_defaults(func=cmd_ingest)
+
+    evaluate = sub.add_parser(
+        "eval", help="ingest, evaluate retrieval on a golden set, then gate against the promoted baseline",
+        description="Measures first (metrics table, report, traces, the files asked for), then gates. Exit codes: "
+                    "0 no regression (also: no baseline yet, not better, an inconclusive drop, --no-gate); "
+                    "1 a regression, or a failed run; 2 a usage or config error (flags, config, golden file, run file).")
+    common(evaluate)
+    evaluate.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    evaluate.add_argument("--mode", choices=("dense", "bm25", "hybrid"), help="retrieval mode (default: config)")
+    evaluate.add_argument("--trec-run", metavar="OUT", help="also write the ranked documents as a TREC run file "
+                                                            "(retrieval scores; its qrels beside it, OUT with .qrels)")
+    evaluate.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML report: a test case per golden "
+                                                              "case and per gate rule")
+    evaluate.add_argument("--run", metavar="FILE", help="score another system's retrieval instead of this index: a TREC "
+                                                        "run or JSONL of ranked document ids per case (no ingestion)")
+    evaluate.add_argument("--no-gate", action="store_true", help="measure only: no gate, exit 0 unless a run failed")
+    evaluate.add_argument("--subset", choices=("full", "pr"), default="full",
+                          help="pr: the fast slice-stratified subset for pull requests (evaluation.pr_subset_size, no "
+                               "holdout), gated only against a baseline of the same subset")
+    evaluate.set_defaults(func=cmd_eval)
+
+    search = sub.add_parser("search", help="show what retrieval returns for one question, with its trace")
+    search.add_argument("query")
+    search.add_argument("--config")
+    search.add_argument("--tenant", help="the caller's tenant (trusted context)")
+    search.add_argument("--roles", help="comma-separated roles of the caller, e.g. employee,support")
+    search.add_argument("--status", help="statuses to include (default: published), e.g. published,superseded")
+    search.add_argument("--mode", choices=("dense", "bm25", "hybrid"))
+    search.add_argument("--k", type=int, default=None)
+    search.add_argument("--json", action="store_true")
+    search.set_defaults(func=cmd_search, source=None)
+
+    beir = sub.add_parser("import-beir", help="write a golden set from a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/)")
+    beir.add_argument("dataset", help="folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
+    beir.add_argument("--name", required=True, help="source name to use for the corpus (document ids: NAME:<_id>)")
+    beir.add_argument("--out", required=True, help="golden-set JSONL to write")
+    beir.add_argument("--qrels", default="test", help="qrels split file name without .tsv (default: test)")
+    beir.set_defaults(func=cmd_import_beir)
+
+    gate = sub.add_parser("gate", help="gate a candidate evaluation against a baseline; exit 1 on a regression")
+    gate.add_argument("--config")
+    gate.add_argument("--baseline", default="baseline", help="eval id, or 'baseline' (the promoted one)")
+    gate.add_argument("--candidate", default="latest", help="eval id, or 'latest'")
+    gate.add_argument("--policy", help="gate policy YAML (default: gate_policy in the config)")
+    gate.set_defaults(func=cmd_gate)
+
+    promote = sub.add_parser("promote", help="promote an evaluation to baseline if the gate says PROMOTE")
+    promote.add_argument("--config")
+    promote.add_argument("--eval", help="eval id (default: the latest evaluation)")
+    promote.add_argument("--policy")
+    promote.set_defaults(func=cmd_promote)
+
+    experiment = sub.add_parser("experiment", help="baseline vs a candidate differing in one component")
+    experiment.add_argument("--config")
+    experiment.add_argument("--candidate", help="overlay YAML merged onto the config for the candidate")
+    experiment.add_argument("--set", action="append", metavar="KEY=VALUE", help="candidate change, e.g. chunking.strategy=fixed")
+    experiment.add_argument("--baseline", help="overlay YAML for the baseline (default: the config as is)")
+    experiment.add_argument("--baseline-set", action="append", metavar="KEY=VALUE")
+    experiment.add_argument("--hypothesis", required=True, help="what the change should do, in one sentence")
+    experiment.add_argument("--allow-bundle", action="store_true", help="allow (and log) a change of several components")
+    experiment.add_argument("--store", help="experiment DuckDB file (default: experiments.duckdb beside the index)")
+    experiment.add_argument("--policy")
+    experiment.set_defaults(func=cmd_experiment)
+
+    experiments = sub.add_parser("experiments", help="print the experiment log")
+    experiments.add_argument("--config")
+    experiments.add_argument("--store")
+    experiments.set_defaults(func=cmd_experiments)
+
+    calibration = sub.add_parser("calibrate", help="the answer grader against human verdicts")
+    calibration.add_argument("--config")
+    calibration.add_argument("--policy")
+    calibration.add_argument("--verdicts", help="human verdicts JSONL (default: grader_verdicts in the gate policy)")
+    calibration.set_defaults(func=cmd_calibrate)
+
+    monitoring = sub.add_parser("monitor", help="sample a day of production queries and report drift against the golden set")
+    common(monitoring)
+    monitoring.add_argument("--day", help="YYYY-MM-DD (default: the last day of the query log)")
+    monitoring.add_argument("--fail-on-drift", action="store_true", help="exit 1 when the drift check warns")
+    monitoring.set_defaults(func=cmd_monitor)
+
+    golden = sub.add_parser("golden", help="change the golden set by explicit, recorded commands")
+    golden_sub = golden.add_subparsers(dest="golden_command", required=True)
+    release = golden_sub.add_parser("release-holdout", help="move holdout cases to another split (a new, recorded revision)")
+    release.add_argument("case_ids", nargs="+")
+    release.add_argument("--config")
+    release.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    release.add_argument("--to", default="validation", choices=("dev", "validation"))
+    release.add_argument("--by", required=True, help="who releases them (recorded)")
+    release.add_argument("--reason", required=True, help="why (recorded)")
+    release.set_defaults(func=cmd_release_holdout, source=None)
+
+    golden_import = golden_sub.add_parser("import", help="a golden set from a RAGAS, DeepEval or hand-written dataset")
+    golden_import.add_argument("file", help="the dataset: JSON, JSONL or CSV")
+    golden_import.add_argument("--shape", choices=("ragas", "deepeval", "handwritten", "auto"), default="auto")
+    golden_import.add_argument("--out", required=True, help="golden-set JSONL to write")
+    golden_import.add_argument("--source-prefix", metavar="X", help="source id for bare passage ids (X:<id>) and file names")
+    golden_import.add_argument("--force", action="store_true", help="overwrite --out when it exists")
+    golden_import.add_argument("--config")
+    golden_import.set_defaults(func=cmd_golden_import, source=None)
+    export_ragas = golden_sub.add_parser("export-ragas", help="a stored evaluation as a RAGAS dataset (holdout left out)")
+    export_ragas.add_argument("--eval", default="latest", metavar="EVAL_ID", help="eval id, or 'latest'")
+    export_ragas.add_argument("--out", required=True, help="JSONL to write (CSV when it ends in .csv)")
+    export_ragas.add_argument("--config")
+    export_ragas.set_defaults(func=cmd_golden_export_ragas, source=None)
+    triage = golden_sub.add_parser("triage", help="write a review queue: drift candidates, failed cases, grader "
+                                                  "disagreements and user reports, each with its nearest golden cases")
+    triage.add_argument("--config")
+    triage.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    triage.add_argument("--reports", help="JSONL of user-reported failures (question, tenant, roles, note, reported_by)")
+    triage.add_argument("--verdicts", help="people's verdicts on answers (as for `calibrate`): where the grader "
+                                           "disagrees with them, an item")
+    triage.add_argument("--out", required=True, help="review queue JSONL to write")
+    triage.set_defaults(func=cmd_golden_triage, source=None)
+    accept = golden_sub.add_parser("accept", help="append reviewed queue items to the golden set (a new revision)")
+    accept.add_argument("reviewed", nargs="+", help="reviewed queue file(s); one per reviewer when two review")
+    accept.add_argument("--config")
+    accept.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
+    accept.add_argument("--duplicate-threshold", type=float, default=0.9, help="cosine at or above which an item is a near duplicate")
+    accept.set_defaults(func=cmd_golden_accept, source=None)
+
+    demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
+    common(demo)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+class _ProgressLines(logging.Handler):
+    """Progress of long stages on stderr: one line rewritten in place on a terminal, else a line each."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # The stream of the moment, not the one at set-up: a caller that runs `main` in process
+        # (a test) may replace and close sys.stderr between two commands.
+        stream = sys.stderr
+        line = printable(record.getMessage())
+        if stream.isatty():
+            done = "(100%)" in line
+            stream.write("\r\033[K" + line + ("\n" if done else ""))
+        else:
+            stream.write(line + "\n")
+        stream.flush()
+
+
+def _show_progress() -> None:
+    from rag_pipeline.core.progress import LOGGER
+
+    if not any(isinstance(h, _ProgressLines) for h in LOGGER.handlers):
+        LOGGER.addHandler(_ProgressLines())
+        LOGGER.setLevel(logging.INFO)
+        LOGGER.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # At exit, before the interpreter's teardown: the teardown then skips cyclic garbage collection
+    # over the millions of objects torch, transformers and Dagster leave (1.5 s of a command's
+    # exit once the model was loaded). Objects are still released by reference counting, so files
+    # and databases close as before. Registered once, however often main runs in one process.
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
+    if not getattr(args, "json", False):
+        _show_progress()
+    # Dagster's notices about its own beta and preview APIs are for this project's developers, not its users.
+    warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
+    try:
+        return args.func(args)
+    except (ConfigError, GoldenSetError, FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`rag-pipeline search ... | head`): stop quietly, as a shell tool
+        # does; what is left unflushed goes nowhere rather than into a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT

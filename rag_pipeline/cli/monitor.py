@@ -1,0 +1,64 @@
+"""`rag-pipeline monitor`: a day of production queries sampled, and its drift against the golden set."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import date
+from typing import TYPE_CHECKING
+
+from rag_pipeline.cli.common import dagster_instance, load_args, print_json
+from rag_pipeline.config import ConfigError, PipelineConfig
+from rag_pipeline.core.render import printable
+
+if TYPE_CHECKING:  # the runner imports Dagster: only commands that run something pay for it
+    from rag_pipeline.cli.runner import MonitorRun
+
+
+def monitoring_day(config: PipelineConfig, day: str | None) -> str:
+    """The requested day, or the last day of the query log."""
+    from rag_pipeline.core.monitoring.sampling import read_query_log
+
+    if day:
+        return date.fromisoformat(day).isoformat()
+    if config.monitoring.query_log is None:
+        raise ConfigError("no monitoring.query_log in the config: nothing to monitor")
+    log = read_query_log(config.monitoring.query_log)
+    if not log.queries:
+        raise ConfigError(f"the query log {config.monitoring.query_log} holds no valid query")
+    return log.queries[-1].timestamp.date().isoformat()
+
+
+def print_monitoring(run: MonitorRun) -> None:
+    """What the on-call person reads first: the sample's measures, the drift verdict, the candidates."""
+    if run.error:
+        print(f"monitoring FAILED: {printable(run.error)}")
+        return
+    m = run.metadata
+    print(f"sampled {m['sampled_queries']:.0f} of {m['window_queries']:.0f} queries | "
+          f"no-result rate {m.get('no_result_rate', float('nan')):.2f} | p95 latency {m.get('p95_latency_ms', float('nan')):.0f} ms | "
+          f"superseded hits {m.get('superseded_hit_share', 0.0):.2f} | stale hits {m.get('stale_hit_share', 0.0):.2f}")
+    print(f"drift: MMD² {m['mmd2_distance']:.4f} against the golden-calibrated threshold {m['drift_threshold']:.4f}: "
+          + ("DRIFT (WARN)" if run.drifted else "within threshold"))
+    print("\ncandidates for new golden cases:")
+    for record in m["candidates"].records:
+        row = record.data
+        print(f"  {row['excess_density']:.3f}  {row['query']}  (nearest golden: {row['nearest_golden']})")
+    print(f"\nreport: {m['report_file']}")
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from rag_pipeline.cli.runner import monitor
+
+    config, _ = load_args(args)
+    day = monitoring_day(config, args.day)
+    with dagster_instance() as instance:
+        run = monitor(config, instance, day)
+    if args.json:
+        print_json({"day": day, "success": run.success, "checks": run.checks, "error": run.error,
+                    "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))}})
+    else:
+        print(f"== production monitoring, day {day}")
+        print_monitoring(run)
+    if not run.success:
+        return 1
+    return 1 if args.fail_on_drift and run.drifted else 0
