@@ -200,7 +200,7 @@ class RetrievalConfig(_Strict):
     # How "the corpus cannot answer" is decided: the best score against that threshold, or the
     # abstention model fitted on the dev split (several signals; core/evaluation/abstention.py).
     # Both are measured per split; the model is not the default: on the sample corpus it abstains
-    # on answerable cases more often (README, "Abstention").
+    # on answerable cases more often (docs/limitations.md, "Abstention").
     abstention: Literal["threshold", "model"] = "threshold"
 
 

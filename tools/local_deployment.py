@@ -1,7 +1,7 @@
 """A real Dagster deployment on this machine: `dagster-webserver` and `dagster-daemon` on a fresh
 instance, the pipeline's code location, and an asset backfill launched the way the UI launches it.
 
-Two shapes, the ones the README describes:
+Two shapes, the ones docs/architecture.md describes:
 
     duckdb    the repository's dagster.yaml (instance in SQLite files), the store in one DuckDB
               file, steps in the run's process; sources switch one at a time.
