@@ -3,10 +3,11 @@
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.ingestion import stages
+from rag_pipeline.core.ingestion import stages, switch
 from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
+from rag_pipeline.core.ingestion.reports import StageReport
 from rag_pipeline.core.storage import Store
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_failure, tag_trigger
@@ -24,7 +25,7 @@ class DiscoveryConfig(dg.Config):
     allow_mass_delete: bool = False
 
 
-def _materialized(context: dg.AssetExecutionContext, report: stages.StageReport, **metadata) -> dg.MaterializeResult:
+def _materialized(context: dg.AssetExecutionContext, report: StageReport, **metadata) -> dg.MaterializeResult:
     """The stage's counts as metadata, and one warning line per document that failed it in this run."""
     for failure in report.failures:
         context.log.warning(
@@ -104,7 +105,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     config, db = settings.load(), store.get()
     with explained(context, lambda: _served_state(db, context.partition_key)):
         source = config.source(context.partition_key)
-        report = stages.index_source(source, db, embedder.get(), context.run.run_id)
+        report = switch.index_source(source, db, embedder.get(), context.run.run_id)
         # All four are evaluated whether the switch committed or not: a refused switch leaves the
         # previous version served, and freshness and failed documents say what that means.
         proofs = [checks.result("coverage", report.coverage.verdict()),

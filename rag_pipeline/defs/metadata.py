@@ -11,7 +11,7 @@ import dagster as dg
 
 from rag_pipeline.core import render
 from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.stages import StageReport
+from rag_pipeline.core.ingestion.reports import StageReport
 from rag_pipeline.core.storage import Store
 
 FAILURE_COLUMNS = ["doc_id", "stage", "reason"]

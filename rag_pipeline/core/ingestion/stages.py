@@ -4,11 +4,8 @@ Stage, verify, then serve:
 - discovery, parsing, chunking and embedding write staging rows only (a staged discovery, parsed
   elements, chunks, the embedding cache); each is idempotent and works on what differs between
   staging and the latest discovery, so a rerun after any kill picks up where the dead run stopped;
-- the switch (`index_source`) replaces the source's served rows, probes every document that
-  needs it, writes the ledger, prunes the cache, commits the manifest and proves coverage and
-  deletions, all inside one transaction. It commits only when both proofs pass; otherwise it rolls
-  back and the previous version stays served. A kill at any point leaves the old version or the
-  new one, never a mix, and never a record that disagrees with what is served.
+- the switch (`switch.index_source`) serves the staged version in one transaction, only once
+  it is proven; a kill at any point leaves the old version or the new one, never a mix.
 
 A document that fails a stage fails alone, with its reason in the ledger; the rest goes on.
 """
@@ -22,7 +19,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +28,7 @@ from rag_pipeline.core import metadata
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion import discovery, inputs
 from rag_pipeline.core.ingestion.chunking import chunk_document
-from rag_pipeline.core.ingestion.coverage import CoverageReport, coverage_report
-from rag_pipeline.core.ingestion.lifecycle import DeletionReport, deletion_report, guard_against_mass_deletion
+from rag_pipeline.core.ingestion.lifecycle import guard_against_mass_deletion
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
 from rag_pipeline.core.ingestion.parsing import (
     ParseError,
@@ -41,12 +36,13 @@ from rag_pipeline.core.ingestion.parsing import (
     parse_document,
     parser_for,
 )
-from rag_pipeline.core.models import DiscoveredFile, SearchFilters, StageFailure
+from rag_pipeline.core.ingestion.reports import StageReport, ledger_entry
+from rag_pipeline.core.ingestion.switch import index_source
+from rag_pipeline.core.models import DiscoveredFile, StageFailure
 from rag_pipeline.core.progress import Progress
 from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.lexical import term_frequencies
 from rag_pipeline.core.storage import Store
-from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 
 # Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
@@ -58,44 +54,6 @@ MIN_EMBED_BATCH = 64
 def batch_size(total: int, largest: int, smallest: int = 1) -> int:
     """Items per batch: a quarter of the work, within [smallest, largest]."""
     return max(smallest, min(largest, -(-total // 4)))
-# A document is queryable when a search with its own opening text finds it this high.
-QUERYABLE_TOP_K = 10
-
-
-@dataclass
-class StageReport:
-    """What one stage did to one source in one run: counts and per-document failures."""
-
-    source_id: str
-    stage: str
-    counts: dict[str, int] = field(default_factory=dict)
-    failures: list[StageFailure] = field(default_factory=list)
-    details: dict[str, list[str]] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def failure_rows(self) -> list[dict[str, str]]:
-        return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]
-
-
-@dataclass
-class IndexReport(StageReport):
-    """The switch: whether it committed, and the two proofs it was judged by."""
-
-    switched: bool = False
-    coverage: CoverageReport | None = None
-    deletions: DeletionReport | None = None
-
-    @property
-    def refusal(self) -> str | None:
-        """Why the switch was refused (None when it committed)."""
-        if self.switched:
-            return None
-        reasons = []
-        if self.coverage is not None and not self.coverage.passed:
-            reasons.append(f"coverage: {len(self.coverage.uncovered)} document(s) neither queryable nor failed with a reason")
-        if self.deletions is not None and not self.deletions.passed:
-            reasons.append(f"deletions_propagated: {len(self.deletions.problems())} problem(s)")
-        return "; ".join(reasons) or "switch refused"
 
 
 def _tree(source: SourceConfig) -> discovery.SourceTree:
@@ -132,12 +90,12 @@ def discover_source(
     ledger: list[dict] = []
     for f in files:
         if not f.supported:
-            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "skipped", f.skip_reason))
+            ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "skipped", f.skip_reason))
         elif f.error:
-            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "failed", f.error))
+            ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "failed", f.error))
             report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
         else:
-            ledger.append(_ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
+            ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
     with store.db.session():
         store.staging.write_discovery(source_id, files, meta_json)
         store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
@@ -203,7 +161,7 @@ def parse_source(
 
     def fail(row: dict, reason: str) -> None:
         report.failures.append(StageFailure(row["doc_id"], "parsed", reason))
-        ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "failed", reason, version))
+        ledger.append(ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "failed", reason, version))
 
     per_write = batch_size(len(todo), WRITE_BATCH)
     done = Progress(f"{source_id}: parsing", len(todo), progress)
@@ -213,7 +171,7 @@ def parse_source(
             fail(row, str(doc))
             continue
         batch.append((doc, row["meta_json"]))
-        ledger.append(_ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
+        ledger.append(ledger_entry(row["doc_id"], source_id, row["content_hash"], "parsed", "ok", None, doc.parser_version))
         if len(batch) >= per_write:
             with store.db.session():
                 store.staging.save_parsed(source_id, batch)
@@ -374,14 +332,14 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
         if not chunks:
             reason = "chunking produced no chunks (document has no body text)"
             report.failures.append(StageFailure(doc.doc_id, "chunked", reason))
-            ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "failed", reason))
+            ledger.append(ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "failed", reason))
             continue
         postings = [
             (chunk.chunk_id, term, tf) for chunk in chunks for term, tf in term_frequencies(chunk.embed_text).items()
         ]
         batch.append((doc.doc_id, doc.content_hash, chunks, postings))
         chunk_total += len(chunks)
-        ledger.append(_ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
+        ledger.append(ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "ok"))
         if len(batch) >= per_write:
             with store.db.session():
                 store.staging.save_chunks(source_id, fingerprint, batch)
@@ -436,161 +394,6 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     hits = sum(1 for _, h, _ in pending if h in cached)
     report.counts = {"embedded": len(misses), "cache_hits": hits, "chunks_pending": len(pending)}
     return report
-
-
-class _Refused(Exception):
-    """Rolls the switch back: a proof failed."""
-
-
-def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id: str) -> IndexReport:
-    """The switch: serve the source's staged state only if it is proven, in one transaction.
-
-    Inside the transaction: the served rows are replaced, every served document whose current
-    version was never proven queryable is probed, the ledger gets its indexed / queryable /
-    deleted rows, the cache loses entries only deleted documents used, the discovery becomes the
-    committed manifest; then coverage and deletion propagation are proven on that state. Both
-    pass: commit. Either fails: roll back (the previous version stays served, the refusal is
-    recorded with the source). The ledger is reconciled with what is served, not with what an
-    earlier run believed, so a run after any kill converges.
-    """
-    source_id = source.source_id
-    report = IndexReport(source_id, "indexed")
-    leaving = store.served.leaving_documents(source_id)
-    # Probing needs the model; encode the leaving documents' own text before the transaction.
-    probe_texts = [f"{d['title'] or ''} {d['opening_text'] or ''}" for d in leaving]
-    probe_vectors = dict(zip([d["doc_id"] for d in leaving], embedder.encode(probe_texts))) if leaving else {}
-    try:
-        with store.transaction():
-            kill_point("switch:begin")
-            before = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
-            store.served.record_tombstones(source_id, leaving, run_id)
-            counts = store.served.replace_served(source_id, embedder.identity)
-            kill_point("switch:replaced")
-            ledger, probed, failures = _reconcile_ledger(store, source_id, before)
-            store.ledger.record(ledger, run_id)
-            pruned = store.staging.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
-            store.staging.commit_manifest(source_id)
-            store.ledger.record_source_run(source_id, str(source.path), run_id)
-            report.coverage = coverage_report(store, source_id)
-            report.deletions = deletion_report(store, source_id, embedder, run_id, probe_vectors)
-            served = store.served.indexed_documents(source_id)
-            if not (report.coverage.passed and report.deletions.passed):
-                raise _Refused
-            store.ledger.record_served(source_id, run_id, len(served))
-            kill_point("switch:verified")
-        report.switched = True
-        kill_point("switch:committed")
-    except _Refused:
-        store.ledger.record_source_run(source_id, str(source.path), run_id, failure=report.refusal)
-        return report
-    after = {d["doc_id"] for d in served}
-    report.failures = failures
-    report.counts = {
-        # A new served version: new bytes, or new metadata (who may see it, status, dates).
-        "indexed": sum(1 for d in served if d["doc_id"] not in before
-                       or document_version(before[d["doc_id"]]) != document_version(d)),
-        "queryable": report.coverage.counts_by_stage.get("queryable", 0),
-        "probed": probed,
-        "removed": len(set(before) - after),
-        "served_documents": len(served),
-        "kept_previous": counts["kept_previous"],
-        "cache_pruned": pruned,
-    }
-    report.details = {"removed": sorted(set(before) - after)}
-    return report
-
-
-def _reconcile_ledger(
-    store: Store, source_id: str, before: dict[str, dict]
-) -> tuple[list[dict], int, list[StageFailure]]:
-    """Ledger rows that make the record match what is now served (call inside the switch).
-
-    Served documents get an `indexed` row for their served version (new bytes, another parser,
-    or the same bytes served with new metadata: the row says which fields changed); those whose
-    served version was never proven queryable (or failed the probe before) are probed now;
-    documents no longer in the source get their `deleted` rows. `before`: the served rows before.
-    """
-    served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
-    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id) if r["stage"] in ("indexed", "queryable")}
-
-    def proven(doc_id: str, stage: str) -> bool:
-        row, doc = rows.get((doc_id, stage)), served[doc_id]
-        if row is None or row["status"] != "ok" or row["content_hash"] != doc["content_hash"]:
-            return False
-        # Indexed again by another parser (same bytes, maybe other elements): a new ledger row says so.
-        return stage != "indexed" or row["parser_version"] == doc["parser_version"]
-
-    ledger = [
-        _ledger_entry(d, source_id, row["content_hash"], "indexed", "ok", parser_version=row["parser_version"])
-        for d, row in served.items() if not proven(d, "indexed")
-    ]
-    fresh = {entry["doc_id"] for entry in ledger}
-    for doc_id, row in served.items():
-        old = before.get(doc_id)
-        if doc_id not in fresh and old is not None and document_version(old) != document_version(row):
-            changed = [f for f in SERVED_FIELDS if str(old.get(f)) != str(row.get(f))]
-            ledger.append(_ledger_entry(doc_id, source_id, row["content_hash"], "indexed", "ok",
-                                        f"served with new metadata: {', '.join(changed)}",
-                                        parser_version=row["parser_version"]))
-    to_probe = sorted(d for d in served if not proven(d, "queryable"))
-    queryable, not_found = probe_queryable(store, to_probe)
-    failures = []
-    for doc_id in to_probe:
-        content_hash = served[doc_id]["content_hash"]
-        if doc_id in queryable:
-            ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "ok"))
-        else:
-            reason = not_found.get(doc_id, "not returned by a search for its own text")
-            ledger.append(_ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
-            failures.append(StageFailure(doc_id, "queryable", reason))
-    discovered = store.staging.discovery_rows(source_id)
-    current = {r["doc_id"] for r in discovered if r["supported"]}
-    manifest = store.staging.manifest_rows(source_id)
-    committed = {r["doc_id"] for r in manifest if r["supported"]}
-    for doc_id in sorted((committed | set(before)) - current):
-        ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
-                       "reason": "no longer in the source"})
-        if doc_id in before:
-            ledger.extend({"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": "deleted",
-                           "reason": "removed from the index"} for stage in ("indexed", "queryable"))
-    # Skipped files (not documents) that are gone: their record says so too, not "skipped" for ever.
-    names = {r["doc_id"] for r in discovered}
-    for row in manifest:
-        if not row["supported"] and row["doc_id"] not in names:
-            ledger.append({"doc_id": row["doc_id"], "source_id": source_id, "stage": "deleted", "status": "deleted",
-                           "reason": f"no longer in the source (it was skipped: {row['skip_reason']})"})
-    return ledger, len(to_probe), failures
-
-
-def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:
-    """Search, with no filter, for each document's opening chunk; queryable if it comes back in the
-    top k, or if the k-th hit scores as high as the chunk itself (it is tied with identical chunks
-    of other documents, and only the tie-break by chunk id left it out). In the database: the
-    switch calls it on a state not yet committed (`Search.in_database`)."""
-    vectors = store.served.first_chunk_vectors(doc_ids)
-    missing = {d: "indexed without any chunk vector" for d in doc_ids if d not in vectors}
-    ids = [d for d in doc_ids if d in vectors]
-    if not ids:
-        return set(), missing
-    matrix = np.stack([vectors[d] for d in ids])
-    results = store.search.in_database().dense_search(matrix, QUERYABLE_TOP_K, SearchFilters(unrestricted=True))
-    queryable = set()
-    for doc_id, query, hits in zip(ids, matrix, results):
-        own = 1.0 if np.any(query) else 0.0  # the cosine of the chunk with itself
-        tied = len(hits) == QUERYABLE_TOP_K and hits[-1].score >= own - 1e-6
-        if tied or any(hit.doc_id == doc_id for hit in hits):
-            queryable.add(doc_id)
-        else:
-            top = hits[0].doc_id if hits else "nothing"
-            missing[doc_id] = f"a search for its own opening text did not return it in the top {QUERYABLE_TOP_K} (top hit: {top})"
-    return queryable, missing
-
-
-def _ledger_entry(doc_id: str, source_id: str, content_hash: str | None, stage: str, status: str,
-                  reason: str | None = None, parser_version: str | None = None) -> dict:
-    """One ledger row: a document's outcome at one stage, for one version of its content."""
-    return {"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": status,
-            "content_hash": content_hash, "reason": reason, "parser_version": parser_version}
 
 
 def ingest_source(

@@ -12,6 +12,7 @@ from rag_pipeline.config import (
 from rag_pipeline.core.ingestion import stages
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline.core.storage.schema import SCHEMA_VERSION
 from rag_pipeline.core.storage.staging import Staging
@@ -44,7 +45,7 @@ def _stages(source, store, run_id, upto="indexed"):
         "parsed": lambda: stages.parse_source(source, store, run_id),
         "chunked": lambda: stages.chunk_source(source, store, ChunkingConfig(), run_id),
         "embedded": lambda: stages.embed_source(source.source_id, store, EMBEDDER, run_id),
-        "indexed": lambda: stages.index_source(source, store, EMBEDDER, run_id),
+        "indexed": lambda: index_source(source, store, EMBEDDER, run_id),
     }
     return {name: steps[name]() for name in order[: order.index(upto) + 1]}
 
@@ -65,7 +66,7 @@ def test_a_refused_coverage_proof_keeps_the_previous_version_served(source, stor
     # The embedding stage is skipped (as when someone materializes search_index alone): the new
     # page and the new version of the changed one have no vectors, so they would silently miss.
     reports = _stages(source, store, "r2", upto="chunked")
-    switch = stages.index_source(source, store, EMBEDDER, "r2")
+    switch = index_source(source, store, EMBEDDER, "r2")
     assert not switch.switched and not switch.coverage.passed
     assert switch.coverage.uncovered == ["kb:payroll.md", "kb:refunds.md"]
     assert switch.coverage.stopped_after["kb:payroll.md"] == "chunked, never embedded"

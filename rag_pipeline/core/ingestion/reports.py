@@ -1,0 +1,52 @@
+"""What a stage of a source's run reports (counts, per-document failures, the switch's verdict) and the ledger rows it writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rag_pipeline.core.ingestion.coverage import CoverageReport
+from rag_pipeline.core.ingestion.lifecycle import DeletionReport
+from rag_pipeline.core.models import StageFailure
+
+
+@dataclass
+class StageReport:
+    """What one stage did to one source in one run: counts and per-document failures."""
+
+    source_id: str
+    stage: str
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[StageFailure] = field(default_factory=list)
+    details: dict[str, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def failure_rows(self) -> list[dict[str, str]]:
+        return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]
+
+
+@dataclass
+class IndexReport(StageReport):
+    """The switch: whether it committed, and the two proofs it was judged by."""
+
+    switched: bool = False
+    coverage: CoverageReport | None = None
+    deletions: DeletionReport | None = None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the switch was refused (None when it committed)."""
+        if self.switched:
+            return None
+        reasons = []
+        if self.coverage is not None and not self.coverage.passed:
+            reasons.append(f"coverage: {len(self.coverage.uncovered)} document(s) neither queryable nor failed with a reason")
+        if self.deletions is not None and not self.deletions.passed:
+            reasons.append(f"deletions_propagated: {len(self.deletions.problems())} problem(s)")
+        return "; ".join(reasons) or "switch refused"
+
+
+def ledger_entry(doc_id: str, source_id: str, content_hash: str | None, stage: str, status: str,
+                 reason: str | None = None, parser_version: str | None = None) -> dict:
+    """One ledger row: a document's outcome at one stage, for one version of its content."""
+    return {"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": status,
+            "content_hash": content_hash, "reason": reason, "parser_version": parser_version}
