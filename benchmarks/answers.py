@@ -28,7 +28,7 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig  # noqa: E402
-from rag_pipeline.core.evaluation import abstention  # noqa: E402
+from rag_pipeline.core.evaluation import abstention, abstention_features  # noqa: E402
 from rag_pipeline.core.evaluation.answer_checks import check_answer  # noqa: E402
 from rag_pipeline.core.evaluation.answers import ExtractiveGenerator  # noqa: E402
 from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
@@ -92,8 +92,8 @@ def main() -> int:
     contexts = [r.candidates["dense"][: args.k] for r in results]  # what dense retrieval would return
     best = [max((h.score for h in r.candidates["dense"]), default=0.0) for r in results]
     answerable = [not answers[q["_id"]]["is_impossible"] for q in queries]
-    features = [abstention.question_features(q, r.candidates, c) for q, r, c in zip(questions, results, contexts)]
-    abstention.add_sentence_cosines(questions, contexts, features, embedder.encode)
+    features = [abstention_features.question_features(q, r.candidates, c) for q, r, c in zip(questions, results, contexts)]
+    abstention_features.add_sentence_cosines(questions, contexts, features, embedder.encode)
     half = len(queries) // 2
     fit, held = slice(0, half), slice(half, None)
 

@@ -20,7 +20,7 @@ from rag_pipeline.config import ConfigError
 from rag_pipeline.core.evaluation.evaluate import EvaluationError
 from rag_pipeline.core.evaluation.golden import GoldenSetError
 from rag_pipeline.core.evaluation.holdout import HoldoutError
-from rag_pipeline.core.ingestion.discovery import SourceUnavailableError
+from rag_pipeline.core.ingestion.source_tree import SourceUnavailableError
 from rag_pipeline.core.render import cut, printable
 from rag_pipeline.core.storage import SourceBusyError
 from rag_pipeline.core.storage.schema import SchemaError

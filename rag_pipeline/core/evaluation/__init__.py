@@ -1,1 +1,1 @@
-"""Evaluation: golden sets, retrieval, metrics, answers, gates against baselines, experiments, reports."""
+"""Evaluation: golden sets, metrics, answers, gates against baselines, experiments, reports."""

@@ -1,9 +1,6 @@
 """Golden-set evaluation of retrieval: per-case results with traces, aggregated overall, weighted,
-by slice and by split; unanswerable cases scored apart.
-
-Gold is tied to documents (and optionally spans), never to chunk ids, so a change of chunker is
-scored fairly: chunk hits roll up to documents (a document's best chunk) for document metrics,
-and match gold spans by line overlap or heading path for span metrics.
+by slice and by split; unanswerable cases scored apart. Chunk hits roll up to documents (a
+document's best chunk) for document metrics and match gold spans (`spans.py`) for span metrics.
 """
 
 from __future__ import annotations
@@ -19,21 +16,22 @@ from pathlib import Path
 import numpy as np
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
-from rag_pipeline.core.evaluation import abstention, metrics
+from rag_pipeline.core.evaluation import metrics
+from rag_pipeline.core.evaluation.abstention import abstention_summary, calibrate_threshold, fit_abstention
 from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer
 from rag_pipeline.core.evaluation.answers import Generator, make_claim_judge, make_generator
 from rag_pipeline.core.evaluation.golden import (
     GoldenCase,
     GoldenSet,
     GoldenSetError,
-    GoldSpan,
     check_file_size,
     file_revision,
     load_golden_set,
 )
 from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
+from rag_pipeline.core.evaluation.spans import span_recall
 from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
-from rag_pipeline.core.models import Hit, SearchFilters
+from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.fusion import rollup_documents
 from rag_pipeline.core.retrieval.retriever import RetrievalResult, Retriever
@@ -46,13 +44,6 @@ EVAL_DEPTH = 100
 MAX_EVAL_CHUNKS = 6400
 # Cases searched one at a time for the latency figures (p50, p95), chosen by sha256 of their id.
 LATENCY_SAMPLE = 30
-# The abstention model is fitted on the dev split only when it has this many cases of each kind;
-# else the single no-result threshold decides.
-MIN_ABSTENTION_FIT_CASES = 5
-FIT_SPLIT = "dev"
-# Thresholds on p(answerable) at which the summary's curve is drawn: a fixed grid, so that the
-# stored curve shows no single case's score.
-CURVE_GRID = tuple(i / 40 for i in range(41))
 HEADLINE_METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "recall_at_100",
                     "mrr_at_10", "ndcg_at_10", "precision_at_5", "success_at_5")
 SPAN_CUTOFFS = (5, 10)
@@ -142,24 +133,6 @@ class EvalResult:
 def case_filters(case: GoldenCase) -> SearchFilters:
     """The trusted caller context of a case: its tenant and roles, never anything read from the question."""
     return SearchFilters(tenant=case.tenant, roles=case.roles)
-
-
-def span_hit(span: GoldSpan, hit: Hit) -> bool:
-    """A chunk covers a gold span when it is in the span's document and their lines overlap, or,
-    for spans without lines, when one heading path is a prefix of the other."""
-    if hit.doc_id != span.doc_id:
-        return False
-    if span.lines and hit.line_start is not None and hit.line_end is not None:
-        return hit.line_start <= span.lines[1] and span.lines[0] <= hit.line_end
-    if span.heading_path:
-        shorter = min(len(span.heading_path), len(hit.heading_path))
-        return shorter > 0 and tuple(span.heading_path[:shorter]) == tuple(hit.heading_path[:shorter])
-    return True
-
-
-def span_recall(spans: Sequence[GoldSpan], hits: Sequence[Hit], k: int) -> float:
-    """Share of gold spans covered by at least one of the top-k chunks."""
-    return sum(1 for s in spans if any(span_hit(s, h) for h in hits[:k])) / len(spans)
 
 
 def _confidence(result: RetrievalResult) -> float | None:
@@ -355,95 +328,6 @@ def _superseded_outranks(
                 verdict = True
         verdicts[case.id] = verdict
     return verdicts
-
-
-def calibrate_threshold(results: Sequence[CaseResult]) -> tuple[float, str]:
-    """The best-score floor that best separates answerable from unanswerable dev cases.
-
-    Picks the midpoint between adjacent best scores that maximises accuracy (answerable cases at
-    or above it, unanswerable below) on the dev split; falls back to the dev and validation cases
-    when dev lacks one of the two kinds, and to 0 (never abstain) when they have no unanswerable
-    case. Holdout cases never tune it: their figures would then measure the fit.
-    """
-    tunable = [r for r in results if not withheld(r.case)]
-    for pool_name, pool in (("dev split", [r for r in tunable if r.case.split == "dev"]),
-                            ("dev and validation splits", tunable)):
-        points = [(r.best_score, r.case.answerable) for r in pool if r.best_score is not None]
-        if any(a for _, a in points) and any(not a for _, a in points):
-            break
-    else:
-        return 0.0, "no unanswerable case outside holdout: never abstain"
-    scores = sorted({s for s, _ in points})
-    candidates = [scores[0] - 1e-9] + [(a + b) / 2 for a, b in zip(scores, scores[1:])] + [scores[-1] + 1e-9]
-
-    def accuracy(t: float) -> float:
-        return sum(1 for s, a in points if (s >= t) == a) / len(points)
-
-    best = max(candidates, key=lambda t: (accuracy(t), -t))
-    return float(best), f"calibrated on the {pool_name}"
-
-
-def fit_abstention(
-    rows: Sequence[CaseResult], results: Sequence[RetrievalResult], retriever: Retriever, context_k: int,
-    configured: bool, method: str = "model",
-) -> tuple[abstention.AbstentionModel | None, list[dict[str, float]] | None, str]:
-    """(model, features of every case, how abstention is decided): the abstention model
-    (`abstention.py`) fitted on the dev split when it holds at least MIN_ABSTENTION_FIT_CASES
-    answerable and as many unanswerable cases, no threshold is configured and some feature shows
-    evidence there; else (None, None, why the single no-result threshold decides)."""
-    if configured:
-        return None, None, "the configured no-result threshold"
-    if method == "threshold":
-        return None, None, "the no-result threshold (retrieval.abstention: threshold)"
-    fit_rows = [i for i, r in enumerate(rows) if r.case.split == FIT_SPLIT]
-    answerable = sum(1 for i in fit_rows if rows[i].case.answerable)
-    unanswerable = len(fit_rows) - answerable
-    if min(answerable, unanswerable) < MIN_ABSTENTION_FIT_CASES:
-        return None, None, (f"the no-result threshold (the {FIT_SPLIT} split has {answerable} answerable and "
-                            f"{unanswerable} unanswerable cases; the abstention model needs "
-                            f"{MIN_ABSTENTION_FIT_CASES} of each)")
-    features = abstention.features_for_results([r.case.question for r in rows], results, context_k,
-                                               retriever.embedder.encode)
-    model = abstention.fit([features[i] for i in fit_rows], [rows[i].case.answerable for i in fit_rows])
-    if not model.fitted_on["evidence"]:
-        return None, None, (f"the no-result threshold (no feature separates the {FIT_SPLIT} split's answerable from "
-                            f"its unanswerable cases by {model.fitted_on['min_z']} standard errors)")
-    return model, features, (f"abstention model fitted on the {FIT_SPLIT} split ({answerable} answerable, "
-                             f"{unanswerable} unanswerable; features {', '.join(model.features)})")
-
-
-def abstention_summary(
-    rows: Sequence[CaseResult], model: abstention.AbstentionModel | None, scores, threshold: float, how: str,
-) -> dict:
-    """The abstention figures: the 2x2 per split (with rates and balanced accuracy), the held-out
-    2x2 (every split but the fit split) beside the single threshold's, and the held-out curve
-    (abstain rate on unanswerable against false abstention on answerable) with its area."""
-    answerable = [r.case.answerable for r in rows]
-    decided = [bool(r.abstained) for r in rows]
-    by_threshold = [r.best_score is None or r.best_score < threshold for r in rows]
-    held = [i for i, r in enumerate(rows) if r.case.split != FIT_SPLIT]
-    if model is not None:
-        values, grid = [float(s) for s in scores], list(CURVE_GRID)
-    else:
-        values = [r.best_score if r.best_score is not None else -math.inf for r in rows]
-        finite = [v for v in values if math.isfinite(v)] or [0.0]
-        low, high = min(finite), max(finite)
-        grid = [low + (high - low) * i / 40 for i in range(41)] + [math.nextafter(high, math.inf)]
-    points = abstention.curve_from_scores([values[i] for i in held], [answerable[i] for i in held], grid)
-    splits = sorted({r.case.split for r in rows})
-    return {
-        "method": "model" if model is not None else "threshold",
-        "how": how,
-        "fit_split": FIT_SPLIT,
-        "model": model.as_json() if model is not None else None,
-        "by_split": {s: abstention.two_by_two([answerable[i] for i, r in enumerate(rows) if r.case.split == s],
-                                              [decided[i] for i, r in enumerate(rows) if r.case.split == s])
-                     for s in splits},
-        "held_out": abstention.two_by_two([answerable[i] for i in held], [decided[i] for i in held]),
-        "held_out_single_threshold": abstention.two_by_two([answerable[i] for i in held], [by_threshold[i] for i in held]),
-        "held_out_curve": points,
-        "held_out_curve_area": abstention.area_under_curve(points),
-    }
 
 
 def _average(rows: Sequence[CaseResult], weighted: bool = False) -> dict[str, float]:

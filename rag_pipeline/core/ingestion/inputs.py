@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_pipeline.config import ChunkingConfig, SourceConfig
-from rag_pipeline.core.ingestion.discovery import SUPPORTED_TYPES, SourceTree, TreeEntry
 from rag_pipeline.core.ingestion.parsing import parser_version
+from rag_pipeline.core.ingestion.source_tree import SUPPORTED_TYPES, SourceTree, TreeEntry
 
 
 def settings_fingerprint(chunking: ChunkingConfig, embedder_identity: str) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core import metadata
 from rag_pipeline.core.faults import kill_point
-from rag_pipeline.core.ingestion import discovery, inputs
+from rag_pipeline.core.ingestion import discovery, inputs, source_tree
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.lifecycle import guard_against_mass_deletion
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
@@ -56,7 +56,7 @@ def batch_size(total: int, largest: int, smallest: int = 1) -> int:
     return max(smallest, min(largest, -(-total // 4)))
 
 
-def _tree(source: SourceConfig) -> discovery.SourceTree:
+def _tree(source: SourceConfig) -> source_tree.SourceTree:
     return inputs.source_tree(source)
 
 
@@ -294,7 +294,7 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
                              f"files (limits.max_file_mb_by_type.{row['file_type']}): refused before parsing")
         try:
             data = tree.read(row["rel_path"])
-        except discovery.DocumentReadError as exc:
+        except source_tree.DocumentReadError as exc:
             raise ParseError(str(exc)) from None
         if discovery.sha256_bytes(data) != row["content_hash"]:
             raise ParseError("file changed between discovery and parsing; the next run picks up the new version")

@@ -10,7 +10,7 @@ import pytest
 from scipy.optimize import minimize
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
-from rag_pipeline.core.evaluation import abstention
+from rag_pipeline.core.evaluation import abstention, abstention_features
 from rag_pipeline.core.evaluation.answers import ExtractiveGenerator, make_generator
 from rag_pipeline.core.evaluation.evaluate import EVAL_DEPTH, case_filters, evaluate
 from rag_pipeline.core.evaluation.golden import load_golden_set
@@ -125,30 +125,30 @@ def test_features_of_one_question():
                _hit("other", 0.5, "Travel is booked through the portal.", 2)]
     dense = [context[0], context[1]]
     bm25 = [_hit("leave", 7.0, context[0].text), _hit("travel", 3.5, "x", 2)]
-    f = abstention.question_features("How many weeks does parental leave last?", {"dense": dense, "bm25": bm25}, context)
+    f = abstention_features.question_features("How many weeks does parental leave last?", {"dense": dense, "bm25": bm25}, context)
     assert f["dense_best"] == 0.8 and f["dense_gap"] == pytest.approx(0.3)
     assert f["bm25_gap"] == pytest.approx(0.5) and f["top_doc_agrees"] == 1.0 and f["top_docs_overlap"] == pytest.approx(1 / 2)
     assert f["top_chunk_coverage"] == 1.0 and f["sentence_coverage"] == 1.0  # week, parent, leav, last
     assert f["answer_type_found"] == 1.0 and f["answer_type_missing"] == 0.0  # "20"
     assert math.isnan(f["sentence_cosine"])
-    lexical = abstention.question_features("Who approves parental leave?", {"bm25": bm25}, context)
+    lexical = abstention_features.question_features("Who approves parental leave?", {"bm25": bm25}, context)
     assert math.isnan(lexical["dense_best"]) and math.isnan(lexical["top_doc_agrees"])
     assert lexical["answer_type_missing"] == 1.0  # no name in "Parental leave lasts 20 weeks."
-    nothing = abstention.question_features("Who approves parental leave?", {"dense": [], "bm25": []}, [])
+    nothing = abstention_features.question_features("Who approves parental leave?", {"dense": [], "bm25": []}, [])
     assert nothing["dense_best"] == 0.0 and nothing["bm25_best"] == 0.0 and nothing["top_chunk_coverage"] == 0.0
 
 
 def test_answer_types_and_sentence_cosines():
-    assert [abstention.answer_type(q) for q in ("How many days?", "When does it start?", "Who signs it?",
+    assert [abstention_features.answer_type(q) for q in ("How many days?", "When does it start?", "Who signs it?",
                                                  "Where is it hosted?", "What is it?", "The lake formed in what year?")] \
         == ["number", "date", "person", "place", None, "date"]
-    assert abstention.has_answer_type("date", "It opened in 1998.", "When did it open?")
-    assert not abstention.has_answer_type("number", "The 3 offices close.", "Do the 3 offices close?")
-    assert abstention.has_answer_type("person", "The form is signed by Maria Lopez.", "Who signs the form?")
+    assert abstention_features.has_answer_type("date", "It opened in 1998.", "When did it open?")
+    assert not abstention_features.has_answer_type("number", "The 3 offices close.", "Do the 3 offices close?")
+    assert abstention_features.has_answer_type("person", "The form is signed by Maria Lopez.", "Who signs the form?")
     features = [{"dense_best": 0.5}, {"dense_best": math.nan}]
     contexts = [[_hit("d", 0.5, "Alpha beta. Gamma delta.")], [_hit("d", 0.5, "Alpha beta.")]]
     vectors = {"q": [1.0, 0.0], "Alpha beta.": [0.0, 1.0], "Gamma delta.": [3.0, 4.0]}
-    abstention.add_sentence_cosines(["q", "q"], contexts, features, lambda texts: np.array([vectors[t] for t in texts]))
+    abstention_features.add_sentence_cosines(["q", "q"], contexts, features, lambda texts: np.array([vectors[t] for t in texts]))
     assert features[0]["sentence_cosine"] == pytest.approx(0.6)
     assert "sentence_cosine" not in features[1]  # bm25 mode: no embedder in the retrieval
 
@@ -198,7 +198,7 @@ def test_on_the_sample_corpus_the_fitted_model_decides_and_is_reported_per_split
         assert not {"dense_best", "sentence_cosine", "top_doc_agrees"} & set(model.features)
     cases = [c.case for c in result.cases]
     results = retriever.search_many([c.question for c in cases], [case_filters(c) for c in cases], mode, EVAL_DEPTH)
-    features = abstention.features_for_results([c.question for c in cases], results, 5, retriever.embedder.encode)
+    features = abstention_features.features_for_results([c.question for c in cases], results, 5, retriever.embedder.encode)
     assert [model.abstain(f) for f in features] == [c.abstained for c in result.cases]
     # The extractive generator abstains whenever the model says so.
     assert all(c.answer["abstained"] for c in result.cases if c.abstained)

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from rag_pipeline.core.ingestion.discovery import DocumentReadError, SourceTree, discover_files
+from rag_pipeline.core.ingestion.discovery import discover_files
+from rag_pipeline.core.ingestion.source_tree import DocumentReadError, SourceTree
 
 
 @pytest.fixture
