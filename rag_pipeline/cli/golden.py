@@ -53,7 +53,7 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
 
     from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
     from rag_pipeline.core.evaluation.golden import load_golden_set
-    from rag_pipeline.core.evaluation.golden_formats import export_ragas
+    from rag_pipeline.core.evaluation.ragas_export import export_ragas
 
     config = load_config(args.config)
     store = configured_store(config, read_only=True)

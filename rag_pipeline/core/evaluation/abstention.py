@@ -1,7 +1,8 @@
 """Abstention that knows: a small, fitted model of "the corpus cannot answer this question",
 and how an evaluation decides abstention (the fitted model, or the single no-result threshold).
 
-The features are `abstention_features.py`'s. The model, with label y = 1 for answerable and 0 for "the corpus cannot answer":
+The features are `abstention_features.py`'s. The model, with label y = 1 for answerable and 0
+for "the corpus cannot answer":
 
     p(answerable | x) = sigmoid(b + sum_j w_j * (x_j - mu_j) / s_j)
 

@@ -1,6 +1,6 @@
 """Features of "can the corpus answer this question?", computed from what retrieval returned.
 
-One best-score threshold sees one signal. This model combines several, each computed per
+One best-score threshold sees one signal; the abstention model (`abstention.py`) combines several, each computed per
 question from what retrieval returned and from the evidence the extractive generator finds
 (`question_features`); every feature is generic (no corpus, id or text of a data set in it):
 

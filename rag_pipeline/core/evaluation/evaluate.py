@@ -288,7 +288,7 @@ def answer_cases(
                   "completion_tokens": answer.completion_tokens, "cost": answer.cost, "error": answer.error}
         row.answer = record
         # Kept with the trace (withheld with it for holdout), so a stored evaluation's answers can
-        # be exported for other tools (golden_formats.export_ragas).
+        # be exported for other tools (ragas_export.export_ragas).
         row.trace["answer"] = {"text": answer.text, "citations": answer.citations, "abstained": answer.abstained,
                                "error": answer.error}
         if answer.errored:

@@ -1,4 +1,4 @@
-"""Golden cases from other tools' dataset shapes, and our evaluations in RAGAS's shape.
+"""Golden cases from other tools' dataset shapes (the export to RAGAS is `ragas_export.py`).
 
 Import (`import_cases`) reads JSON (a list of records, or an object holding one under
 `goldens`, `test_cases`, `samples`, `data`, `rows` or `examples`), JSONL (one record a line) or
@@ -45,14 +45,13 @@ with its line and the reason, and a question asked twice with other labels (anot
 other gold documents, another answerability) is in `warnings` with both lines.
 `ImportResult.write` validates the cases as the loader would, naming the input file's lines, and
 writes nothing when one is invalid. Reading is bounded like a golden file's: a file over
-MAX_IMPORT_FILE_BYTES is refused, and in JSONL and CSV a line over MAX_GOLDEN_LINE_BYTES is an
+`dataset_records.MAX_IMPORT_FILE_BYTES` is refused, and in JSONL and CSV a line over MAX_GOLDEN_LINE_BYTES is an
 error naming it.
 """
 
 from __future__ import annotations
 
 import ast
-import csv
 import hashlib
 import json
 import os
@@ -64,26 +63,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rag_pipeline.core.evaluation.dataset_records import read_records
+
 # The resolver is shared with the golden-file loader and other systems' runs; its names stay importable here.
 from rag_pipeline.core.evaluation.doc_refs import ContextMatcher, Resolver, known_documents  # noqa: F401
 from rag_pipeline.core.evaluation.golden import (
     BOOLEAN_VALUES,
-    MAX_GOLDEN_FILE_BYTES,
-    MAX_GOLDEN_LINE_BYTES,
-    GoldenSet,
     GoldenSetError,
-    bounded_lines,
-    check_file_size,
     parse_boolean,
     validate_cases,
 )
 
 if TYPE_CHECKING:
-    from rag_pipeline.core.evaluation.evaluate import EvalResult
     from rag_pipeline.core.storage import Store
 
 SHAPES = ("ragas", "deepeval", "handwritten", "auto")
-_CONTAINERS = ("goldens", "test_cases", "samples", "data", "rows", "examples")
 _OURS = ("id", "slice", "split", "weight", "tenant", "roles", "answerable", "forbidden_docs", "gold_spans")
 _ID_KEYS = ("gold_pids", "expected_document_ids", "gold_docs")
 _FILE_KEYS = ("source_doc", "source_docs", "file")
@@ -97,8 +91,6 @@ _ANSWER_COLUMNS = ("answer", "response", "actual_output")
 _METADATA_FILE_KEYS = ("source", "file_path", "filename", "file_name")
 # Objects some tools keep per-record metadata in, where `answerable` may be written.
 _METADATA_OBJECTS = ("metadata", "additional_metadata")
-# Bound of an imported dataset (JSON is parsed whole, so this bounds its memory too).
-MAX_IMPORT_FILE_BYTES = MAX_GOLDEN_FILE_BYTES
 _QUESTION = {"ragas": ("user_input", "question"), "deepeval": ("input",),
              "handwritten": ("question", "query", "input", "user_input")}
 _REFERENCE = {"ragas": ("reference", "ground_truth", "ground_truths"), "deepeval": ("expected_output",),
@@ -216,111 +208,6 @@ def _short(text: str, limit: int = 80) -> str:
 
 
 # ---- reading records ---------------------------------------------------------------------------
-
-_WS = re.compile(r"[ \t\n\r]*")
-
-
-def _skip(text: str, i: int) -> int:
-    return _WS.match(text, i).end()
-
-
-def _array_offsets(text: str, i: int) -> list[int]:
-    """Offsets of the elements of the JSON array opening at `i`."""
-    decoder, offsets = json.JSONDecoder(), []
-    i = _skip(text, i + 1)
-    while text[i] != "]":
-        offsets.append(i)
-        _, i = decoder.raw_decode(text, i)
-        i = _skip(text, i)
-        if text[i] == ",":
-            i = _skip(text, i + 1)
-    return offsets
-
-
-def _member_offset(text: str, i: int, key: str) -> int:
-    """Offset of the value of `key` in the JSON object opening at `i`."""
-    decoder = json.JSONDecoder()
-    i = _skip(text, i + 1)
-    while text[i] != "}":
-        name, i = decoder.raw_decode(text, i)
-        i = _skip(text, _skip(text, i) + 1)
-        if name == key:
-            return i
-        _, i = decoder.raw_decode(text, i)
-        i = _skip(text, i)
-        if text[i] == ",":
-            i = _skip(text, i + 1)
-    raise KeyError(key)
-
-
-def _lines(path: Path) -> Iterable[tuple[int, str]]:
-    """The file's lines, bounded (`bounded_lines`); GoldenSetError at a line over its bound or not UTF-8."""
-    for number, text, error in bounded_lines(path, max_file_bytes=MAX_IMPORT_FILE_BYTES, what="dataset to import"):
-        if error is not None:
-            raise GoldenSetError(f"{path.name} line {number}: {error}")
-        yield number, text
-
-
-def read_records(path: Path) -> tuple[list[tuple[int, dict]], str | None]:
-    """(line, record) for every record of a JSON, JSONL or CSV file, and the JSON container key used."""
-    check_file_size(path, MAX_IMPORT_FILE_BYTES, "dataset to import")
-    if path.suffix.lower() == ".csv":
-        csv.field_size_limit(MAX_GOLDEN_LINE_BYTES)
-        reader = csv.DictReader(text for _, text in _lines(path))
-        records, previous = [], 1
-        try:
-            for row in reader:
-                records.append((previous + 1, {k: v for k, v in row.items() if k is not None}))
-                previous = reader.line_num
-        except csv.Error as exc:
-            raise GoldenSetError(f"{path.name} line {reader.line_num}: {exc}") from None
-        return records, None
-    if not _json_lines(path):
-        text = path.read_text(encoding="utf-8-sig")
-        try:
-            whole = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise GoldenSetError(f"{path.name} line {exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        return _container(path, text, whole)
-    records = []
-    for number, line in _lines(path):
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise GoldenSetError(f"{path.name} line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            records.append((number, record))
-    return _objects(path, records), None
-
-
-def _json_lines(path: Path) -> bool:
-    """JSON Lines (streamed, a record a line) rather than one JSON document (parsed whole): the first
-    non-blank line is a whole object that holds no list of records."""
-    first = next((text for _, text in _lines(path) if text.strip()), "")
-    try:
-        value = json.loads(first)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(value, dict) and not any(isinstance(value.get(k), list) for k in _CONTAINERS)
-
-
-def _container(path: Path, text: str, whole: Any) -> tuple[list[tuple[int, dict]], str | None]:
-    text = text.removeprefix("\ufeff")
-    start = _skip(text, 0)
-    container = next((k for k in _CONTAINERS if isinstance(whole.get(k), list)), None) if isinstance(whole, dict) else None
-    if container is not None:
-        items, start = whole[container], _member_offset(text, start, container)
-    else:
-        items = whole if isinstance(whole, list) else [whole]
-    offsets = _array_offsets(text, start) if isinstance(items, list) and text[start] == "[" else [start]
-    return _objects(path, [(text.count("\n", 0, o) + 1, item) for o, item in zip(offsets, items)]), container
-
-
-def _objects(path: Path, records: list[tuple[int, Any]]) -> list[tuple[int, dict]]:
-    for line, record in records:
-        if not isinstance(record, dict):
-            raise GoldenSetError(f"{path.name} line {line}: expected a JSON object, got {type(record).__name__}")
-    return records
 
 
 def _texts(value: Any) -> list[str]:
@@ -558,104 +445,4 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
 
 # ---- export ------------------------------------------------------------------------------------
 
-# Holdout cases stay unseen (see holdout.py): their text is exported only when asked for.
-_HOLDOUT = "holdout"
-RAGAS_COLUMNS = ("case_id", "question", "answer", "contexts", "ground_truth",
-                 "user_input", "response", "retrieved_contexts", "reference",
-                 "retrieved_context_ids", "reference_context_ids", "retrieved_chunk_ids")
 
-
-@dataclass
-class ExportResult:
-    path: Path
-    rows: int
-    context_k: int
-    answers: int
-    missing_chunks: list[str]
-    cases_without_contexts: list[str]
-    holdout_left_out: int = 0
-
-    def summary(self) -> str:
-        parts = [f"wrote {self.rows} rows to {self.path}", f"contexts: the top {self.context_k} retrieved chunks",
-                 f"answers: {self.answers}" if self.answers else
-                 "answers: none (the evaluation stored no answer: answers.generator none, or every answer errored)"]
-        if self.holdout_left_out:
-            parts.append(f"{self.holdout_left_out} holdout case(s) left out (their text stays unseen)")
-        if self.cases_without_contexts:
-            parts.append(f"{len(self.cases_without_contexts)} case(s) without contexts")
-        if self.missing_chunks:
-            parts.append(f"{len(self.missing_chunks)} chunk(s) no longer served, left out of contexts")
-        return " | ".join(parts)
-
-
-def export_ragas(
-    evaluation: EvalResult | Mapping[str, Any],
-    golden: GoldenSet,
-    out_path: Path | str,
-    chunk_texts: Callable[[Sequence[str]], Mapping[str, str]],
-    context_k: int = 5,
-    include_holdout: bool = False,
-) -> ExportResult:
-    """Write an evaluation as a RAGAS dataset: one row per case, JSONL (CSV when `out_path` ends
-    in .csv, list columns JSON-encoded).
-
-    Columns: `case_id`, `question` / `user_input` (the question), `answer` / `response` (the
-    generated answer; empty when answers were not evaluated, or the answer errored),
-    `contexts` / `retrieved_contexts` (texts of the top `context_k` final hits of the case's
-    trace), `ground_truth` / `reference` (the reference), and the ids RAGAS's id-based context
-    metrics compare: `retrieved_context_ids` (the document of each retrieved context, in order),
-    `reference_context_ids` (the gold documents), and `retrieved_chunk_ids` (the chunks themselves).
-
-    `evaluation`: an `EvalResult`, or a stored one as a mapping with `revision` and `traces`
-    (case id -> its trace, holding its answer when answers were evaluated) and optionally
-    `answer_texts` (case id -> answer text, instead of the traces' answers). Traces keep chunk
-    ids, not texts: `chunk_texts` (e.g. `store.served.chunk_text_by_id`) gives the texts; a chunk
-    no longer served is left out and counted. Holdout cases are left out (counted) unless
-    `include_holdout`: a RAGAS file is for looking at, and holdout stays unseen.
-    """
-    out_path = Path(out_path)
-    if hasattr(evaluation, "cases"):
-        revision = evaluation.revision
-        traces = {c.case.id: c.trace for c in evaluation.cases}
-        answers = {c.case.id: c.answer["text"] for c in evaluation.cases
-                   if c.answer and not c.answer.get("error") and c.answer.get("text")}
-    else:
-        revision, traces = evaluation["revision"], evaluation["traces"]
-        # Not "answers": a stored evaluation's summary holds its answer metrics under that name.
-        answers = dict(evaluation.get("answer_texts") or {
-            case_id: trace["answer"]["text"] for case_id, trace in traces.items()
-            if (trace.get("answer") or {}).get("text") and not trace["answer"].get("error")})
-    if revision != golden.revision:
-        raise ValueError(f"the evaluation is of golden revision {revision}, the golden set given is {golden.revision}")
-    by_id = {c.id: c for c in golden.cases}
-    missing_cases = sorted(set(traces) - set(by_id))
-    if missing_cases:
-        raise ValueError(f"cases not in golden set {golden.path.name}: {', '.join(missing_cases[:5])}")
-    shown = {i: t for i, t in traces.items() if include_holdout or by_id[i].split != _HOLDOUT}
-    finals = {case_id: (trace.get("final") or [])[:context_k] for case_id, trace in shown.items()}
-    top = {case_id: [h["chunk_id"] for h in hits if h.get("chunk_id")] for case_id, hits in finals.items()}
-    wanted = sorted({c for ids in top.values() for c in ids})
-    texts = dict(chunk_texts(wanted)) if wanted else {}
-    rows = []
-    for case_id in top:
-        case = by_id[case_id]
-        kept = [h for h in finals[case_id] if h.get("chunk_id") in texts]
-        contexts = [texts[h["chunk_id"]] for h in kept]
-        answer = answers.get(case_id) or ""
-        rows.append({"case_id": case_id, "question": case.question, "answer": answer, "contexts": contexts,
-                     "ground_truth": case.reference, "user_input": case.question, "response": answer,
-                     "retrieved_contexts": contexts, "reference": case.reference,
-                     "retrieved_context_ids": [h["doc_id"] for h in kept], "reference_context_ids": list(case.gold_docs),
-                     "retrieved_chunk_ids": [h["chunk_id"] for h in kept]})
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    if out_path.suffix.lower() == ".csv":
-        with out_path.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=RAGAS_COLUMNS)
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, list) else v for k, v in row.items()})
-    else:
-        out_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return ExportResult(out_path, len(rows), context_k, sum(1 for r in rows if r["answer"]),
-                        [c for c in wanted if c not in texts], [r["case_id"] for r in rows if not r["contexts"]],
-                        len(traces) - len(shown))

@@ -16,7 +16,8 @@ from rag_pipeline.core.evaluation.doc_refs import Resolver
 from rag_pipeline.core.evaluation.evaluate import evaluate
 from rag_pipeline.core.evaluation.external_runs import score_run
 from rag_pipeline.core.evaluation.golden import GoldenSetError, InputTooLargeError, load_golden_set
-from rag_pipeline.core.evaluation.golden_formats import export_ragas, import_cases, import_from_store
+from rag_pipeline.core.evaluation.golden_formats import import_cases, import_from_store
+from rag_pipeline.core.evaluation.ragas_export import export_ragas
 from rag_pipeline.core.evaluation.run_files import RunFileError, decreasing_scores, read_run, write_qrels, write_trec_run
 from rag_pipeline.core.retrieval.retriever import Retriever
 
@@ -122,7 +123,7 @@ def test_imports_are_read_bounded(tmp_path, monkeypatch):
     path.write_text(json.dumps({"question": "q?", "reference": "x" * 5000, "gold_docs": [REFUNDS]}) + "\n")
     with pytest.raises(GoldenSetError, match=r"cases.jsonl line 1: line longer than 1,000 bytes"):
         import_cases(path, "handwritten", DOCS)
-    monkeypatch.setattr("rag_pipeline.core.evaluation.golden_formats.MAX_IMPORT_FILE_BYTES", 100)
+    monkeypatch.setattr("rag_pipeline.core.evaluation.dataset_records.MAX_IMPORT_FILE_BYTES", 100)
     small = tmp_path / "small.csv"
     small.write_text("question,reference,gold_docs\n" + "q?,r.,helpcenter:refunds.html\n" * 10)
     size = small.stat().st_size

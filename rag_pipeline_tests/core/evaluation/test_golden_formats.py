@@ -12,7 +12,8 @@ from rag_pipeline.config import AnswersConfig, ChunkingConfig, LifecycleConfig, 
 from rag_pipeline.core.evaluation.answers import make_generator
 from rag_pipeline.core.evaluation.evaluate import evaluate
 from rag_pipeline.core.evaluation.golden import SPLITS, GoldenSet, GoldenSetError, default_split, load_golden_set
-from rag_pipeline.core.evaluation.golden_formats import export_ragas, import_cases, import_from_store, known_documents
+from rag_pipeline.core.evaluation.golden_formats import import_cases, import_from_store, known_documents
+from rag_pipeline.core.evaluation.ragas_export import export_ragas
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline_tests.conftest import write_tree
 
