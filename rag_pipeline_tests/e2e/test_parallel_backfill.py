@@ -25,6 +25,9 @@ SERVED = {
 }
 LOCK_WORDS = ("lock", "deadlock", "busy", "could not serialize")
 
+# A webserver, a daemon and PostgreSQL started for the module, three sources parsed per build.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def postgres(tmp_path_factory):
