@@ -267,10 +267,15 @@ def evaluate_golden(
 
 
 def _innermost_error_class(result: dg.ExecuteInProcessResult) -> str | None:
-    """The class name of the innermost error of the first failed step (the user's, under Dagster's)."""
+    """The class name of the innermost error of the first failed step (the user's, under Dagster's).
+    A domain error the asset explained as a `dg.Failure` (`defs/failures.py`) names its class in the
+    failure's metadata: the Failure itself carries no cause."""
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     if failure is None:
         return None
+    explained = failure.step_failure_data.user_failure_data
+    if explained is not None and "error" in explained.metadata:
+        return str(explained.metadata["error"].value)
     error = failure.step_failure_data.error
     while error.cause is not None:
         error = error.cause

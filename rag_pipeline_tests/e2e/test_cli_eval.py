@@ -103,7 +103,7 @@ def test_monitor_reports_a_day_and_fails_on_drift_only_when_asked(tmp_path):
     config.write_text(yaml.safe_dump({
         "sources": [{"name": "tiny", "path": str(dataset / "corpus.jsonl"), "kind": "beir"}], "embedding": {"kind": "hashing"},
         "storage": {"path": str(tmp_path / "index.duckdb")}, "golden_set": str(tmp_path / "golden.jsonl"),
-        "monitoring": {"query_log": str(log), "start_date": "2026-11-10", "sample_size": 12, "bootstrap_samples": 200},
+        "monitoring": {"query_log": str(log), "start_date": "2026-11-01", "sample_size": 12, "bootstrap_samples": 200},
     }))
     assert _cli("ingest", "--config", str(config), cwd=tmp_path).returncode == 0
     out = _cli("monitor", "--config", str(config), "--json", cwd=tmp_path)  # the log's last day by default
