@@ -38,12 +38,17 @@ def _load_config_cached(path: str | None, overrides: tuple[tuple[str, str], ...]
 
 
 class StoreResource(dg.ConfigurableResource):
-    """Where staging, index, cache, ledger and records live: the storage section of the settings' config."""
+    """Where staging, index, cache, ledger and records live: the config's storage section, held
+    whole as its JSON and validated again on use (no field copied, every validator applies)."""
 
-    settings: PipelineSettings
+    storage: str
+
+    @classmethod
+    def from_config(cls, storage: StorageConfig) -> StoreResource:
+        return cls(storage=storage.model_dump_json())
 
     def get(self) -> Store:
-        return _store_for(self.settings.load().storage)
+        return _store_for(StorageConfig.model_validate_json(self.storage))
 
 
 @lru_cache(maxsize=4)
@@ -53,12 +58,17 @@ def _store_for(storage: StorageConfig) -> Store:
 
 
 class EmbedderResource(dg.ConfigurableResource):
-    """An embedder built from the embedding section of the settings' config; the model loads on first encode."""
+    """An embedder built from the config's embedding section, held whole as its JSON and validated
+    again on use; the model loads on first encode."""
 
-    settings: PipelineSettings
+    embedding: str
+
+    @classmethod
+    def from_config(cls, embedding: EmbeddingConfig) -> EmbedderResource:
+        return cls(embedding=embedding.model_dump_json())
 
     def get(self) -> Embedder:
-        return embedder_for(self.settings.load().embedding)
+        return embedder_for(EmbeddingConfig.model_validate_json(self.embedding))
 
 
 @lru_cache(maxsize=4)
@@ -71,10 +81,9 @@ def resources_for(
     config: PipelineConfig, embedder: EmbedderResource | None = None, overrides: dict[str, str] | None = None
 ) -> dict:
     """The resources of one deployment: its settings (with the command line's source overrides), and
-    the store and embedder built from the config those settings load (validated once, never copied)."""
-    settings = PipelineSettings.from_config(config, overrides)
+    the store and embedder of this config (an in-memory change of it included)."""
     return {
-        "settings": settings,
-        "store": StoreResource(settings=settings),
-        "embedder": embedder or EmbedderResource(settings=settings),
+        "settings": PipelineSettings.from_config(config, overrides),
+        "store": StoreResource.from_config(config.storage),
+        "embedder": embedder or EmbedderResource.from_config(config.embedding),
     }
