@@ -97,9 +97,14 @@ def equal_to_serial(celery_config: Path, duckdb_config: Path, dsn: str) -> tuple
 def main_celery(args, raw: dict, work: Path) -> int:
     """`--executor celery`: the in-process DuckDB backfill and the Celery backfill, compared."""
     with postgres_server(work / "pgdata") as dsn:
+        # The machine is shared: the 1-minute load average before and after each path goes with its figure.
+        load = {"duckdb": [round(os.getloadavg()[0], 1)]}
         serial = run("duckdb", raw, work / "duckdb", REPO, args.timeout, args.launch_after, None)
+        load["duckdb"].append(round(os.getloadavg()[0], 1))
         serial_config = work / "duckdb" / "pipeline.yaml"
+        load["celery"] = [round(os.getloadavg()[0], 1)]
         distributed = run_celery(raw, work / "celery", dsn, args.workers, args.timeout)
+        load["celery"].append(round(os.getloadavg()[0], 1))
         equal, differences = equal_to_serial(distributed.pop("config"), serial_config, dsn)
     summary = {
         "executor": "celery", "workers": args.workers, "sources": len(raw["sources"]),
@@ -110,7 +115,7 @@ def main_celery(args, raw: dict, work: Path) -> int:
         "in_process_duckdb": {"wall_s": serial["wall_s"], "backfill_status": serial["backfill_status"],
                               "runs": len(serial["runs"]), "steps": sum(len(r["steps_s"]) for r in serial["runs"])},
         "runs": len(distributed["runs"]), "steps": sum(len(r["steps_s"]) for r in distributed["runs"]),
-        "load_average": round(os.getloadavg()[0], 1),
+        "load_average_before_after": load,
     }
     if not args.no_page:
         write_page(summary, args)
@@ -128,6 +133,11 @@ def main_celery(args, raw: dict, work: Path) -> int:
     return 0 if equal and distributed["backfill_status"] == "COMPLETED_SUCCESS" else 1
 
 
+def load_text(summary: dict, path: str) -> str:
+    before, after = summary["load_average_before_after"][path]
+    return f"{before}, {after}"
+
+
 def write_page(summary: dict, args) -> None:
     """The figures as the Celery section of docs/performance.md."""
     from benchmarks.performance_page import write_section
@@ -135,14 +145,15 @@ def write_page(summary: dict, args) -> None:
     serial = summary["in_process_duckdb"]
     rows = "\n".join(f"| `{w}` | {s} | {summary['runs_per_worker'][w]} |" for w, s in summary["steps_per_worker"].items())
     body = (
-        f"Load average {summary['load_average']} at the end. An asset backfill of {summary['sources']} "
+        f"An asset backfill of {summary['sources']} "
         f"source partitions ({'copies of the httpx 0.23 docs' if args.copies else 'small folders: the httpx 0.23 pages and SciFact abstracts dealt round-robin'}), launched "
         f"through GraphQL as the UI launches it; embedder: "
         f"{'the hashing embedder' if summary['embedder'] == 'hashing' else 'the bundled MiniLM'}.\n\n"
-        f"| path | wall time from launch | runs | steps |\n| --- | --- | --- | --- |\n"
-        f"| in-process, DuckDB store, SQLite instance | {serial['wall_s']} s | {serial['runs']} | {serial['steps']} |\n"
+        f"| path | wall time from launch | runs | steps | load average before, after |\n| --- | --- | --- | --- | --- |\n"
+        f"| in-process, DuckDB store, SQLite instance | {serial['wall_s']} s | {serial['runs']} | {serial['steps']} | "
+        f"{load_text(summary, 'duckdb')} |\n"
         f"| Celery, {args.workers} workers, Redis broker, PostgreSQL store and instance | {summary['wall_s']} s | "
-        f"{summary['runs']} | {summary['steps']} |\n\n"
+        f"{summary['runs']} | {summary['steps']} | {load_text(summary, 'celery')} |\n\n"
         f"| Celery worker | steps | of runs |\n| --- | --- | --- |\n{rows}\n\n"
         f"Served content of the Celery build equal to the in-process DuckDB build's (manifest, documents, chunks, "
         f"postings, vectors, embedding cache, ledger; run ids and times left out): "
@@ -150,7 +161,8 @@ def write_page(summary: dict, args) -> None:
         f"Both paths use the instance's run queue: with PostgreSQL up to 4 runs at once, each handing its steps "
         f"to the workers; with DuckDB one source's switch at a time and every step in its run's process. All "
         f"of it shares one machine's 2 cores (the workers, the daemon, the run processes, PostgreSQL), so "
-        f"this measures the distributed path's overhead and correctness here, not what more machines gain."
+        f"this measures the distributed path's overhead and correctness here, not what more machines gain; "
+        f"other work on the machine moves the load, so compare the two rows only at similar loads."
     )
     write_section("Steps on Celery workers", body, script="benchmarks/backfill.py --executor celery",
                   command="python benchmarks/backfill.py " + shlex.join(sys.argv[1:]))
