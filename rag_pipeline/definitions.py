@@ -59,15 +59,22 @@ def executor_for(config: PipelineConfig) -> dg.ExecutorDefinition:
     and the parser load once per run). PostgreSQL: a process per step, so that steps of parallel
     runs and of one run share nothing but the database. RAG_PIPELINE_EXECUTOR overrides the
     choice: `k8s` (set by deploy/helm/values.yaml) runs a pod per step with dagster-k8s's
-    executor; `multiprocess` and `in_process` name Dagster's own."""
+    executor; `celery` sends each step to Celery workers (deploy/celery/); `multiprocess` and
+    `in_process` name Dagster's own."""
     chosen = os.environ.get(EXECUTOR_ENV_VAR) or ("multiprocess" if config.storage.parallel_writers else "in_process")
     if chosen == "k8s":
         import dagster_k8s  # in the deployment image only (the `k8s` extra)
 
         return dagster_k8s.k8s_job_executor
+    if chosen == "celery":
+        if not config.storage.parallel_writers:
+            raise ValueError(f"{EXECUTOR_ENV_VAR}=celery needs storage.backend: postgres (a DuckDB file has one writer)")
+        from rag_pipeline.defs.celery_executor import celery_executor
+
+        return celery_executor(os.environ)
     executors = {"multiprocess": dg.multiprocess_executor, "in_process": dg.in_process_executor}
     if chosen not in executors:
-        raise ValueError(f"{EXECUTOR_ENV_VAR}={chosen!r}: use k8s, multiprocess or in_process")
+        raise ValueError(f"{EXECUTOR_ENV_VAR}={chosen!r}: use k8s, celery, multiprocess or in_process")
     if chosen == "multiprocess" and not config.storage.parallel_writers:
         raise ValueError(f"{EXECUTOR_ENV_VAR}=multiprocess needs storage.backend: postgres (a DuckDB file has one writer)")
     return executors[chosen]

@@ -40,6 +40,14 @@ mutation($params: LaunchBackfillParams!) {
     ... on PythonError { message }
   }
 }"""
+_RETRY = """
+mutation($params: ReexecutionParams!) {
+  reexecutePartitionBackfill(reexecutionParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
 _LAUNCH_RUN = """
 mutation($params: ExecutionParams!) {
   launchRun(executionParams: $params) {
@@ -219,7 +227,21 @@ class Deployment:
         }})["launchPartitionBackfill"]
         if result["__typename"] != "LaunchBackfillSuccess":
             raise RuntimeError(result)
-        backfill_id = result["backfillId"]
+        return self.await_backfill(result["backfillId"], started, len(partitions), timeout_s)
+
+    def retry_backfill(self, backfill_id: str, timeout_s: float = 900) -> dict:
+        """Re-execute the failed partitions of a finished backfill through GraphQL (the UI's
+        "Re-execute from failure" of a backfill: a new backfill); wait for it, as `backfill`."""
+        started = time.time()
+        result = self.graphql(_RETRY, {"params": {"parentRunId": backfill_id, "strategy": "FROM_FAILURE"}})
+        result = result["reexecutePartitionBackfill"]
+        if result["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(result)
+        return self.await_backfill(result["backfillId"], started, None, timeout_s)
+
+    def await_backfill(self, backfill_id: str, started: float, partitions: int | None, timeout_s: float) -> dict:
+        """Wait for a launched backfill; its status, wall time from `started` and each run's timeline
+        (`partitions`: how many it covers; None counts the partitions of its runs)."""
         import dagster as dg
 
         with self.instance() as instance:
@@ -240,7 +262,8 @@ class Deployment:
                 key=lambda r: (r["start_s"] is None, r["start_s"] or 0),
             )
         ended = max((r["end_s"] for r in runs if r["end_s"] is not None), default=round(time.time() - started, 1))
-        return {"backfill_status": backfill.status.value, "partitions": len(partitions), "wall_s": ended,
+        return {"backfill_id": backfill_id, "backfill_status": backfill.status.value, "wall_s": ended,
+                "partitions": len({r["partition"] for r in runs}) if partitions is None else partitions,
                 "runs_overlap": runs_overlap(runs), "runs": runs}
 
 
