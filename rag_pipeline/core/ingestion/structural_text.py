@@ -224,15 +224,30 @@ def _runs(lines: Sequence[str]) -> Iterator[tuple[int, list[str]]]:
 
 
 def _text_block(start: int, block: list[str], has_next: bool) -> Iterator[Located]:
+    """A block's elements: its underlined headings, and the runs of lines between them."""
+    from unstructured.documents.elements import ElementMetadata, Title
+
+    segment, index = 0, 0
+    while index < len(block) - 1:
+        if _SETEXT.match(block[index + 1]) and not _SETEXT.match(block[index]):
+            if index > segment:
+                yield from _unmarked_block(start + segment, block[segment:index], True)
+            depth = 0 if block[index + 1].strip()[0] == "=" else 1
+            yield Located(Title(block[index].strip(), metadata=ElementMetadata(category_depth=depth)),
+                          start + index + 1, start + index + 2)
+            index += 2
+            segment = index
+        else:
+            index += 1
+    if segment < len(block):
+        yield from _unmarked_block(start + segment, block[segment:], has_next)
+
+
+def _unmarked_block(start: int, block: list[str], has_next: bool) -> Iterator[Located]:
+    """A run of lines with no underlined heading: a heading line, a table, a list or prose."""
     from unstructured.documents.elements import ElementMetadata, Table, Title
 
     first = block[0].strip()
-    if len(block) >= 2 and _SETEXT.match(block[1]) and not _SETEXT.match(block[0]):
-        depth = 0 if block[1].strip()[0] == "=" else 1
-        yield Located(Title(first, metadata=ElementMetadata(category_depth=depth)), start + 1, start + 2)
-        if len(block) > 2:
-            yield from _text_block(start + 2, block[2:], has_next)
-        return
     if len(block) == 1 and has_next and _looks_like_heading(first):
         yield Located(Title(first, metadata=ElementMetadata(category_depth=0)), start + 1, start + 1)
         return

@@ -153,6 +153,19 @@ def test_tabs_in_prose_are_spaces_and_cjk_keeps_its_text():
     assert doc.title == "退款政策"
 
 
+def test_underlined_headings_anywhere_in_a_block_and_thousands_of_them():
+    doc = _parse("setext.txt", "Intro line one.\nOverview\n========\nBody text here.\nDetails\n-------\nMore.\n")
+    assert [(e.category, e.text, e.heading_path, e.line_start) for e in doc.elements] == [
+        ("NarrativeText", "Intro line one.", (), 1),
+        ("Title", "Overview", ("Overview",), 2),
+        ("NarrativeText", "Body text here.", ("Overview",), 4),
+        ("Title", "Details", ("Overview", "Details"), 5),
+        ("NarrativeText", "More.", ("Overview", "Details"), 7),
+    ]
+    many = "".join(f"Heading {i}\n=====\n" for i in range(5000))  # one block: no recursion per heading
+    assert len(_parse("many.txt", many).elements) == 5000
+
+
 def test_a_two_megabyte_single_line_is_one_element_and_chunks_to_size():
     line = " ".join(f"word{i % 997}" for i in range(300_000))
     assert len(line) > 2_000_000
