@@ -125,8 +125,8 @@ def run_phase(phase: str, corpus: Path, store_spec: str, raw_sample: float = 1.0
               "stages_s": {name: round(report.seconds, 2) for name, report in reports.items()},
               "counts": {name: report.counts for name, report in reports.items()}}
     if phase == "full":
-        with store.db.connection() as con:  # the chunk texts as the embedder got them
-            texts = [row[0] for row in con.execute("SELECT embed_text FROM staged_chunks").fetchall()]
+        # The chunk texts as the embedder got them.
+        texts = [row[0] for row in store.db.rows("SELECT embed_text FROM staged_chunks")]
         sample = texts[:: max(round(1 / raw_sample), 1)]
         started = time.perf_counter()
         embedder.encode(sample)
