@@ -179,14 +179,13 @@ def _working_copy(count: int) -> Path:
 
 def _size_mb(store_spec: str) -> float:
     if store_spec.startswith("postgresql://"):
-        import psycopg
-
-        dsn, schema = store_spec.rsplit("#", 1)
-        with psycopg.connect(dsn) as con:
-            row = con.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                              "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
-                              "AND c.relkind IN ('r', 'm')", (schema,)).fetchone()
-        return row[0] / 2**20
+        store = _store(store_spec)
+        schema = store_spec.rsplit("#", 1)[1]
+        size = store.db.value("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                              "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? "
+                              "AND c.relkind IN ('r', 'm')", [schema])
+        store.close()
+        return int(size) / 2**20
     path = Path(store_spec)
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 2**20
 
