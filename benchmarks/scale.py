@@ -322,7 +322,11 @@ def write_page(rows: list[dict]) -> None:
         "changed anything, so a one-document edit cost a rewrite of the whole index. It now rewrites only the "
         "documents whose served rows differ from their staged state. What a run still reads in full, linearly "
         "and in one statement each: the source's file list (names, sizes, times), its discovery and manifest "
-        "rows, the staged versions, and the `ready` join of the switch.",
+        "rows, the staged versions, and the `ready` join of the switch. Not yet fixed, seen in the hashing rows "
+        "(wall times on a machine shared with other jobs, so a factor of two is within the noise): from 1k to "
+        "10k documents the chunk stage of a full build, the discovery and the switch of a no-change run, and "
+        "the switch of a 1% deletion (which searches for every deleted document) grew 15 to 25 times for 10 "
+        "times the documents. 100k documents were not measured.",
     ]
     lines += ["", "![cost curve](performance-scale.png)", "",
               "Commands, one per row: " + ", ".join(
@@ -331,7 +335,7 @@ def write_page(rows: list[dict]) -> None:
                   f"{_sample_flag(r)}`" for r in rows)
               + "; load average (1, 5, 15 min) at each start: " + "; ".join(
                   f"{r['backend']} {r['docs_asked']:,}: {', '.join(map(str, r['load_avg_start']))}" for r in rows) + "."]
-    write_section("The cost curve: 1k to 10k documents and beyond", "\n".join(lines),
+    write_section("The cost curve", "\n".join(lines),
                   command="python benchmarks/scale.py --page  (after the runs listed below)")
 
 
@@ -366,7 +370,7 @@ def main() -> int:
                 print(f"{key}: {value}")
     if args.page:
         results = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
-        write_page(_latest(results))
+        write_page([r for r in _latest(results) if r["docs_asked"] >= 1000])  # not the smoke runs
     if not args.docs and not args.page:
         parser.error("give --docs N, --page, or both")
     return 0
