@@ -6,8 +6,9 @@ raw encode of the same texts in the same process, and what a user waits for in f
 
 Runs the core stages directly (the Dagster assets call the same functions), each corpus into a
 fresh DuckDB file under benchmarks/out/ingest/. Before that, parse docs/s of the Markdown, HTML
-and text files with unstructured's default options (the call before) against the options the
-pipeline uses (`parsing._PARTITION_OPTIONS`): same pages, this process, the two calls alternating
+and text files with unstructured's default options (the call before) against the pipeline's path
+(Markdown and text read by their structure, HTML with `parsing._PARTITION_OPTIONS`): same pages,
+this process, the two calls alternating
 in order over N rounds (3 unless told), medians reported; `--parse-only` stops there.
 
 What a user pays is timed too, end to end in fresh processes, as users run the pipeline: with a

@@ -13,11 +13,11 @@ import dagster as dg
 import pytest
 import yaml
 
+from rag_pipeline.cli.runner import ingest
 from rag_pipeline.config import load_config
 from rag_pipeline.core.faults import KILL_AT_ENV
 from rag_pipeline.core.storage import open_store
 from rag_pipeline.core.storage.contents import compare_contents, content_differences, served_contents
-from rag_pipeline.runner import ingest
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG, require
 from tools.celery_deployment import (
     HTTPX_PAGES,

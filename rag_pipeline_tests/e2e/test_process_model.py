@@ -29,8 +29,10 @@ PAGES = {
     "notes.txt": "Release notes: the proxy settings moved to the transport.\n",
     "index.html": "<html><body><h1>Home</h1><p>Welcome to the client's documentation.</p></body></html>",
 }
-# A page that keeps a parser busy for many seconds (spaCy over 60,000 paragraphs).
-SLOW_PAGE = "# Long\n\n" + "\n\n".join(f"Paragraph {i} holds a sentence for the parser." for i in range(60000))
+# A page that keeps a parser busy for many seconds: HTML goes through `unstructured` and spaCy
+# (Markdown and plain text are parsed by their structure, far too fast to be caught at work).
+SLOW_PAGE = "<html><body><h1>Long</h1>" + "".join(
+    f"<p>Paragraph {i} holds a sentence for the parser.</p>" for i in range(60000)) + "</body></html>"
 
 
 def _config(tmp_path: Path, embedding: dict | None = None, **source) -> Path:
@@ -71,7 +73,7 @@ def _running(pid: int) -> bool:
 
 
 def test_after_kill_9_of_an_ingest_no_parser_worker_is_left_running(tmp_path):
-    write_tree(tmp_path / "docs", {**PAGES, "long-a.md": SLOW_PAGE, "long-b.md": SLOW_PAGE.replace("Long", "Longer")})
+    write_tree(tmp_path / "docs", {**PAGES, "long-a.html": SLOW_PAGE, "long-b.html": SLOW_PAGE.replace("Long", "Longer")})
     # Two workers: the first is started by the main thread, the second by a thread of the parse stage.
     config = _config(tmp_path, {"kind": "hashing"}, parse_workers=2)
     env = {**os.environ, **OFFLINE}

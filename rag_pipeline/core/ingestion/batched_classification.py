@@ -13,33 +13,28 @@ in the order the recorder saw them, as the partition reaches them (a text not re
 unstructured's own path). The elements are unstructured's own: `test_parsing_speed_options`
 compares them with a plain partition on real pages.
 
-This leans on three names inside unstructured 0.27: the classifier of each format (below),
+Only HTML is partitioned this way: Markdown and plain text are read by their own structure with
+no NLP at all (structural_text.py).
+
+This leans on three names inside unstructured 0.27: the HTML classifier (below),
 `nlp.tokenize._process_cached` and `nlp.tokenize._get_nlp`. When one is missing (another version
-of unstructured), the plain partition runs: slower, never different. A Markdown page is
-converted to HTML once for both passes (through the name `partition.md.markdown`; without it,
-twice). The stand-ins are set on unstructured's modules, so for the process: every partition of a
-text format takes `PARTITION_LOCK` (the parser worker parses one document at a time anyway; a
-thread parsing beside it must not meet the recorder).
+of unstructured), the plain partition runs: slower, never different. The stand-ins are set on
+unstructured's modules, so for the process: every partition of HTML takes `PARTITION_LOCK` (the
+parser worker parses one document at a time anyway; a thread parsing beside it must not meet the
+recorder).
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from types import ModuleType
 
 # Where each format's partitioner looks up its classifier at call time (the recorder stands in there).
 _CLASSIFIERS: dict[str, tuple[str, str]] = {
-    "md": ("unstructured.partition.html.parser", "derive_element_type_from_text"),
     "html": ("unstructured.partition.html.parser", "derive_element_type_from_text"),
-    "txt": ("unstructured.partition.text", "element_from_text"),
 }
-# A format whose partitioner converts its text to markup before partitioning that: (the
-# partitioner's module, its name for the converter's module, the converting function). The first
-# pass's conversion serves the second (`_ConvertOnce`).
-_CONVERTERS: dict[str, tuple[str, str, str]] = {"md": ("unstructured.partition.md", "markdown", "markdown")}
 SPACY_BATCH = 64
 PARTITION_LOCK = threading.RLock()
 
@@ -58,17 +53,10 @@ def _hooks(file_type: str) -> tuple[ModuleType, str, ModuleType] | None:
     return module, function, tokenize
 
 
-def _recorder(file_type: str, seen: list[str]) -> Callable:
+def _recorder(seen: list[str]) -> Callable:
     """A classifier that records its text and answers NarrativeText (any kind would do: the first
     pass's elements are dropped)."""
     from unstructured.documents.elements import NarrativeText
-
-    if file_type == "txt":
-        def record_element(text: str, *args, **kwargs):
-            seen.append(text)
-            return NarrativeText(text=text)
-
-        return record_element
 
     def record_kind(text: str):
         seen.append(text)
@@ -88,15 +76,14 @@ def _two_passes(file_type: str, partition: Callable[[], list]) -> list:
     if hooks is None:
         return partition()
     module, function, tokenize = hooks
-    with _converted_once(file_type):
-        return _classified_in_batches(file_type, partition, module, function, tokenize)
+    return _classified_in_batches(partition, module, function, tokenize)
 
 
-def _classified_in_batches(file_type: str, partition: Callable[[], list], module: ModuleType, function: str,
+def _classified_in_batches(partition: Callable[[], list], module: ModuleType, function: str,
                            tokenize: ModuleType) -> list:
     seen: list[str] = []
     classify = getattr(module, function)
-    setattr(module, function, _recorder(file_type, seen))
+    setattr(module, function, _recorder(seen))
     try:
         partition()
     except Exception:  # noqa: BLE001 - the real partition below raises it again, with its own words
@@ -113,45 +100,6 @@ def _classified_in_batches(file_type: str, partition: Callable[[], list], module
         return partition()
     finally:
         tokenize._process_cached = batches.unbatched
-
-
-@contextmanager
-def _converted_once(file_type: str) -> Iterator[None]:
-    """While a document's two passes run, its format's converter (Markdown to HTML) converts a
-    text once: the second pass gets the first pass's HTML (a fifth of a Markdown page's parse)."""
-    if file_type not in _CONVERTERS:
-        yield
-        return
-    module_name, attribute, function = _CONVERTERS[file_type]
-    partitioner = importlib.import_module(module_name)
-    converter = getattr(partitioner, attribute, None)
-    if not callable(getattr(converter, function, None)):
-        yield  # another version of unstructured: each pass converts, as before
-        return
-    setattr(partitioner, attribute, _ConvertOnce(converter, function))
-    try:
-        yield
-    finally:
-        setattr(partitioner, attribute, converter)
-
-
-class _ConvertOnce:
-    """Stands in for a converter module (`markdown`): its conversion function answers a text and
-    options it has seen with the result it gave (Python-Markdown builds a new converter on every
-    call, so the result depends on nothing else); every other name is the module's own."""
-
-    def __init__(self, module: ModuleType, function: str) -> None:
-        self._module, self._function, self._results = module, function, {}
-        setattr(self, function, self._convert)
-
-    def _convert(self, text: str, **options):
-        key = (text, repr(sorted(options.items())))
-        if key not in self._results:
-            self._results[key] = getattr(self._module, self._function)(text, **options)
-        return self._results[key]
-
-    def __getattr__(self, name: str):
-        return getattr(self._module, name)
 
 
 class _BatchWindow:

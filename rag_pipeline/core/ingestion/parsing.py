@@ -17,6 +17,7 @@ from rag_pipeline.core.ingestion.batched_classification import PARTITION_LOCK, p
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
 from rag_pipeline.core.ingestion.markdown_fences import FENCES_VERSION, normalize_fences
+from rag_pipeline.core.ingestion.structural_text import STRUCTURE_VERSION, markdown_elements, text_elements
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -37,7 +38,10 @@ def parser_version() -> str:
     # `_PARTITION_OPTIONS` are not part of it: they give the elements unstructured's defaults give
     # (test_parsing_speed_options); an option that changes elements must change this string, as
     # the Markdown fence normalisation does (markdown_fences.py: documents parsed before it re-parse).
-    return f"unstructured {importlib.metadata.version('unstructured')}; md fences {FENCES_VERSION}"
+    # Markdown and plain text are read by their structure (structural_text.py): its rules and the
+    # Markdown parser's version are part of the string too.
+    return (f"unstructured {importlib.metadata.version('unstructured')}; md fences {FENCES_VERSION}; "
+            f"md/txt structure {STRUCTURE_VERSION} (markdown-it-py {importlib.metadata.version('markdown-it-py')})")
 
 
 BEIR_PARSER = "beir-jsonl"
@@ -76,8 +80,10 @@ def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> P
 def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument:
     """Partition one document's bytes into elements; raise ParseError with a true reason.
 
-    `parser_defaults` calls unstructured without `_PARTITION_OPTIONS` (the slower call they
-    replaced; a test and benchmarks/ingest.py compare the two)."""
+    Markdown and plain text are read by their structure (`structural_text`), other formats by
+    unstructured's partitioners. `parser_defaults` calls unstructured's own partitioner with its
+    defaults for every format (the slower call this replaced; tests and benchmarks/ingest.py
+    compare the two)."""
     data = job.data
     if not data:
         raise ParseError("empty file (0 bytes): add content or delete the file")
@@ -98,9 +104,17 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
                 raise ParseError(f"front matter: {exc}") from exc
             if not text.strip():
                 raise ParseError("the file has front matter but no body text")
-        if job.file_type == "md":
+        if job.file_type == "md" and parser_defaults:
             text = normalize_fences(text)  # MkDocs fences with attributes are code, not prose
         _check_text_length(len(text), job.max_text_chars)
+    if job.file_type in ("md", "txt") and not parser_defaults:
+        located = markdown_elements(text) if job.file_type == "md" else text_elements(text)
+        spans = [(item.line_start, item.line_end) for item in located]
+        elements = _to_elements(job.doc_id, [item.element for item in located], spans, line_offset)
+        if not elements:
+            raise ParseError("no text could be extracted: the file holds only markup")
+        title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
+        return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
     with _ParserMessages() as messages:
         try:
             raw_elements = _partition(job.file_type, data, text, parser_defaults)
@@ -192,6 +206,9 @@ def warm_up(file_type: str) -> None:
     (spaCy loads on first use), so no document pays for it in its time limit."""
     samples = {"md": "# Warm up\n\nA short sentence.\n", "txt": "A short sentence.\n",
                "html": "<html><body><h1>Warm up</h1><p>A short sentence.</p></body></html>"}
+    if file_type in ("md", "txt"):
+        (markdown_elements if file_type == "md" else text_elements)(samples[file_type])
+        return
     if file_type in samples:
         _partition(file_type, samples[file_type].encode(), samples[file_type])
     elif file_type in ("pdf", "docx"):
@@ -231,35 +248,37 @@ def _partitioner(file_type: str):
 # `element_from_text`, text.py:113, both with fixed arguments). It was about a tenth of the md/html
 # parse time, plus 0.3 s for langdetect's profiles on a worker's first document. The heavier part,
 # spaCy in `is_possible_narrative_text` (text_type.py:27) choosing NarrativeText or Text for a <p>
-# (three quarters of the time), has no public switch in unstructured 0.27: it stays, run in one
-# batch per document (`batched_classification`) instead of once per paragraph.
-_PARTITION_OPTIONS: dict[str, dict] = {"md": {"languages": [""]}, "html": {"languages": [""]},
-                                       "txt": {"languages": [""]}, "docx": {"languages": [""]}}
+# (three quarters of the time), has no public switch in unstructured 0.27: for HTML it stays, run
+# in one batch per document (`batched_classification`) instead of once per paragraph; Markdown and
+# plain text do not go through unstructured's partitioners at all (structural_text.py).
+_PARTITION_OPTIONS: dict[str, dict] = {"html": {"languages": [""]}, "docx": {"languages": [""]}}
 
 
 def _partition(file_type: str, data: bytes, text: str | None, parser_defaults: bool = False) -> list:
     partition = _partitioner(file_type)
     options = {} if parser_defaults else _PARTITION_OPTIONS.get(file_type, {})
-    if file_type in ("md", "html", "txt"):
-        if parser_defaults:
-            with PARTITION_LOCK:
-                return partition(text=text)
+    if file_type == "html" and not parser_defaults:
         return partition_batched(file_type, lambda: partition(text=text, **options))
+    if file_type in ("md", "html", "txt"):
+        with PARTITION_LOCK:
+            return partition(text=text, **options)
     if file_type == "pdf":
         # "fast" reads the text layer with pdfminer; "hi_res" needs a layout model from a hub.
         return partition(file=io.BytesIO(data), strategy="fast", languages=["eng"])
     return partition(file=io.BytesIO(data), **options)
 
 
-def _to_elements(doc_id: str, raw_elements: Sequence) -> list[Element]:
-    """Keep text-bearing elements and give each its heading path.
+def _to_elements(doc_id: str, raw_elements: Sequence, spans: Sequence[tuple[int | None, int | None]] | None = None,
+                 line_offset: int = 0) -> list[Element]:
+    """Keep text-bearing elements and give each its heading path (and its line span, when the
+    parser gave `spans`, one per raw element, counted after `line_offset` lines of front matter).
 
     unstructured sets `parent_id` only on some elements, so the path is built from a stack of the
     headings seen so far, ordered by `category_depth` (0 = top level).
     """
     elements: list[Element] = []
     stack: list[tuple[int, str]] = []
-    for raw in raw_elements:
+    for position, raw in enumerate(raw_elements):
         category = raw.category
         text = (raw.text or "").strip()
         if category in _DROP_CATEGORIES or not text:
@@ -285,9 +304,16 @@ def _to_elements(doc_id: str, raw_elements: Sequence) -> list[Element]:
                 heading_path=heading_path,
                 page_number=metadata.page_number,
                 table_html=getattr(metadata, "text_as_html", None) if category == "Table" else None,
+                **_span(spans[position] if spans else None, line_offset),
             )
         )
     return elements
+
+
+def _span(span: tuple[int | None, int | None] | None, line_offset: int) -> dict:
+    if span is None or span[0] is None:
+        return {}
+    return {"line_start": span[0] + line_offset, "line_end": (span[1] or span[0]) + line_offset}
 
 
 def _first_title(elements: Sequence[Element]) -> str | None:

@@ -83,6 +83,8 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
         "removed": len(set(before) - after),
         "served_documents": len(served),
         "kept_previous": counts["kept_previous"],
+        # Documents whose served rows were written by this switch (the others were already current).
+        "rewritten": counts["rewritten"],
         "cache_pruned": pruned,
     }
     report.details = {"removed": sorted(set(before) - after)}

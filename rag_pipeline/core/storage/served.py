@@ -39,6 +39,36 @@ def document_version(document: dict) -> str:
     return json.dumps([document.get(f) for f in SERVED_FIELDS], default=str)
 
 
+# Ready documents (temp table `ready`) whose served rows already are what the switch would write:
+# the document row equals its parsed and discovered state, it has as many chunks as are staged,
+# and every staged chunk has a served chunk equal in every staged column with a vector of this
+# embedding identity (the vector is the cache's for that identity and text hash). Postings and
+# `lex_len` follow from a chunk's text, so equal texts mean equal postings. Parameters: source, identity.
+_SAME = "IS NOT DISTINCT FROM"
+_UNCHANGED = f"""
+SELECT r.doc_id FROM ready r
+JOIN parsed_docs p ON p.doc_id = r.doc_id
+JOIN discovery m ON m.doc_id = r.doc_id
+JOIN documents d ON d.doc_id = r.doc_id
+WHERE d.source_id = ? AND d.content_hash = p.content_hash
+  AND d.rel_path {_SAME} m.rel_path AND d.file_type {_SAME} m.file_type AND d.title {_SAME} p.title
+  AND d.tenant {_SAME} p.tenant AND d.visibility {_SAME} p.visibility AND d.roles {_SAME} p.roles
+  AND d.status {_SAME} p.status AND d.effective_date {_SAME} p.effective_date
+  AND d.supersedes {_SAME} p.supersedes AND d.superseded_by {_SAME} p.superseded_by
+  AND d.parser_version {_SAME} p.parser_version
+  AND d.chunk_count = (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = r.doc_id)
+  AND NOT EXISTS (
+    SELECT 1 FROM staged_chunks s
+    WHERE s.doc_id = r.doc_id AND NOT EXISTS (
+      SELECT 1 FROM chunks c JOIN vectors v ON v.chunk_id = c.chunk_id AND v.identity = ?
+      WHERE c.chunk_id = s.chunk_id AND c.doc_id = s.doc_id AND c.source_id = s.source_id
+        AND c.ordinal = s.ordinal AND c.title {_SAME} s.title AND c.heading_path {_SAME} s.heading_path
+        AND c.text = s.text AND c.embed_text = s.embed_text AND c.text_hash = s.text_hash
+        AND c.token_count {_SAME} s.token_count AND c.line_start {_SAME} s.line_start
+        AND c.line_end {_SAME} s.line_end AND c.page_number {_SAME} s.page_number))
+"""
+
+
 class ServedIndex:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -52,6 +82,10 @@ class ServedIndex:
         hash and metadata) and every staged chunk has a cached vector; a document still in the
         source but not ready keeps its previously served version, so a failed stage never removes
         what was searchable; a document no longer in the source leaves the index.
+
+        Only documents whose served rows differ from what they would become are rewritten (a
+        one-document edit rewrites one document, not the source): a ready document whose
+        served row, chunks and vectors equal its staged state (`_UNCHANGED`) keeps them.
         """
         db = self.db
         with db.transaction():
@@ -78,7 +112,12 @@ class ServedIndex:
                 """,
                 [source_id, source_id],
             )
-            replaced = "source_id = ? AND doc_id NOT IN (SELECT doc_id FROM keep_old)"
+            db.execute("DROP TABLE IF EXISTS unchanged")
+            db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED}", [source_id, identity])
+            db.execute("DROP TABLE IF EXISTS fresh")
+            db.execute("CREATE TEMP TABLE fresh AS SELECT doc_id FROM ready WHERE doc_id NOT IN (SELECT doc_id FROM unchanged)")
+            replaced = ("source_id = ? AND doc_id NOT IN (SELECT doc_id FROM keep_old) "
+                        "AND doc_id NOT IN (SELECT doc_id FROM unchanged)")
             for table in ("postings", "vectors"):
                 db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced})", [source_id])
             db.execute(f"DELETE FROM chunks WHERE {replaced}", [source_id])
@@ -89,7 +128,7 @@ class ServedIndex:
                 SELECT p.doc_id, p.source_id, m.rel_path, p.title, m.file_type, p.content_hash,
                        p.tenant, p.visibility, p.roles, p.status, p.effective_date, p.supersedes, p.superseded_by,
                        p.parser_version, (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = p.doc_id), ?
-                FROM parsed_docs p JOIN ready USING (doc_id) JOIN discovery m USING (doc_id)
+                FROM parsed_docs p JOIN fresh USING (doc_id) JOIN discovery m USING (doc_id)
                 """,
                 [utcnow()],
             )
@@ -100,27 +139,28 @@ class ServedIndex:
                        s.text_hash, s.token_count, s.line_start, s.line_end, s.page_number,
                        d.tenant, d.visibility, d.roles, d.status, d.effective_date,
                        (SELECT coalesce(sum(tf), 0) FROM staged_postings p WHERE p.chunk_id = s.chunk_id)
-                FROM staged_chunks s JOIN ready USING (doc_id) JOIN documents d USING (doc_id)
+                FROM staged_chunks s JOIN fresh USING (doc_id) JOIN documents d USING (doc_id)
                 """
             )
             db.execute(
                 """
                 INSERT INTO vectors (chunk_id, source_id, identity, vector)
                 SELECT s.chunk_id, s.source_id, c.identity, c.vector
-                FROM staged_chunks s JOIN ready USING (doc_id)
+                FROM staged_chunks s JOIN fresh USING (doc_id)
                 JOIN embedding_cache c ON c.identity = ? AND c.text_hash = s.text_hash
                 """,
                 [identity],
             )
             db.execute(
                 "INSERT INTO postings (chunk_id, source_id, term, tf) SELECT p.chunk_id, p.source_id, p.term, p.tf "
-                "FROM staged_postings p JOIN staged_chunks s USING (chunk_id) JOIN ready USING (doc_id)"
+                "FROM staged_postings p JOIN staged_chunks s USING (chunk_id) JOIN fresh USING (doc_id)"
             )
             mark_changed(db, source_id)
             indexed, kept = db.value("SELECT count(*) FROM ready"), db.value("SELECT count(*) FROM keep_old")
+            rewritten = db.value("SELECT count(*) FROM fresh")
         # Built by the first switch that has vectors (their dimension is the index's), then kept current.
         db.ensure_vector_index()
-        return {"indexed": int(indexed), "kept_previous": int(kept)}
+        return {"indexed": int(indexed), "kept_previous": int(kept), "rewritten": int(rewritten)}
 
     def leaving_documents(self, source_id: str) -> list[dict]:
         """Served documents the latest discovery no longer holds: `doc_id`, `title`,
