@@ -39,7 +39,9 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 ROOT = Path(__file__).resolve().parent.parent
-DATASETS = ROOT.parent / "shared" / "datasets"
+# ../shared/datasets from the repository; from a worktree nested deeper, the nearest one above it.
+DATASETS = next((p / "shared" / "datasets" for p in ROOT.parents if (p / "shared" / "datasets").is_dir()),
+                ROOT.parent / "shared" / "datasets")
 WORK = Path("/tmp/rag-scale")
 RESULTS = ROOT / "benchmarks" / "out" / "scale" / "results.jsonl"
 PLOT = ROOT / "docs" / "performance-scale.png"
