@@ -45,9 +45,6 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     source_id = source.source_id
     report = IndexReport(source_id, "indexed")
     leaving = store.served.leaving_documents(source_id)
-    # Probing needs the model; encode the leaving documents' own text before the transaction.
-    probe_texts = [f"{d['title'] or ''} {d['opening_text'] or ''}" for d in leaving]
-    probe_vectors = dict(zip([d["doc_id"] for d in leaving], embedder.encode(probe_texts))) if leaving else {}
     try:
         with store.transaction():
             kill_point("switch:begin")
@@ -61,7 +58,9 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             store.staging.commit_manifest(source_id)
             store.ledger.record_source_run(source_id, str(source.path), run_id)
             report.coverage = coverage_report(store, source_id)
-            report.deletions = deletion_report(store, source_id, embedder, run_id, probe_vectors)
+            # A deleted document is searched for (its former text encoded) only if one of its
+            # chunks is still served: none is, unless the switch failed to remove it.
+            report.deletions = deletion_report(store, source_id, embedder, run_id)
             served = store.served.indexed_documents(source_id)
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused

@@ -15,6 +15,9 @@ from rag_pipeline.core.storage.schema import CHUNK_TABLES, DOCUMENT_TABLES, SOUR
 from rag_pipeline.core.storage.staging import utcnow
 
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
+# The document id of a chunk id `<doc id>#<ordinal>`: what precedes its last `#` (a document id may
+# hold `#` itself), in SQL that DuckDB and PostgreSQL both run. Python: `chunk_id.rsplit("#", 1)[0]`.
+_CHUNK_DOC_ID = "left({chunk_id}, length({chunk_id}) - strpos(reverse({chunk_id}), '#'))"
 
 
 def mark_changed(db: Database, source_id: str) -> None:
@@ -198,7 +201,10 @@ class ServedIndex:
             "ORDER BY doc_id", [source_id])
 
     def remnants(self, doc_ids: Sequence[str]) -> dict[str, list[str]]:
-        """For each document id, the tables that still hold something of it."""
+        """For each document id, the tables that still hold something of it.
+
+        One statement per table for all the documents at once, each a hash join: the switch
+        checks every tombstone of the source, so the work must not be (documents x rows)."""
         if not doc_ids:
             return {}
         found: dict[str, list[str]] = {}
@@ -207,17 +213,18 @@ class ServedIndex:
             for (doc_id,) in self.db.rows(f"SELECT DISTINCT doc_id FROM {table} WHERE doc_id {_IN}", probe):
                 found.setdefault(doc_id, []).append(table)
         for table in CHUNK_TABLES:
-            # Chunk ids are `<doc id>#<ordinal>`: a row of a deleted document keeps its prefix.
+            # Chunk ids are `<doc id>#<ordinal>`: a row of a deleted document keeps its document id
+            # before the last `#` (joined on by equality, not by a prefix test against every id).
             for (doc_id,) in self.db.rows(
                 f"SELECT DISTINCT p.doc_id FROM {table} t JOIN (SELECT unnest(?::VARCHAR[]) AS doc_id) p "
-                "ON left(t.chunk_id, length(p.doc_id) + 1) = p.doc_id || '#'", probe):
+                f"ON {_CHUNK_DOC_ID.format(chunk_id='t.chunk_id')} = p.doc_id", probe):
                 found.setdefault(doc_id, []).append(table)
-        for doc_id, hashes in self.db.rows(f"SELECT doc_id, text_hashes FROM tombstones WHERE doc_id {_IN}", probe):
-            leftover = self.db.value(
-                f"SELECT count(*) FROM embedding_cache WHERE text_hash {_IN} "
-                "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)", [list(hashes or [])])
-            if leftover:
-                found.setdefault(doc_id, []).append("embedding_cache")
+        # Cached vectors of a tombstone's texts that no staged chunk uses any more.
+        for (doc_id,) in self.db.rows(
+            "SELECT DISTINCT h.doc_id FROM (SELECT doc_id, unnest(text_hashes) AS text_hash FROM tombstones "
+            f"WHERE doc_id {_IN}) h JOIN embedding_cache e ON e.text_hash = h.text_hash "
+            "WHERE h.text_hash NOT IN (SELECT text_hash FROM staged_chunks)", probe):
+            found.setdefault(doc_id, []).append("embedding_cache")
         return found
 
     def orphans(self) -> dict[str, list[str]]:
