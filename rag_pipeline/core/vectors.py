@@ -12,6 +12,17 @@ import numpy as np
 FLOAT32_SCORE_TOLERANCE = 1e-4
 
 
+# The most float32 scores held at once by a search of many queries (64 MB): the queries are scored
+# a block at a time, so that a probe of every document of a large index (100k queries against 100k
+# vectors: 40 GB at once) holds one block's scores, not all of them.
+MAX_SCORES_AT_ONCE = 1 << 24
+
+
+def query_blocks(queries: int, vectors: int) -> range:
+    """Start of each block of query rows whose scores against `vectors` vectors fit `MAX_SCORES_AT_ONCE`."""
+    return range(0, queries, max(1, MAX_SCORES_AT_ONCE // max(vectors, 1)))
+
+
 def normalise_rows(matrix: np.ndarray) -> np.ndarray:
     """Each row scaled to unit length (zero rows stay zero), so that dot products are cosines."""
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)

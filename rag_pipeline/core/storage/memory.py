@@ -31,7 +31,7 @@ import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.database import arrow_to_numpy
-from rag_pipeline.core.vectors import near_top, rank
+from rag_pipeline.core.vectors import near_top, query_blocks, rank
 
 if TYPE_CHECKING:
     import scipy.sparse
@@ -104,15 +104,18 @@ class ServedCopy:
         count = int(visible.sum())
         if count == 0:
             return [[] for _ in queries]
-        # Every row is scored and the hidden ones masked: cheaper than copying the visible rows.
-        fast = (queries @ self.vectors.T) / self.norms
-        if count < self.size:
-            fast[:, ~visible] = -np.inf
         depth = min(k, count)
         out = []
-        for query, row in zip(queries, fast):
-            chosen = near_top(row, depth)
-            out.append(rank(query, [self.chunk_ids[j] for j in chosen], self.vectors[chosen], k))
+        step = query_blocks(len(queries), self.size).step
+        for start in range(0, len(queries), step):
+            block = queries[start:start + step]
+            # Every row is scored and the hidden ones masked: cheaper than copying the visible rows.
+            fast = (block @ self.vectors.T) / self.norms
+            if count < self.size:
+                fast[:, ~visible] = -np.inf
+            for query, row in zip(block, fast):
+                chosen = near_top(row, depth)
+                out.append(rank(query, [self.chunk_ids[j] for j in chosen], self.vectors[chosen], k))
         return out
 
     # ---- BM25 ------------------------------------------------------------------------------

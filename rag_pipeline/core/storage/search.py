@@ -17,7 +17,7 @@ from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.memory import ServedCopy, load_served_copy
 from rag_pipeline.core.storage.served import served_version
-from rag_pipeline.core.vectors import near_top, normalise_rows, rank
+from rag_pipeline.core.vectors import near_top, normalise_rows, query_blocks, rank
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
 QUERY_BATCH = 256
@@ -109,13 +109,17 @@ class Search:
 
     @staticmethod
     def _rank_all(queries: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
-        """Fast float32 scores of every vector pick the candidates; `rank` orders them."""
-        fast = queries @ normalise_rows(matrix).T
+        """Fast float32 scores of every vector pick the candidates; `rank` orders them (a block
+        of queries at a time: `query_blocks`)."""
+        unit = normalise_rows(matrix).T
         depth = min(k, len(ids))
         out = []
-        for query, row in zip(queries, fast):
-            chosen = near_top(row, depth)
-            out.append(rank(query, [ids[j] for j in chosen], matrix[chosen], k))
+        step = query_blocks(len(queries), len(ids)).step
+        for start in range(0, len(queries), step):
+            block = queries[start:start + step]
+            for query, row in zip(block, block @ unit):
+                chosen = near_top(row, depth)
+                out.append(rank(query, [ids[j] for j in chosen], matrix[chosen], k))
         return out
 
     def _rescore(self, query: np.ndarray, candidates: Sequence[str], k: int) -> list[tuple[str, float]]:
