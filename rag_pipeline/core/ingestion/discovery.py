@@ -227,12 +227,14 @@ def discover_beir_corpus(
 
 
 def diff_manifest(
-    current: Iterable[DiscoveredFile], previous: Mapping[str, tuple[str, str]]
+    current: Iterable[DiscoveredFile], previous: Mapping[str, tuple[str, str]],
+    meta_json: Mapping[str, str] | None = None,
 ) -> ManifestDiff:
     """Compare supported documents with the previous manifest (`doc_id -> (content hash, meta json)`).
 
     A document counts as changed when its bytes or its metadata changed; one that could not be
-    read (its content unknown) counts as unreadable, new or not.
+    read (its content unknown) counts as unreadable, new or not. `meta_json`: each document's
+    `meta_to_json`, when the caller has it already (discovery writes it too).
     """
     added, changed, unchanged, unreadable = [], [], [], []
     seen: set[str] = set()
@@ -245,7 +247,8 @@ def diff_manifest(
             unreadable.append(item.doc_id)
         elif before is None:
             added.append(item.doc_id)
-        elif before != (item.content_hash, meta_to_json(item.meta)):
+        elif before != (item.content_hash,
+                        meta_json[item.doc_id] if meta_json is not None else meta_to_json(item.meta)):
             changed.append(item.doc_id)
         else:
             unchanged.append(item.doc_id)

@@ -81,11 +81,13 @@ def discover_source(
         entries, unreadable = tree.walk()
         digest = inputs.tree_digest(entries, unreadable)
         files = discovery.describe_entries(tree, entries, source.defaults.model_dump())
-        files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable, {f.doc_id for f in files})
-    diff = discovery.diff_manifest(files, previous)
+        if unreadable:  # the committed manifest is read again only for what cannot be listed
+            files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable,
+                                                {f.doc_id for f in files})
+    meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
+    diff = discovery.diff_manifest(files, previous, meta_json)
     served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
     allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
-    meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
     report = StageReport(source_id, "discovered")
     ledger: list[dict] = []
     for f in files:
