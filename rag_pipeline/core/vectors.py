@@ -39,10 +39,28 @@ def cosines(query: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return np.divide((rows * q).sum(axis=1), norms, out=np.zeros(len(rows)), where=norms > 0)
 
 
+# Scores of a long row sampled to bound its `depth`-th best from below (`near_top`).
+_SAMPLE = 1024
+
+
 def near_top(scores: np.ndarray, depth: int) -> np.ndarray:
-    """Indexes of every score within FLOAT32_SCORE_TOLERANCE of the `depth`-th best (ties included)."""
-    edge = np.partition(scores, len(scores) - depth)[len(scores) - depth]
-    return np.flatnonzero(scores >= edge - FLOAT32_SCORE_TOLERANCE)
+    """Indexes of every score within FLOAT32_SCORE_TOLERANCE of the `depth`-th best (ties included),
+    in ascending order.
+
+    A long row is not partitioned whole: the `depth`-th best of an evenly spaced sample is at most
+    the row's, so the scores within the tolerance of the sample's hold every index asked for; the
+    row's `depth`-th best is found among them (the same indexes, for a tenth of the work)."""
+    count = len(scores)
+    pool = None
+    if count >= 4 * _SAMPLE and depth <= _SAMPLE // 4:
+        sample = scores[:: count // _SAMPLE]
+        floor = np.partition(sample, len(sample) - depth)[len(sample) - depth]
+        pool = np.flatnonzero(scores >= floor - FLOAT32_SCORE_TOLERANCE)
+        scores = scores[pool]
+        count = len(scores)
+    edge = np.partition(scores, count - depth)[count - depth]
+    chosen = np.flatnonzero(scores >= edge - FLOAT32_SCORE_TOLERANCE)
+    return chosen if pool is None else pool[chosen]
 
 
 def rank(query: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[tuple[str, float]]:

@@ -31,3 +31,25 @@ def test_near_top_keeps_every_score_within_tolerance_of_the_edge():
     # The 2nd best is 0.50005: 0.49996 is within 1e-4 of it and kept, 0.4998 is not.
     scores = np.array([0.9, 0.5, 0.50005, 0.4998, 0.49996, 0.1], dtype=np.float32)
     assert near_top(scores, 2).tolist() == [0, 1, 2, 4]
+
+
+def _near_top_whole_row(scores: np.ndarray, depth: int) -> np.ndarray:
+    edge = np.partition(scores, len(scores) - depth)[len(scores) - depth]
+    return np.flatnonzero(scores >= edge - 1e-4)
+
+
+def test_near_top_of_a_long_row_equals_partitioning_the_whole_row():
+    """Long rows are cut down by a sample's edge first: the same indexes, in the same order, with
+    ties, masked (-inf) scores, and sorted rows whose sample is all low scores."""
+    rng = np.random.default_rng(27)
+    for trial in range(400):
+        count = int(rng.integers(4096, 20000))
+        depth = int(rng.integers(1, 257))
+        scores = rng.standard_normal(count).astype(np.float32)
+        if trial % 4 == 1:
+            scores = np.round(scores, 1).astype(np.float32)
+        elif trial % 4 == 2:
+            scores[rng.random(count) < 0.7] = -np.inf
+        elif trial % 4 == 3:
+            scores = np.sort(scores)
+        assert np.array_equal(near_top(scores, depth), _near_top_whole_row(scores, depth)), (trial, count, depth)
