@@ -63,7 +63,7 @@ def coverage_report(store: Store, source_id: str) -> CoverageReport:
     stage. Anything else fell through the pipeline silently.
     """
     with store.db.session():
-        manifest = store.staging.discovery_rows(source_id)
+        manifest = store.staging.discovery_rows(source_id, ("doc_id", "content_hash", "supported", "skip_reason"))
         ledger = store.ledger.rows(source_id)
     current = {r["doc_id"]: r["content_hash"] for r in manifest if r["supported"]}
     by_doc: dict[str, dict[str, dict]] = {}

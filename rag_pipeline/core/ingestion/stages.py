@@ -315,7 +315,7 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     config = source.effective_chunking(config)
     fingerprint = config.fingerprint()
     with store.db.session():
-        current = {r["doc_id"] for r in store.staging.discovery_rows(source_id) if r["supported"]}
+        current = {r["doc_id"] for r in store.staging.discovery_rows(source_id, ("doc_id", "supported")) if r["supported"]}
         parsed = {doc_id: (content_hash, meta)
                   for doc_id, (content_hash, meta, _) in store.staging.parsed_versions(source_id).items()}
         staged = store.staging.chunk_versions(source_id)

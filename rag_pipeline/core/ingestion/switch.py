@@ -52,7 +52,7 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             store.served.record_tombstones(source_id, leaving, run_id)
             counts = store.served.replace_served(source_id, embedder.identity)
             kill_point("switch:replaced")
-            ledger, probed, failures = _reconcile_ledger(store, source_id, before)
+            ledger, probed, failures, served = _reconcile_ledger(store, source_id, before)
             store.ledger.record(ledger, run_id)
             pruned = store.staging.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
             store.staging.commit_manifest(source_id)
@@ -61,7 +61,6 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             # A deleted document is searched for (its former text encoded) only if one of its
             # chunks is still served: none is, unless the switch failed to remove it.
             report.deletions = deletion_report(store, source_id, embedder, run_id)
-            served = store.served.indexed_documents(source_id)
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
             store.ledger.record_served(source_id, run_id, len(served))
@@ -92,16 +91,17 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
 
 def _reconcile_ledger(
     store: Store, source_id: str, before: dict[str, dict]
-) -> tuple[list[dict], int, list[StageFailure]]:
+) -> tuple[list[dict], int, list[StageFailure], list[dict]]:
     """Ledger rows that make the record match what is now served (call inside the switch).
 
     Served documents get an `indexed` row for their served version (new bytes, another parser,
     or the same bytes served with new metadata: the row says which fields changed); those whose
     served version was never proven queryable (or failed the probe before) are probed now;
     documents no longer in the source get their `deleted` rows. `before`: the served rows before.
+    Also returns the served rows (the rest of the switch changes none).
     """
     served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
-    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id) if r["stage"] in ("indexed", "queryable")}
+    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id, ("indexed", "queryable"))}
 
     def proven(doc_id: str, stage: str) -> bool:
         row, doc = rows.get((doc_id, stage)), served[doc_id]
@@ -133,9 +133,9 @@ def _reconcile_ledger(
             reason = not_found.get(doc_id, "not returned by a search for its own text")
             ledger.append(ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
             failures.append(StageFailure(doc_id, "queryable", reason))
-    discovered = store.staging.discovery_rows(source_id)
+    discovered = store.staging.discovery_rows(source_id, ("doc_id", "supported"))
     current = {r["doc_id"] for r in discovered if r["supported"]}
-    manifest = store.staging.manifest_rows(source_id)
+    manifest = store.staging.manifest_rows(source_id, ("doc_id", "supported", "skip_reason"))
     committed = {r["doc_id"] for r in manifest if r["supported"]}
     for doc_id in sorted((committed | set(before)) - current):
         ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
@@ -149,7 +149,7 @@ def _reconcile_ledger(
         if not row["supported"] and row["doc_id"] not in names:
             ledger.append({"doc_id": row["doc_id"], "source_id": source_id, "stage": "deleted", "status": "deleted",
                            "reason": f"no longer in the source (it was skipped: {row['skip_reason']})"})
-    return ledger, len(to_probe), failures
+    return ledger, len(to_probe), failures, list(served.values())
 
 
 def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:

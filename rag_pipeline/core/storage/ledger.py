@@ -42,9 +42,13 @@ class Ledger:
             )
             self.db.insert("ledger", columns("ledger"), rows)
 
-    def rows(self, source_id: str | None = None) -> list[dict]:
+    def rows(self, source_id: str | None = None, stages: Sequence[str] = ()) -> list[dict]:
+        """Every row (of the source; of these stages, when given)."""
         if source_id is None:
             return self.db.dicts("SELECT * FROM ledger ORDER BY doc_id, stage")
+        if stages:
+            return self.db.dicts("SELECT * FROM ledger WHERE source_id = ? AND stage IN (SELECT unnest(?::VARCHAR[])) "
+                                 "ORDER BY doc_id, stage", [source_id, list(stages)])
         return self.db.dicts("SELECT * FROM ledger WHERE source_id = ? ORDER BY doc_id, stage", [source_id])
 
     def document_history(self) -> dict[str, str | None]:

@@ -43,13 +43,16 @@ class Staging:
             self.db.execute("DELETE FROM discovery WHERE source_id = ?", [source_id])
             self.db.insert("discovery", columns("discovery"), rows)
 
-    def discovery_rows(self, source_id: str) -> list[dict]:
-        """The source's latest discovery (what the stages work towards)."""
-        return self.db.dicts("SELECT * FROM discovery WHERE source_id = ? ORDER BY doc_id", [source_id])
+    def discovery_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
+        """The source's latest discovery (what the stages work towards); only `fields`, when given
+        (a run reads it several times, and most readers want two of its twelve columns)."""
+        return self.db.dicts(f"SELECT {', '.join(fields) or '*'} FROM discovery WHERE source_id = ? ORDER BY doc_id",
+                             [source_id])
 
-    def manifest_rows(self, source_id: str) -> list[dict]:
-        """The source's committed manifest (what the served index was built from)."""
-        return self.db.dicts("SELECT * FROM manifest WHERE source_id = ? ORDER BY doc_id", [source_id])
+    def manifest_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
+        """The source's committed manifest (what the served index was built from); only `fields`, when given."""
+        return self.db.dicts(f"SELECT {', '.join(fields) or '*'} FROM manifest WHERE source_id = ? ORDER BY doc_id",
+                             [source_id])
 
     def commit_manifest(self, source_id: str) -> None:
         """The staged discovery becomes the committed manifest, and its inputs' fingerprint the
