@@ -35,7 +35,7 @@ query($key: AssetKeyInput!, $partition: String!) {
 """
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+@pytest.fixture(scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.deployment_postgres)])
 def night(request, tmp_path_factory):
     with sample_deployment(tmp_path_factory.mktemp(f"night-{request.param}"), request.param) as night:
         graphql = night.running.graphql
