@@ -32,7 +32,7 @@ PAGES = {
 # A page that keeps a parser busy for many seconds: HTML goes through `unstructured` and spaCy
 # (Markdown and plain text are parsed by their structure, far too fast to be caught at work).
 SLOW_PAGE = "<html><body><h1>Long</h1>" + "".join(
-    f"<p>Paragraph {i} holds a sentence for the parser.</p>" for i in range(60000)) + "</body></html>"
+    f"<p>Paragraph {i} holds a sentence for the parser.</p>" for i in range(20000)) + "</body></html>"
 
 
 def _config(tmp_path: Path, embedding: dict | None = None, **source) -> Path:
@@ -87,8 +87,9 @@ def test_after_kill_9_of_an_ingest_no_parser_worker_is_left_running(tmp_path):
             workers = [pid for pid, command in _children(ingest.pid) if "parse_worker" in command]
             time.sleep(0.2)
         assert len(workers) == 2, f"the ingest did not start two parser workers: {ingest.stderr.read()[-2000:] if ingest.poll() is not None else ''}"
-        time.sleep(3)  # both at work on the long pages
-        assert all(_running(pid) for pid in workers)
+        time.sleep(3)  # at work on the long pages (a worker that hit its memory limit is replaced)
+        workers = sorted({*workers, *(pid for pid, command in _children(ingest.pid) if "parse_worker" in command)})
+        assert any(_running(pid) for pid in workers), "no parser worker was at work when the ingest was killed"
         os.kill(ingest.pid, signal.SIGKILL)
         ingest.wait()
         deadline = time.monotonic() + 30
