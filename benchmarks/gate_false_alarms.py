@@ -44,7 +44,7 @@ CHURN = 0.2
 
 
 def cli(*args: str, config: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAG_PIPELINE_WARM": "0"}
+    env = dict(os.environ)
     env.pop("DAGSTER_HOME", None)
     return subprocess.run([sys.executable, "-m", "rag_pipeline.cli", *args, "--config", str(config)],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=1800)

@@ -197,20 +197,12 @@ def _cli_round(env: dict, cases: dict[str, list], run=None) -> None:
     """A full build of a fresh copy of the httpx docs with a new Dagster instance, a no-change run,
     a one-page edit, then a search of one question; each case's `run(config, env, *command)` (its
     seconds unless told)."""
-    import yaml
+    from performance_page import fresh_workspace
 
     run = run or _cli_ingest
     with tempfile.TemporaryDirectory() as folder:
-        work = Path(folder)
-        docs = work / "docs"
-        shutil.copytree(HTTPX, docs)
-        home = work / "dagster_home"
-        home.mkdir()
-        shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+        config, docs, home = fresh_workspace(Path(folder), HTTPX, "httpx")
         env = {**env, "DAGSTER_HOME": str(home)}
-        config = work / "pipeline.yaml"
-        config.write_text(yaml.safe_dump({"sources": [{"name": "httpx", "path": str(docs)}],
-                                          "storage": {"path": str(work / "index.duckdb")}}))
         cases["full build"].append(run(config, env))
         cases["no change"].append(run(config, env))
         page = docs / "quickstart.md"

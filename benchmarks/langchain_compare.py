@@ -108,19 +108,12 @@ def run_peer(python: Path, corpus: Path, glob: str) -> dict:
 
 
 def run_ours(corpus: Path) -> dict:
-    import yaml
+    from performance_page import fresh_workspace
 
     with tempfile.TemporaryDirectory(prefix="ours-") as work:
         work = Path(work)
-        copy = work / "corpus"
-        shutil.copytree(corpus, copy)
-        home = work / "dagster_home"
-        home.mkdir()
-        shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-        config = work / "pipeline.yaml"
-        config.write_text(yaml.safe_dump({"sources": [{"name": "corpus", "path": str(copy)}],
-                                          "storage": {"path": str(work / "index.duckdb")}}))
-        env = {**os.environ, **OFFLINE, "DAGSTER_HOME": str(home), "RAG_PIPELINE_WARM": "0"}
+        config, _, home = fresh_workspace(work, corpus, "corpus")
+        env = {**os.environ, **OFFLINE, "DAGSTER_HOME": str(home)}
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "ingest", "--config", str(config)],
                               env=env, capture_output=True, text=True, cwd=work)

@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,3 +56,20 @@ def write_section(title: str, body: str, script: str | None = None, command: str
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text)
+
+
+def fresh_workspace(work: Path, corpus: Path, source: str) -> tuple[Path, Path, Path]:
+    """Under `work`: a copy of `corpus`, a new Dagster instance folder (the project's dagster.yaml)
+    and a config serving the copy as `source` from a DuckDB file, as a user's first build has them.
+    Returns (config, the corpus copy, DAGSTER_HOME)."""
+    import yaml
+
+    copy = work / corpus.name
+    shutil.copytree(corpus, copy)
+    home = work / "dagster_home"
+    home.mkdir()
+    shutil.copy(PAGE.parent.parent / "dagster.yaml", home / "dagster.yaml")
+    config = work / "pipeline.yaml"
+    config.write_text(yaml.safe_dump({"sources": [{"name": source, "path": str(copy)}],
+                                      "storage": {"path": str(work / "index.duckdb")}}))
+    return config, copy, home
