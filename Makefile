@@ -11,7 +11,7 @@ export DO_NOT_TRACK := 1
 export UNSTRUCTURED_DISABLE_NOTICE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-all test-fast ui validate bench clean lint screenshots
+.PHONY: install demo test test-fast ui validate bench clean lint screenshots
 
 $(BIN)/rag-pipeline: pyproject.toml tools/en_core_web_sm_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +36,8 @@ demo ui: export DAGSTER_HOME := $(DAGSTER_HOME)
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/rag-pipeline demo
 
-# CI runs everything but the PostgreSQL night (alone it takes about as long as the rest of the
-# suite on 2 cores; `make test-all` adds it); the development loop runs what is not marked slow.
+# CI runs everything (.ci/run calls `make test`); the development loop runs what is not marked slow.
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not deployment_postgres"
-
-test-all: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: lint

@@ -173,21 +173,32 @@ class Deployment:
             raise RuntimeError(result)
         return result["run"]["runId"]
 
-    def automation(self, kind: str, name: str, running: bool) -> None:
+    def automation(self, kind: str, name: str, running: bool, settle_s: float = 3.0, attempts: int = 10) -> None:
         """Start or stop a schedule or sensor through GraphQL, as the UI's toggle does; raise
-        unless the instance then records the state asked for."""
+        unless the instance then records the state asked for. A stop is checked again `settle_s`
+        later and repeated until it holds: Dagster 1.13's daemon, after a tick or a sensor
+        evaluation, writes its checkpoint from the state it read before, so a stop that lands in
+        between is undone (docs/operations.md)."""
+        for _ in range(attempts):
+            found = self.automation_state(kind, name)
+            if (found["status"] == "RUNNING") == running:
+                if running:
+                    return
+                time.sleep(settle_s)
+                if self.automation_state(kind, name)["status"] != "RUNNING":
+                    return
+                continue
+            selector = {**self.repository(), f"{kind}Name": name}
+            answer = (self.graphql(_START[kind], {"s": selector}) if running
+                      else self.graphql(_STOP[kind], {"id": found["id"]}))
+            if (self.automation_state(kind, name)["status"] == "RUNNING") != running:
+                raise RuntimeError(f"{kind} {name} is not {'running' if running else 'stopped'}: {answer}")
+        raise RuntimeError(f"{kind} {name} did not stay stopped after {attempts} stops")
+
+    def automation_state(self, kind: str, name: str) -> dict:
+        """The instigator state of a schedule or sensor, as the UI reads it: its id and status."""
         selector = {**self.repository(), f"{kind}Name": name}
-
-        def state() -> dict:
-            return self.graphql(_STATE[kind], {"s": selector})[f"{kind}OrError"][f"{kind}State"]
-
-        found = state()
-        if (found["status"] == "RUNNING") == running:
-            return
-        answer = (self.graphql(_START[kind], {"s": selector}) if running
-                  else self.graphql(_STOP[kind], {"id": found["id"]}))
-        if (state()["status"] == "RUNNING") != running:
-            raise RuntimeError(f"{kind} {name} is not {'running' if running else 'stopped'}: {answer}")
+        return self.graphql(_STATE[kind], {"s": selector})[f"{kind}OrError"][f"{kind}State"]
 
     def wait(self, what: str, condition, timeout_s: float = 600, poll_s: float = 1.0):
         """Poll `condition()` until it returns something true; its value is returned."""
@@ -344,17 +355,26 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
     env["RAG_PIPELINE_CONFIG"] = str(config)
     bin_dir = Path(sys.executable).parent
     workspace = project / "workspace.yaml"
-    for kind, name in _AUTOMATION:
-        subprocess.run([str(bin_dir / "dagster"), kind, "stop", name, "-w", str(workspace)], env=env, cwd=project,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     port = free_port()
     running = Deployment(work, home, config, env, port, project)
+
+    def stop_automation(kind: str, name: str) -> None:
+        subprocess.run([str(bin_dir / "dagster"), kind, "stop", name, "-w", str(workspace)], env=env, cwd=project,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+
+    # Automation is on by default, as a team deploys it: stopped before the daemon starts, so that
+    # only what the caller launches runs. The first stop creates the instance's storage alone; the
+    # others run while the webserver starts (one writer at a time for an instance in SQLite).
+    stop_automation(*_AUTOMATION[0])
     running.processes = [
         _start([str(bin_dir / "dagster-webserver"), "-w", str(workspace), "-p", str(port), "-h", "127.0.0.1"],
                env, project, work / "webserver.log"),
-        _start([str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)], env, project, work / "daemon.log"),
     ]
     try:
+        for kind, name in _AUTOMATION[1:]:
+            stop_automation(kind, name)
+        running.processes.append(
+            _start([str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)], env, project, work / "daemon.log"))
         deadline = time.monotonic() + 180
         while True:
             try:
@@ -365,7 +385,7 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
                     raise TimeoutError(f"dagster-webserver did not answer; see {work / 'webserver.log'}") from None
                 time.sleep(1)
         for kind, name in _AUTOMATION:  # stopped before the daemon started; checked where the UI reads it
-            running.automation(kind, name, False)
+            running.automation(kind, name, False, settle_s=0)
         yield running
     finally:
         for process in running.processes:

@@ -9,10 +9,18 @@ what `tools/ui_screenshots.py` photographs.
 Every run comes from the daemon: the schedule's tick (a cron of every minute, stopped after one tick),
 the sensors that chain evaluation and monitoring, a backfill launched through GraphQL. The command
 line only prepares the instance (first index, first evaluation, its promotion), as a team would.
+
+    python -m tools.night --backend postgres --work DIR --out seen.json
+
+observes one whole night (`observe`: the statuses, and the pages the on-call person opens, as
+GraphQL answers them) and writes it as JSON; the end-to-end test runs one such process per
+deployment shape, side by side, since a night mostly waits for the minute of its tick.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -32,6 +40,25 @@ BROKEN_PAGE = "policies/remote-work.md"
 VANISHED_SOURCE = "helpcenter"
 RECORDED_DAY = "2026-11-29"  # the sample query log's last day
 FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
+
+# What the on-call person opens, as the UI asks for it.
+RUN_PAGE = """
+query($id: ID!) { runOrError(runId: $id) { ... on Run { status tags { key value }
+  eventConnection(limit: 1000) { events { __typename
+    ... on ExecutionStepFailureEvent { stepKey error { message } failureMetadata { description } } } } } } }
+"""
+CHECK_EXECUTIONS = """
+query($key: AssetKeyInput!, $check: String!) {
+  assetCheckExecutions(assetKey: $key, checkName: $check, limit: 50) {
+    runId partition status evaluation { description severity } } }
+"""
+OBSERVATIONS = """
+query($key: AssetKeyInput!, $partition: String!) {
+  assetOrError(assetKey: $key) { ... on Asset { assetObservations(partitions: [$partition], limit: 5) {
+    runId description metadataEntries { label } } } } }
+"""
+CHECKS = (("search_index", "coverage"), ("search_index", "deletions_propagated"), ("search_index", "sources_fresh"),
+          ("search_index", "no_failed_documents"), ("golden_eval", "gate_vs_baseline"))
 
 
 @dataclass
@@ -147,6 +174,7 @@ def sample_deployment(work: Path, backend: str = "duckdb", embedding: dict | Non
     automation stopped), indexed, evaluated and promoted by the command line."""
     from rag_pipeline.core.evaluation.golden import file_revision
     from rag_pipeline.core.faults import HOLD_FILE_ENV
+    from rag_pipeline.definitions import EXECUTOR_ENV_VAR
 
     data = work / "data"
     shutil.copytree(REPO / "data", data)
@@ -156,11 +184,47 @@ def sample_deployment(work: Path, backend: str = "duckdb", embedding: dict | Non
     # A tick every minute (stopped after one) and sensors that look every 5 s: a night in minutes.
     raw["automation"] = {"nightly_cron": "* * * * *", "sensor_interval_seconds": 5}
     hold = work / "hold"
+    # Each run's steps in the run's process on both shapes: the night is about which runs the daemon
+    # launches and how they share the store pool. A process per step on PostgreSQL (its default) is
+    # proven by the parallel and Celery backfills; here it would only multiply interpreter starts.
+    env = {HOLD_FILE_ENV: str(hold), EXECUTOR_ENV_VAR: "in_process"}
     with (postgres_server(work / "pg") if backend == "postgres" else nullcontext()) as dsn:
-        with deployment(work / "deployment", raw, backend, dsn, extra_env={HOLD_FILE_ENV: str(hold)}) as running:
+        with deployment(work / "deployment", raw, backend, dsn, extra_env=env) as running:
             night = Night(running, data, hold, file_revision(Path(raw["golden_set"])))
             for command in (["ingest"], ["eval"], ["promote"]):
                 done = night.cli(*command)
                 if done.returncode != 0:
                     raise RuntimeError(f"rag-pipeline {' '.join(command)} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
             yield night
+
+
+def observe(work: Path, backend: str) -> dict:
+    """One whole night on a fresh deployment of `backend`: the clean night, the faulted night, the
+    pages of its runs, checks and vanished partition, and the backfill of that partition."""
+    with sample_deployment(work, backend) as night:
+        graphql = night.running.graphql
+        seen = {"backend": backend, "clean": night.clean_night(), "faulted": night.faulted_night()}
+        seen["runs"] = dict(night.runs)
+        seen["pages"] = {name: graphql(RUN_PAGE, {"id": run_id})["runOrError"] for name, run_id in night.runs.items()}
+        seen["checks"] = {name: graphql(CHECK_EXECUTIONS, {"key": {"path": [asset]}, "check": name})["assetCheckExecutions"]
+                          for asset, name in CHECKS}
+        seen["observations"] = graphql(OBSERVATIONS, {"key": {"path": ["source_documents"]}, "partition": VANISHED_SOURCE}
+                                       )["assetOrError"]["assetObservations"]
+        seen["backfill"] = night.backfill_failed()
+        with night.running.instance() as instance:
+            seen["backfill_tags"] = [dict(instance.get_run_by_id(r["run_id"]).tags) for r in seen["backfill"]["runs"]]
+    return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Observe one night of the sample on a real deployment.")
+    parser.add_argument("--backend", choices=("duckdb", "postgres"), default="duckdb")
+    parser.add_argument("--work", type=Path, required=True, help="a new folder for the deployment and its data")
+    parser.add_argument("--out", type=Path, required=True, help="where the night's observations go, as JSON")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(observe(args.work, args.backend), indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

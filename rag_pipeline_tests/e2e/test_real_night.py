@@ -12,46 +12,54 @@ comes back, and a backfill of its partition converges.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from tools.night import SOURCES, VANISHED_SOURCE, sample_deployment
+from tools.night import SOURCES, VANISHED_SOURCE
 
 pytestmark = pytest.mark.slow
 
-RUN = """
-query($id: ID!) { runOrError(runId: $id) { ... on Run { status tags { key value }
-  eventConnection(limit: 1000) { events { __typename
-    ... on ExecutionStepFailureEvent { stepKey error { message } failureMetadata { description } } } } } } }
-"""
-CHECK_EXECUTIONS = """
-query($key: AssetKeyInput!, $check: String!) {
-  assetCheckExecutions(assetKey: $key, checkName: $check, limit: 50) {
-    runId partition status evaluation { description severity } } }
-"""
-OBSERVATIONS = """
-query($key: AssetKeyInput!, $partition: String!) {
-  assetOrError(assetKey: $key) { ... on Asset { assetObservations(partitions: [$partition], limit: 5) {
-    runId description metadataEntries { label } } } } }
-"""
+REPO = Path(__file__).resolve().parents[2]
+BACKENDS = ("duckdb", "postgres")
 
 
-@pytest.fixture(scope="module", params=["duckdb", pytest.param("postgres", marks=pytest.mark.deployment_postgres)])
-def night(request, tmp_path_factory):
-    with sample_deployment(tmp_path_factory.mktemp(f"night-{request.param}"), request.param) as night:
-        graphql = night.running.graphql
-        seen = {"backend": request.param, "clean": night.clean_night(), "faulted": night.faulted_night()}
-        seen["runs"] = dict(night.runs)
-        seen["pages"] = {name: graphql(RUN, {"id": run_id})["runOrError"] for name, run_id in night.runs.items()}
-        seen["checks"] = {name: graphql(CHECK_EXECUTIONS, {"key": {"path": [asset]}, "check": name})["assetCheckExecutions"]
-                          for asset, name in (("search_index", "coverage"), ("search_index", "deletions_propagated"),
-                                              ("search_index", "sources_fresh"), ("search_index", "no_failed_documents"),
-                                              ("golden_eval", "gate_vs_baseline"))}
-        seen["observations"] = graphql(OBSERVATIONS, {"key": {"path": ["source_documents"]}, "partition": VANISHED_SOURCE}
-                                       )["assetOrError"]["assetObservations"]
-        seen["backfill"] = night.backfill_failed()
-        with night.running.instance() as instance:
-            seen["backfill_tags"] = [instance.get_run_by_id(r["run_id"]).tags for r in seen["backfill"]["runs"]]
-        yield seen
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory) -> dict[str, dict | str]:
+    """Both nights observed at once, each in its own process (`python -m tools.night`): a night
+    spends most of its time waiting for its tick's minute and for the sensors. Per backend, what
+    was seen, or the end of the process's output when it failed."""
+    work = tmp_path_factory.mktemp("nights")
+    running = {}
+    for backend in BACKENDS:
+        log = (work / f"{backend}.log").open("w")
+        command = [sys.executable, "-m", "tools.night", "--backend", backend, "--work", str(work / backend),
+                   "--out", str(work / f"{backend}.json")]
+        running[backend] = (subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log)
+    seen: dict[str, dict | str] = {}
+    for backend, (process, log) in running.items():
+        try:
+            process.wait(timeout=1800)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        out = work / f"{backend}.json"
+        seen[backend] = (json.loads(out.read_text()) if process.returncode == 0 and out.exists()
+                         else f"exit {process.returncode}; logs in {work / backend}\n"
+                              + (work / f"{backend}.log").read_text()[-6000:])
+    return seen
+
+
+@pytest.fixture(params=BACKENDS)
+def night(request, nights) -> dict:
+    seen = nights[request.param]
+    if isinstance(seen, str):
+        pytest.fail(f"the {request.param} night did not complete: {seen}")
+    return seen
 
 
 def _step_failures(page: dict) -> list[dict]:
