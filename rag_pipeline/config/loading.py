@@ -1,0 +1,149 @@
+"""Reading the pipeline config: the file (bounded, duplicate keys refused), its relative paths made
+absolute, the command line's overrides and an experiment's overlay, every error naming the file
+and the field."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from rag_pipeline.config.sections import (
+    CONFIG_ENV_VAR,
+    DEFAULT_CONFIG_PATH,
+    MAX_CONFIG_BYTES,
+    ConfigError,
+    PipelineConfig,
+    StorageConfig,
+)
+from rag_pipeline.core.metadata import load_mapping
+
+
+def _resolve_paths(raw: dict, base: Path) -> dict:
+    """Make the file's relative paths absolute against the config file's folder."""
+    for source in raw.get("sources") or []:
+        if isinstance(source, dict) and "path" in source:
+            source["path"] = str((base / str(source["path"])).resolve())
+    answers = raw.get("answers")
+    if isinstance(answers, dict):
+        answers["prompt"] = str((base / str(answers.get("prompt", "prompts/answer.md"))).resolve())
+    else:
+        raw["answers"] = {"prompt": str((base / "prompts/answer.md").resolve())}
+    monitoring = raw.get("monitoring")
+    if isinstance(monitoring, dict) and monitoring.get("query_log"):
+        monitoring["query_log"] = str((base / str(monitoring["query_log"])).resolve())
+    storage = raw.setdefault("storage", {})
+    if isinstance(storage, dict):
+        # The default path too is the file's (it was the working directory's: a reading command
+        # run elsewhere looked for the index, and created one, in the wrong place).
+        storage["path"] = str((base / str(storage.get("path") or StorageConfig().path)).resolve())
+    for key in ("golden_set", "gate_policy"):
+        if raw.get(key):
+            raw[key] = str((base / str(raw[key])).resolve())
+    return raw
+
+
+def _format_validation_error(path: Path, error: ValidationError) -> str:
+    lines = [f"invalid pipeline config {path}:"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  - {field}: {item['msg']}")
+    lines.append("fix the field(s) above; see data/pipeline.yaml for a working example")
+    return "\n".join(lines)
+
+
+def config_path_from_env() -> Path:
+    """The config file to use: $RAG_PIPELINE_CONFIG if set, else data/pipeline.yaml."""
+    env_value = os.environ.get(CONFIG_ENV_VAR)
+    return Path(env_value).resolve() if env_value else DEFAULT_CONFIG_PATH
+
+
+def load_config(path: Path | str | None = None, sources: dict[str, str] | None = None,
+                golden_set: Path | str | None = None) -> PipelineConfig:
+    """Read and validate the pipeline config; raise ConfigError naming the field on failure.
+
+    `sources` (`name -> path`, the command line's --source) adds or replaces sources and
+    `golden_set` replaces the golden-set file: the one place where overrides are applied.
+    """
+    config = _read_config(path)
+    if sources:
+        config = config.with_sources({name: Path(p) for name, p in sources.items()})
+    if golden_set:
+        config = config.model_copy(update={"golden_set": Path(golden_set).resolve()})
+    return config
+
+
+def parse_source_overrides(values: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`NAME=PATH` strings (the command line's --source) as `name -> absolute path`."""
+    overrides = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ConfigError(f"--source {value!r}: expected NAME=PATH, e.g. --source docs=./docs")
+        overrides[name] = str(Path(path).resolve())
+    return overrides
+
+
+def with_overlay(config: PipelineConfig, assignments: list[str] | tuple[str, ...] = (),
+                 overlay_file: Path | str | None = None) -> PipelineConfig:
+    """The config with an overlay YAML file and `section.key=value` assignments merged on top
+    (an experiment's baseline and candidate)."""
+    raw = config.model_dump(mode="json", exclude={"config_path"})
+    updates: dict = _read_yaml(Path(overlay_file), "experiment overlay") if overlay_file else {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. chunking.strategy=fixed")
+        node = updates
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    try:
+        return PipelineConfig.model_validate(_deep_merge(raw, updates)).model_copy(update={"config_path": config.config_path})
+    except ValidationError as exc:
+        fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid experiment overlay ({overlay_file or '--set'}): {fields}") from exc
+
+
+def _deep_merge(base: dict, updates: dict) -> dict:
+    merged = dict(base)
+    for key, value in updates.items():
+        merged[key] = _deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+    return merged
+
+
+def _read_yaml(path: Path, what: str) -> dict:
+    """A YAML mapping from a file of at most `MAX_CONFIG_BYTES`, a key given twice refused
+    (ConfigError naming the file, and the line where YAML knows it)."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path} cannot be read: {exc.strerror}") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{what} {path} is over {MAX_CONFIG_BYTES // 1024 // 1024} MB: not read (a config is a page of YAML; "
+                          "is this the right file?)")
+    try:
+        return load_mapping(data.decode("utf-8"), f"{what} {path}")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _read_config(path: Path | str | None) -> PipelineConfig:
+    config_path = Path(path).resolve() if path is not None else config_path_from_env()
+    if not config_path.is_file():
+        raise ConfigError(f"pipeline config {config_path} does not exist (set {CONFIG_ENV_VAR} or pass --config)")
+    raw = _read_yaml(config_path, "pipeline config")
+    if not raw:
+        raise ConfigError(f"pipeline config {config_path} must be a mapping with a 'sources' list")
+    raw = _resolve_paths(raw, config_path.parent)
+    try:
+        config = PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(config_path, exc)) from exc
+    return config.model_copy(update={"config_path": config_path})
