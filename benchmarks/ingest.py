@@ -49,7 +49,10 @@ from rag_pipeline.core.ingestion.parsing import ParseJob, parse_job, warm_up  # 
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
-HTTPX = PROJECT_ROOT.parent / "shared" / "datasets" / "httpx-docs" / "v0.23.0"
+# The shared datasets beside the checkout, or beside a folder holding it (a git worktree's).
+DATASETS = next((p / "shared" / "datasets" for p in PROJECT_ROOT.parents if (p / "shared" / "datasets").is_dir()),
+                PROJECT_ROOT.parent / "shared" / "datasets")
+HTTPX = DATASETS / "httpx-docs" / "v0.23.0"
 PARSE_TYPES = ("md", "html", "txt")
 
 

@@ -29,11 +29,11 @@ def load_args_with_sources(args: argparse.Namespace) -> tuple[PipelineConfig, di
 def check_source_paths(config: PipelineConfig) -> None:
     """A source path that does not exist is a config error (exit 2), unless the source was served
     from it before: then it vanished (unmounted, moved), an outage that fails that source alone."""
-    from rag_pipeline.core.storage import NoIndexError
-
     missing = [s for s in config.sources if not Path(s.path).exists()]
     if not missing:
         return
+    from rag_pipeline.core.storage import NoIndexError
+
     try:
         store = configured_store(config, create=False)  # a config error must not leave an empty index behind
         served_before = {s.source_id for s in missing if store.ledger.served_root(s.source_id) == str(s.path)}

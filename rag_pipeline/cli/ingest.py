@@ -31,7 +31,7 @@ def _walks(config: PipelineConfig) -> dict:
     return walks
 
 
-def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
+def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict, embedder):
     """Every source's outcome when none of them needs a run, decided before Dagster is imported
     (which alone costs seconds); None otherwise.
 
@@ -44,7 +44,6 @@ def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     processes."""
     if force:
         return None
-    from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 
     persistent_instance = bool(os.environ.get("DAGSTER_HOME"))
@@ -52,7 +51,7 @@ def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     def left_open(source_id: str) -> bool:
         return persistent_instance and store.db.run_left_open(source_id) is not False
 
-    settings = settings_fingerprint(config.chunking, make_embedder(config.embedding).identity)
+    settings = settings_fingerprint(config.chunking, embedder.identity)
     runs = []
     for source in config.sources:
         if source.source_id not in walks:
@@ -64,12 +63,12 @@ def _all_unchanged(config: PipelineConfig, store, force: bool, walks: dict):
     return runs
 
 
-def _start_early(config: PipelineConfig, store, walks: dict) -> None:
-    """Files changed (their size or time differ from the committed manifest): a run is coming.
-    Start the parser process for their types now, under the first such source's memory limit, so
-    that its imports run on the other core while this process loads the model and imports Dagster
-    (the parser's start is the longer of the two)."""
-    from rag_pipeline.core.ingestion.embedding import ModelEmbedder, make_embedder
+def _start_early(config: PipelineConfig, store, walks: dict, embedder) -> None:
+    """A run is coming. For the files that changed (their size or time differ from the committed
+    manifest), start the parser process for their types now, under the first such source's memory
+    limit, so that its imports run on the other core while this process loads the model and
+    imports Dagster (the parser's start is the longer of the two)."""
+    from rag_pipeline.core.ingestion.embedding import ModelEmbedder
     from rag_pipeline.core.ingestion.parse_worker import start_parser_early
 
     types: set[str] = set()
@@ -87,7 +86,6 @@ def _start_early(config: PipelineConfig, store, walks: dict) -> None:
             memory_limit = source.limits.max_parser_memory_mb
         types |= changed
     start_parser_early(types, memory_limit)
-    embedder = make_embedder(config.embedding)
     if types and isinstance(embedder, ModelEmbedder):
         # As one text needs it (a page edit's chunk); once per process, so the run's embedder finds
         # it loaded. A full build encodes in batches on another session and leaves this one idle.
@@ -95,12 +93,16 @@ def _start_early(config: PipelineConfig, store, walks: dict) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from rag_pipeline.core.ingestion.embedding import make_embedder
+
     config, overrides = load_args_with_sources(args)
     walks = _walks(config)
     store = configured_store(config)
+    embedder = make_embedder(config.embedding)
     with store.db.session():
-        _start_early(config, store, walks)
-        runs = _all_unchanged(config, store, args.force, walks)
+        runs = _all_unchanged(config, store, args.force, walks, embedder)
+        if runs is None:
+            _start_early(config, store, walks, embedder)
     if runs is None:
         from rag_pipeline.cli.runner import ingest
 

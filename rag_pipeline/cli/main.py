@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import importlib
 import logging
 import os
 import sys
@@ -12,23 +13,20 @@ import warnings
 from collections.abc import Sequence
 
 from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
-from rag_pipeline.cli.demo import cmd_demo
-from rag_pipeline.cli.evaluate import cmd_calibrate, cmd_eval, cmd_gate, cmd_promote
-from rag_pipeline.cli.experiments import cmd_experiment, cmd_experiments
-from rag_pipeline.cli.golden import (
-    cmd_golden_accept,
-    cmd_golden_export_ragas,
-    cmd_golden_import,
-    cmd_golden_triage,
-    cmd_import_beir,
-    cmd_release_holdout,
-)
-from rag_pipeline.cli.ingest import cmd_ingest
-from rag_pipeline.cli.monitor import cmd_monitor
-from rag_pipeline.cli.search import cmd_search
 from rag_pipeline.config import ConfigError
-from rag_pipeline.core.evaluation.golden import GoldenSetError
 from rag_pipeline.core.render import printable
+
+
+def _command(path: str):
+    """The function `module.function` of rag_pipeline.cli, imported when its command runs: a command
+    pays for its own imports only (`ingest` with nothing to do imports neither Dagster nor numpy)."""
+    module, function = path.rsplit(".", 1)
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f"rag_pipeline.cli.{module}"), function)(args)
+
+    run.__name__ = function
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run every source, also those whose inputs did not change since their last switch")
     ingest.add_argument("--fail-on-document-errors", action="store_true",
                         help="exit 1 when any document failed (by default a failed document is a warning)")
-    ingest.set_defaults(func=cmd_ingest)
+    ingest.set_defaults(func=_command("ingest.cmd_ingest"))
 
     evaluate = sub.add_parser(
         "eval", help="ingest, evaluate retrieval on a golden set, then gate against the promoted baseline",
@@ -66,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--subset", choices=("full", "pr"), default="full",
                           help="pr: the fast slice-stratified subset for pull requests (evaluation.pr_subset_size, no "
                                "holdout), gated only against a baseline of the same subset")
-    evaluate.set_defaults(func=cmd_eval)
+    evaluate.set_defaults(func=_command("evaluate.cmd_eval"))
 
     search = sub.add_parser("search", help="show what retrieval returns for one question, with its trace")
     search.add_argument("query")
@@ -77,27 +75,27 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--mode", choices=("dense", "bm25", "hybrid"))
     search.add_argument("--k", type=int, default=None)
     search.add_argument("--json", action="store_true")
-    search.set_defaults(func=cmd_search, source=None)
+    search.set_defaults(func=_command("search.cmd_search"), source=None)
 
     beir = sub.add_parser("import-beir", help="write a golden set from a BEIR dataset (corpus.jsonl, queries.jsonl, qrels/)")
     beir.add_argument("dataset", help="folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     beir.add_argument("--name", required=True, help="source name to use for the corpus (document ids: NAME:<_id>)")
     beir.add_argument("--out", required=True, help="golden-set JSONL to write")
     beir.add_argument("--qrels", default="test", help="qrels split file name without .tsv (default: test)")
-    beir.set_defaults(func=cmd_import_beir)
+    beir.set_defaults(func=_command("golden.cmd_import_beir"))
 
     gate = sub.add_parser("gate", help="gate a candidate evaluation against a baseline; exit 1 on a regression")
     gate.add_argument("--config")
     gate.add_argument("--baseline", default="baseline", help="eval id, or 'baseline' (the promoted one)")
     gate.add_argument("--candidate", default="latest", help="eval id, or 'latest'")
     gate.add_argument("--policy", help="gate policy YAML (default: gate_policy in the config)")
-    gate.set_defaults(func=cmd_gate)
+    gate.set_defaults(func=_command("evaluate.cmd_gate"))
 
     promote = sub.add_parser("promote", help="promote an evaluation to baseline if the gate says PROMOTE")
     promote.add_argument("--config")
     promote.add_argument("--eval", help="eval id (default: the latest evaluation)")
     promote.add_argument("--policy")
-    promote.set_defaults(func=cmd_promote)
+    promote.set_defaults(func=_command("evaluate.cmd_promote"))
 
     experiment = sub.add_parser("experiment", help="baseline vs a candidate differing in one component")
     experiment.add_argument("--config")
@@ -109,24 +107,24 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--allow-bundle", action="store_true", help="allow (and log) a change of several components")
     experiment.add_argument("--store", help="experiment DuckDB file (default: experiments.duckdb beside the index)")
     experiment.add_argument("--policy")
-    experiment.set_defaults(func=cmd_experiment)
+    experiment.set_defaults(func=_command("experiments.cmd_experiment"))
 
     experiments = sub.add_parser("experiments", help="print the experiment log")
     experiments.add_argument("--config")
     experiments.add_argument("--store")
-    experiments.set_defaults(func=cmd_experiments)
+    experiments.set_defaults(func=_command("experiments.cmd_experiments"))
 
     calibration = sub.add_parser("calibrate", help="the answer grader against human verdicts")
     calibration.add_argument("--config")
     calibration.add_argument("--policy")
     calibration.add_argument("--verdicts", help="human verdicts JSONL (default: grader_verdicts in the gate policy)")
-    calibration.set_defaults(func=cmd_calibrate)
+    calibration.set_defaults(func=_command("evaluate.cmd_calibrate"))
 
     monitoring = sub.add_parser("monitor", help="sample a day of production queries and report drift against the golden set")
     common(monitoring)
     monitoring.add_argument("--day", help="YYYY-MM-DD (default: the last day of the query log)")
     monitoring.add_argument("--fail-on-drift", action="store_true", help="exit 1 when the drift check warns")
-    monitoring.set_defaults(func=cmd_monitor)
+    monitoring.set_defaults(func=_command("monitor.cmd_monitor"))
 
     golden = sub.add_parser("golden", help="change the golden set by explicit, recorded commands")
     golden_sub = golden.add_subparsers(dest="golden_command", required=True)
@@ -137,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--to", default="validation", choices=("dev", "validation"))
     release.add_argument("--by", required=True, help="who releases them (recorded)")
     release.add_argument("--reason", required=True, help="why (recorded)")
-    release.set_defaults(func=cmd_release_holdout, source=None)
+    release.set_defaults(func=_command("golden.cmd_release_holdout"), source=None)
 
     golden_import = golden_sub.add_parser("import", help="a golden set from a RAGAS, DeepEval or hand-written dataset")
     golden_import.add_argument("file", help="the dataset: JSON, JSONL or CSV")
@@ -146,12 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     golden_import.add_argument("--source-prefix", metavar="X", help="source id for bare passage ids (X:<id>) and file names")
     golden_import.add_argument("--force", action="store_true", help="overwrite --out when it exists")
     golden_import.add_argument("--config")
-    golden_import.set_defaults(func=cmd_golden_import, source=None)
+    golden_import.set_defaults(func=_command("golden.cmd_golden_import"), source=None)
     export_ragas = golden_sub.add_parser("export-ragas", help="a stored evaluation as a RAGAS dataset (holdout left out)")
     export_ragas.add_argument("--eval", default="latest", metavar="EVAL_ID", help="eval id, or 'latest'")
     export_ragas.add_argument("--out", required=True, help="JSONL to write (CSV when it ends in .csv)")
     export_ragas.add_argument("--config")
-    export_ragas.set_defaults(func=cmd_golden_export_ragas, source=None)
+    export_ragas.set_defaults(func=_command("golden.cmd_golden_export_ragas"), source=None)
     triage = golden_sub.add_parser("triage", help="write a review queue: drift candidates, failed cases, grader "
                                                   "disagreements and user reports, each with its nearest golden cases")
     triage.add_argument("--config")
@@ -160,17 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     triage.add_argument("--verdicts", help="people's verdicts on answers (as for `calibrate`): where the grader "
                                            "disagrees with them, an item")
     triage.add_argument("--out", required=True, help="review queue JSONL to write")
-    triage.set_defaults(func=cmd_golden_triage, source=None)
+    triage.set_defaults(func=_command("golden.cmd_golden_triage"), source=None)
     accept = golden_sub.add_parser("accept", help="append reviewed queue items to the golden set (a new revision)")
     accept.add_argument("reviewed", nargs="+", help="reviewed queue file(s); one per reviewer when two review")
     accept.add_argument("--config")
     accept.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
     accept.add_argument("--duplicate-threshold", type=float, default=0.9, help="cosine at or above which an item is a near duplicate")
-    accept.set_defaults(func=cmd_golden_accept, source=None)
+    accept.set_defaults(func=_command("golden.cmd_golden_accept"), source=None)
 
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)
-    demo.set_defaults(func=cmd_demo)
+    demo.set_defaults(func=_command("demo.cmd_demo"))
     return parser
 
 
@@ -216,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
     try:
         return args.func(args)
-    except (ConfigError, GoldenSetError, FileNotFoundError, KeyError, ValueError) as exc:
+    # A golden-set error (GoldenSetError) is a ValueError.
+    except (ConfigError, FileNotFoundError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

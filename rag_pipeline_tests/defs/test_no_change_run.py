@@ -75,3 +75,36 @@ def test_a_refused_switch_is_never_skipped(built, monkeypatch):
     open_store(config.storage).ledger.record_source_run("kb", str(root), "r-refused", failure="coverage: 1 document(s)")
     [run] = ingest(config, instance)
     assert run.not_run is None and run.success
+
+
+def test_a_touched_file_is_read_again_but_not_ingested_again(built):
+    """Its time changed, its bytes did not: the run that follows hashes it and finds nothing to parse,
+    chunk or embed."""
+    config, instance, root = built
+    page = root / "p2.md"
+    stat = page.stat()
+    os.utime(page, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    [touched] = ingest(config, instance)
+    assert touched.not_run is None and touched.success
+    assert (touched.counts["changed"], touched.counts["unchanged"]) == (0, 6)
+    assert (touched.counts["parsed"], touched.counts["chunked"], touched.counts["embedded"]) == (0, 0, 0)
+
+
+def test_an_edit_that_keeps_the_size_is_seen(built):
+    """Same number of bytes, other content: the size cannot tell, the modification time does. The
+    time is set one millisecond later explicitly, as a file system with a coarse clock (FAT: 2 s,
+    ext3: 1 s) could give the edit the time of the version before; an edit that keeps size and time
+    to the nanosecond is not seen (inputs.py, as make and rsync), `--force` runs anyway."""
+    config, instance, root = built
+    page = root / "p3.md"
+    before, stat = page.read_text(), page.stat()
+    after = before.replace("topic number 3", "topic number 9")
+    assert len(after.encode()) == len(before.encode()) and after != before
+    page.write_text(after)
+    os.utime(page, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert page.stat().st_size == stat.st_size
+    [edited] = ingest(config, instance)
+    assert edited.not_run is None and edited.success
+    assert (edited.counts["changed"], edited.counts["parsed"]) == (1, 1)
+    [settled] = ingest(config, instance)
+    assert settled.not_run is not None

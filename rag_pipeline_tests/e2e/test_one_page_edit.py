@@ -82,6 +82,7 @@ def test_the_types_to_parse_are_those_of_changed_new_files(tmp_path):
 def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_path, write_config):
     from rag_pipeline.cli.common import configured_store
     from rag_pipeline.cli.ingest import _start_early, _walks
+    from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parsers
     from rag_pipeline.core.ingestion.parsing import ParseJob
 
@@ -89,7 +90,7 @@ def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_p
     config = write_config({"docs": root})
     parser = shared_parsers(1)[0]
     parser.close()
-    _start_early(config, configured_store(config), _walks(config))
+    _start_early(config, configured_store(config), _walks(config), make_embedder(config.embedding))
     assert parser.running() and parser._process.args[-2:] == ["--warm", "md"]
     assert parser.memory_limit_mb == config.sources[0].limits.max_parser_memory_mb
     doc = parser.parse(ParseJob("docs:a.md", "a.md", "md", b"# A\n\nThe parser reads this page.\n", "h", None, None), timeout_s=120)

@@ -24,8 +24,7 @@ import threading
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from rag_pipeline.config import EmbeddingConfig
 from rag_pipeline.core.ingestion.model_folder import (
@@ -35,9 +34,12 @@ from rag_pipeline.core.ingestion.model_folder import (
     read_layout,
     resolve_model_path,
 )
-from rag_pipeline.core.ingestion.onnx_engine import EngineLoadError, OnnxEncoder
 from rag_pipeline.core.retrieval.encoder import Embedder
-from rag_pipeline.core.vectors import normalise_rows
+
+if TYPE_CHECKING:  # imported to encode: a run with nothing to embed needs the identity only
+    import numpy as np
+
+    from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
 
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
 _WORD = re.compile(r"\w+")
@@ -85,11 +87,15 @@ class ModelEmbedder:
 
     def load(self) -> None:
         """Load the model now, as one text needs it: for a command that knows it will encode."""
+        from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
+
         self._with_engine(lambda engine: engine.session(1) if isinstance(engine, OnnxEncoder) else None)
 
     def _with_engine(self, use):
         """`use(engine)`; an export ONNX Runtime cannot load is made again, and if that cannot be
         loaded either, the library runs the model."""
+        from rag_pipeline.core.ingestion.onnx_engine import EngineLoadError
+
         for last in (False, True):
             try:
                 return use(self.engine)
@@ -107,6 +113,7 @@ class ModelEmbedder:
         return use(self.engine)
 
     def _onnx_engine(self) -> OnnxEncoder | None:
+        from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
         from rag_pipeline.core.ingestion.onnx_export import ExportError, exported_model
 
         try:
@@ -149,6 +156,7 @@ class LibraryEncoder:
         return int(self.model.get_embedding_dimension())
 
     def encode(self, texts: list[str], normalize: bool) -> np.ndarray:
+        import numpy as np
         import torch
 
         threads = torch.get_num_threads()
@@ -181,6 +189,10 @@ class HashingEmbedder:
         return self.config.dimension
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
+        from rag_pipeline.core.vectors import normalise_rows
+
         matrix = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             words = _WORD.findall(text.lower())

@@ -11,11 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, SchemaError, create_statements
+
+if TYPE_CHECKING:  # imported where vectors are read: a command that reads rows only does not pay for numpy
+    import numpy as np
 
 
 class NoIndexError(ValueError):
@@ -293,6 +295,8 @@ class Database(ABC):
     def read_vectors(self, sql: str, params: Sequence = (), most_rows: int | None = None) -> tuple[list, np.ndarray]:
         """(first column of each row, float32 matrix of the second): `sql` selects (key, vector);
         `most_rows` is how many rows it can return at most, when the caller knows."""
+        import numpy as np
+
         rows = self.rows(sql, params)
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
@@ -339,15 +343,18 @@ class Database(ABC):
         """Where the data lives, for messages (a file path, or a database and schema; no secret)."""
 
 
-_ARROW_NUMPY_TYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-                      "float": np.float32, "double": np.float64}
+# Arrow's number types, by the name of the numpy type that reads their buffer as it is.
+_ARROW_NUMPY_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+                      "float": "float32", "double": "float64"}
 
 
 def arrow_to_numpy(array) -> np.ndarray:
     """A pyarrow array of numbers as numpy, a view of its values' buffer when it has no nulls
     (pyarrow's own `to_numpy` imports pandas on its way: 0.3 s for a command that reads a few rows)."""
-    dtype = _ARROW_NUMPY_TYPES.get(str(array.type))
-    if dtype is None or array.null_count:
-        return array.to_numpy(zero_copy_only=False)
-    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * np.dtype(dtype).itemsize)
+    import numpy as np
 
+    name = _ARROW_NUMPY_TYPES.get(str(array.type))
+    if name is None or array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    dtype = np.dtype(name)
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)

@@ -17,14 +17,17 @@ import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.database import Database, arrow_to_numpy
 from rag_pipeline.core.storage.locks import exclusive_source, left_open
 from rag_pipeline.core.storage.schema import column_types
+
+if TYPE_CHECKING:  # imported where vectors go in or out: a no-change ingest reads rows only
+    import numpy as np
 
 _LOCK_WAIT_SECONDS = 120.0
 # The longest sleep between two tries at another process's lock: it is held for a call and at
@@ -155,6 +158,8 @@ class DuckDBDatabase(Database):
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence],
                vectors: np.ndarray | None = None, into: str | None = None) -> None:
+        import numpy as np
+
         self._refuse_if_read_only()
         if not rows:
             return
@@ -213,6 +218,8 @@ class DuckDBDatabase(Database):
     def read_vectors(self, sql: str, params: Sequence = (), most_rows: int | None = None) -> tuple[list, np.ndarray]:
         if most_rows is not None and most_rows <= SMALL_VECTOR_ROWS:
             return super().read_vectors(sql, params)  # a few rows: not worth importing pyarrow
+        import numpy as np
+
         # Through Arrow: one float32 buffer, not a Python list of floats per vector (25x faster).
         with self.connection() as connection:
             table = connection.sql(sql, params=list(params)).to_arrow_table()

@@ -10,14 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.storage.database import Database
-from rag_pipeline.core.storage.memory import ServedCopy, load_served_copy
 from rag_pipeline.core.storage.served import served_version
-from rag_pipeline.core.vectors import near_top, normalise_rows, query_blocks, rank
+
+if TYPE_CHECKING:  # numpy and the in-memory copy are imported by a search: a no-change ingest needs neither
+    import numpy as np
+
+    from rag_pipeline.core.storage.memory import ServedCopy
+
+def load_served_copy(db: Database, version: str) -> ServedCopy:
+    """The in-memory copy of the served `version` (memory.py)."""
+    from rag_pipeline.core.storage.memory import load_served_copy as load
+
+    return load(db, version)
+
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
 QUERY_BATCH = 256
@@ -86,6 +95,10 @@ class Search:
 
     def dense_search(self, query_vectors: np.ndarray, k: int, filters: SearchFilters) -> list[list[Hit]]:
         """Top-k chunks by cosine similarity for each query row, under the caller's filters."""
+        import numpy as np
+
+        from rag_pipeline.core.vectors import normalise_rows
+
         if len(query_vectors) == 0:
             return []
         queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
@@ -111,6 +124,8 @@ class Search:
     def _rank_all(queries: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Fast float32 scores of every vector pick the candidates; `rank` orders them (a block
         of queries at a time: `query_blocks`)."""
+        from rag_pipeline.core.vectors import near_top, normalise_rows, query_blocks, rank
+
         unit = normalise_rows(matrix).T
         depth = min(k, len(ids))
         out = []
@@ -123,6 +138,8 @@ class Search:
         return out
 
     def _rescore(self, query: np.ndarray, candidates: Sequence[str], k: int) -> list[tuple[str, float]]:
+        from rag_pipeline.core.vectors import rank
+
         if not candidates:
             return []
         ids, matrix = self.db.read_vectors(

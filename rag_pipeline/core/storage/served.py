@@ -7,12 +7,14 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import CHUNK_TABLES, DOCUMENT_TABLES, SOURCE_TABLES, columns
 from rag_pipeline.core.storage.staging import utcnow
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
 # The document id of a chunk id `<doc id>#<ordinal>`: what precedes its last `#` (a document id may

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, ParsedDocument
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import columns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def utcnow() -> datetime:
@@ -180,6 +182,8 @@ class Staging:
         return {r[0] for r in rows}
 
     def cache_vectors(self, identity: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        import numpy as np
+
         if not items:
             return
         now = utcnow()
@@ -210,3 +214,4 @@ def _access(meta_json: str) -> tuple:
     effective = meta.get("effective_date")
     return (meta.get("tenant"), meta.get("visibility"), list(meta.get("roles") or []), meta.get("status"),
             date.fromisoformat(effective) if effective else None, meta.get("supersedes"), meta.get("superseded_by"))
+
