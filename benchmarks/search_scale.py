@@ -82,7 +82,8 @@ A million chunks, the exact (product default) and approximate paths, in one comm
 
     python benchmarks/search_scale.py --sizes 1000000 --methods memory,pg-hnsw --queries 50 --json
 
---page writes the search memory table into docs/performance.md (this script's section).
+--page writes the search memory table into docs/performance.md (this script's section); --page-from
+FILE writes it from a saved --out JSON (its figures and the command that made them).
 
 Output (--json, and --out FILE): one object; "sizes" holds per N the product default path (the
 memory store): chunks, postings, dense/bm25/hybrid p50 and p95 ms, numpy_dense_p50_ms,
@@ -111,6 +112,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import shutil
 import sys
 import tempfile
@@ -1088,7 +1090,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
     parser.add_argument("--page", action="store_true",
                         help="write the search memory table into docs/performance.md (this script's section)")
+    parser.add_argument("--page-from", type=Path, default=None, metavar="FILE",
+                        help="write the page from a saved --out JSON (figures and command from it) and exit")
     args = parser.parse_args()
+    if args.page_from is not None:
+        write_page(json.loads(args.page_from.read_text()))
+        return 0
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(args.methods) - set(METHODS)
@@ -1125,6 +1132,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     output = {
+        "command": "python " + " ".join(["benchmarks/search_scale.py", *map(shlex.quote, sys.argv[1:])]),
         "config": {"sizes": sizes, "dimension": DIMENSION, "centres": CENTRES, "noise": NOISE, "queries": args.queries,
                    "k": args.k, "seed": args.seed, "batch": args.batch, "slow_queries": args.slow_queries,
                    "slow_size": args.slow_size, "methods": args.methods,
@@ -1172,7 +1180,8 @@ def write_page(output: dict) -> None:
                for r in size["methods"] if not r["queries"]]
     if skipped:
         body += ["", "Not measured: " + "; ".join(skipped) + "."]
-    write_section("Search memory at scale", "\n".join(body))
+    write_section("Search memory at scale", "\n".join(body), script="benchmarks/search_scale.py",
+                  command=output.get("command"))
 
 
 @contextmanager
