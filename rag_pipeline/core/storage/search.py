@@ -8,7 +8,7 @@ candidate's cosine is computed again in float64, pair by pair, and ties go to th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import date
 from typing import TYPE_CHECKING
 
@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # numpy and the in-memory copy are imported by a search: a no
     from rag_pipeline.core.storage.memory import ServedCopy
 
 def load_served_copy(db: Database, version: str) -> ServedCopy:
-    """The in-memory copy of the served `version` (memory.py)."""
-    from rag_pipeline.core.storage.memory import load_served_copy as load
+    """The in-memory copy of the served `version` (memory.py, built by memory_load.py)."""
+    from rag_pipeline.core.storage.memory_load import load_served_copy as load
 
     return load(db, version)
 
@@ -104,38 +104,47 @@ class Search:
         queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
         copy = None if self.db.approximate else self.served_copy()
         if copy is not None:
-            return self._hits(copy.dense(queries, k, filters), copy)
+            return self._hits(copy.dense(queries, k, filters))
         where, params = filter_sql(filters)
         first = self.db.dense_candidates(queries[0], k, where, params, filters)
         if first is None:
-            # No index of the engine's own: read the filtered vectors once and score them all.
-            ids, matrix = self.db.read_vectors(
+            # No index of the engine's own: score every filtered vector, a batch of rows at a time.
+            ranked = self._rank_all(queries, self.db.vector_batches(
                 f"SELECT c.chunk_id, {self.db.vector_expression('v.vector')} FROM chunks c "
-                f"JOIN vectors v USING (chunk_id) WHERE {where}", params)
-            if not ids:
-                return [[] for _ in queries]
-            ranked = self._rank_all(queries, ids, matrix, k)
+                f"JOIN vectors v USING (chunk_id) WHERE {where}", params), k)
         else:
             candidates = [first] + [self.db.dense_candidates(q, k, where, params, filters) for q in queries[1:]]
             ranked = [self._rescore(q, ids, k) for q, ids in zip(queries, candidates)]
         return self._hits(ranked)
 
     @staticmethod
-    def _rank_all(queries: np.ndarray, ids: Sequence[str], matrix: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
-        """Fast float32 scores of every vector pick the candidates; `rank` orders them (a block
-        of queries at a time: `query_blocks`)."""
+    def _rank_all(queries: np.ndarray, batches: Iterable[tuple[list, np.ndarray]], k: int) -> list[list[tuple[str, float]]]:
+        """Fast float32 scores of every vector pick the candidates; `rank` orders them.
+
+        The vectors come a batch of rows at a time (memory: one batch, not every vector and its
+        normalised copy); each query keeps the rows within FLOAT32_SCORE_TOLERANCE of its running
+        k-th best (`near_top` over its kept rows and the batch). That edge only rises, so a row
+        dropped early is below the final edge too: the kept rows are the candidates of one scan of
+        all of them. Queries are scored a block at a time (`query_blocks`)."""
+        import numpy as np
+
         from rag_pipeline.core.vectors import near_top, normalise_rows, query_blocks, rank
 
-        unit = normalise_rows(matrix).T
-        depth = min(k, len(ids))
-        out = []
-        step = query_blocks(len(queries), len(ids)).step
-        for start in range(0, len(queries), step):
-            block = queries[start:start + step]
-            for query, row in zip(block, block @ unit):
-                chosen = near_top(row, depth)
-                out.append(rank(query, [ids[j] for j in chosen], matrix[chosen], k))
-        return out
+        kept: list[tuple[list, np.ndarray, np.ndarray]] = [([], np.zeros(0, np.float32), None) for _ in queries]
+        for ids, matrix in batches:
+            unit = normalise_rows(matrix).T
+            step = query_blocks(len(queries), len(ids)).step
+            for start in range(0, len(queries), step):
+                block = queries[start:start + step]
+                for i, row in enumerate(block @ unit, start):
+                    kept_ids, kept_scores, kept_rows = kept[i]
+                    scores = np.concatenate([kept_scores, row])
+                    chosen = near_top(scores, min(k, len(scores)))
+                    old = chosen[chosen < len(kept_ids)]
+                    new = chosen[chosen >= len(kept_ids)] - len(kept_ids)
+                    rows = matrix[new] if kept_rows is None else np.concatenate([kept_rows[old], matrix[new]])
+                    kept[i] = ([kept_ids[j] for j in old] + [ids[j] for j in new], scores[chosen], rows)
+        return [rank(query, ids, rows, k) if ids else [] for query, (ids, _, rows) in zip(queries, kept)]
 
     def _rescore(self, query: np.ndarray, candidates: Sequence[str], k: int) -> list[tuple[str, float]]:
         from rag_pipeline.core.vectors import rank
@@ -162,7 +171,7 @@ class Search:
             return []
         copy = self.served_copy()
         if copy is not None:
-            return self._hits(copy.bm25(query_terms, k, filters, k1, b), copy)
+            return self._hits(copy.bm25(query_terms, k, filters, k1, b))
         where, params = filter_sql(filters)
         ranked: list[list[tuple[str, float]]] = []
         for start in range(0, len(query_terms), QUERY_BATCH):
@@ -203,25 +212,25 @@ class Search:
             ranked.extend(grouped)
         return self._hits(ranked)
 
-    def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]], copy: ServedCopy | None = None) -> list[list[Hit]]:
-        """Hits with their chunks' fields (from the copy, else the database), in each list's order (ranks from 1)."""
-        if copy is not None:
-            shown, position = copy.shown, copy.position
-            chunks = {chunk_id: shown[position[chunk_id]] for hits in ranked for chunk_id, _ in hits}
-        else:
-            chunks = {}
-            wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
-            if wanted:
-                for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
-                                        [wanted]):
-                    chunks[row[0]] = (*row[:4], tuple(row[4] or ()), *row[5:])
+    def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]]) -> list[list[Hit]]:
+        """Hits with their chunks' fields, read from the database (the in-memory copy holds no text:
+        it would cost more than the vectors), in each list's order (ranks from 1). A chunk whose row
+        is gone (a switch landed since it was ranked) is left out."""
+        chunks = {}
+        wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
+        if wanted:
+            for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
+                                    [wanted]):
+                chunks[row[0]] = (*row[:4], tuple(row[4] or ()), *row[5:])
         # Built for every ranked chunk of every query (an evaluation: 100 per question), so kept
         # lean; the score is made a Python float (numpy scalars slow every later round and sort).
         results = []
         for hits in ranked:
             out = []
-            for hit_rank, (chunk_id, score) in enumerate(hits, 1):
+            for chunk_id, score in hits:
+                if chunk_id not in chunks:
+                    continue
                 _, doc_id, source_id, title, path, text, status, start, end = chunks[chunk_id]
-                out.append(Hit(chunk_id, doc_id, float(score), hit_rank, source_id, title, path, text, status, start, end))
+                out.append(Hit(chunk_id, doc_id, float(score), len(out) + 1, source_id, title, path, text, status, start, end))
             results.append(out)
         return results
