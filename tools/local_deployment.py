@@ -173,7 +173,7 @@ class Deployment:
             raise RuntimeError(result)
         return result["run"]["runId"]
 
-    def automation(self, kind: str, name: str, running: bool, settle_s: float = 3.0, attempts: int = 10) -> None:
+    def automation(self, kind: str, name: str, running: bool, settle_s: float = 5.0, attempts: int = 10) -> None:
         """Start or stop a schedule or sensor through GraphQL, as the UI's toggle does; raise
         unless the instance then records the state asked for. A stop is checked again `settle_s`
         later and repeated until it holds: Dagster 1.13's daemon, after a tick or a sensor
@@ -181,18 +181,18 @@ class Deployment:
         between is undone (docs/operations.md)."""
         for _ in range(attempts):
             found = self.automation_state(kind, name)
-            if (found["status"] == "RUNNING") == running:
-                if running:
-                    return
-                time.sleep(settle_s)
-                if self.automation_state(kind, name)["status"] != "RUNNING":
-                    return
-                continue
-            selector = {**self.repository(), f"{kind}Name": name}
-            answer = (self.graphql(_START[kind], {"s": selector}) if running
-                      else self.graphql(_STOP[kind], {"id": found["id"]}))
-            if (self.automation_state(kind, name)["status"] == "RUNNING") != running:
-                raise RuntimeError(f"{kind} {name} is not {'running' if running else 'stopped'}: {answer}")
+            if (found["status"] == "RUNNING") != running:
+                selector = {**self.repository(), f"{kind}Name": name}
+                answer = (self.graphql(_START[kind], {"s": selector}) if running
+                          else self.graphql(_STOP[kind], {"id": found["id"]}))
+                if running and self.automation_state(kind, name)["status"] != "RUNNING":
+                    raise RuntimeError(f"{kind} {name} is not running: {answer}")
+            if running:
+                return
+            # Stopped, or about to be overwritten: look again once the daemon finished its tick.
+            time.sleep(settle_s)
+            if self.automation_state(kind, name)["status"] != "RUNNING":
+                return
         raise RuntimeError(f"{kind} {name} did not stay stopped after {attempts} stops")
 
     def automation_state(self, kind: str, name: str) -> dict:
