@@ -30,6 +30,10 @@ def load_served_copy(db: Database, version: str) -> ServedCopy:
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
 QUERY_BATCH = 256
+# From this many questions at once, an exact search reads the filtered vectors once and scores them
+# all here, whatever the engine: a statement per question would scan every vector once each (a
+# switch's queryable probe of 10k documents on PostgreSQL: 10k scans of 10k vectors).
+SCAN_ONCE_QUERIES = 32
 _HIT_COLUMNS = "c.chunk_id, c.doc_id, c.source_id, c.title, c.heading_path, c.text, c.status, c.line_start, c.line_end"
 
 
@@ -106,9 +110,11 @@ class Search:
         if copy is not None:
             return self._hits(copy.dense(queries, k, filters))
         where, params = filter_sql(filters)
-        first = self.db.dense_candidates(queries[0], k, where, params, filters)
+        scan_once = len(queries) >= SCAN_ONCE_QUERIES and not self.db.approximate
+        first = None if scan_once else self.db.dense_candidates(queries[0], k, where, params, filters)
         if first is None:
-            # No index of the engine's own: score every filtered vector, a batch of rows at a time.
+            # Many questions, or no index of the engine's own: score every filtered vector, a batch
+            # of rows at a time.
             ranked = self._rank_all(queries, self.db.vector_batches(
                 f"SELECT c.chunk_id, {self.db.vector_expression('v.vector')} FROM chunks c "
                 f"JOIN vectors v USING (chunk_id) WHERE {where}", params), k)

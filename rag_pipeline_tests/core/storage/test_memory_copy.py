@@ -89,3 +89,18 @@ def test_packed_strings_index_like_a_list():
     assert packed[-1] == values[-1] and packed[np.int64(2)] == values[2]
     with pytest.raises(IndexError):
         packed[4]
+
+
+def test_many_questions_at_once_rank_as_each_alone(store):
+    """From SCAN_ONCE_QUERIES questions, the database search scores one read of the vectors (on
+    PostgreSQL too, instead of a statement per question): the same hits as each question alone."""
+    from rag_pipeline.core.storage.search import SCAN_ONCE_QUERIES
+
+    in_database = Search(store.db, memory=False)
+    filters = SearchFilters(unrestricted=True)
+    texts = [f"{QUESTIONS[i % len(QUESTIONS)]} {WORDS[i % len(WORDS)]}" for i in range(SCAN_ONCE_QUERIES + 3)]
+    vectors = store.embedder.encode(texts)
+    together = in_database.dense_search(vectors, 5, filters)
+    alone = [in_database.dense_search(vectors[i:i + 1], 5, filters)[0] for i in range(len(texts))]
+    assert [[(h.chunk_id, h.score) for h in hits] for hits in together] == \
+        [[(h.chunk_id, h.score) for h in hits] for hits in alone]
