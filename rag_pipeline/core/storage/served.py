@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import CHUNK_TABLES, DOCUMENT_TABLES, SOURCE_TABLES, columns
-from rag_pipeline.core.storage.staging import utcnow
+from rag_pipeline.core.storage.staging import unused_by_staged, utcnow
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,7 +112,7 @@ class ServedIndex:
                 """
                 CREATE TEMP TABLE keep_old AS
                 SELECT d.doc_id FROM documents d
-                WHERE d.source_id = ? AND d.doc_id NOT IN (SELECT doc_id FROM ready)
+                WHERE d.source_id = ? AND NOT EXISTS (SELECT 1 FROM ready r WHERE r.doc_id = d.doc_id)
                   AND d.doc_id IN (SELECT doc_id FROM discovery WHERE source_id = ? AND supported)
                 """,
                 [source_id, source_id],
@@ -120,13 +120,18 @@ class ServedIndex:
             db.execute("DROP TABLE IF EXISTS unchanged")
             db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED}", [source_id, identity])
             db.execute("DROP TABLE IF EXISTS fresh")
-            db.execute("CREATE TEMP TABLE fresh AS SELECT doc_id FROM ready WHERE doc_id NOT IN (SELECT doc_id FROM unchanged)")
-            replaced = ("source_id = ? AND doc_id NOT IN (SELECT doc_id FROM keep_old) "
-                        "AND doc_id NOT IN (SELECT doc_id FROM unchanged)")
+            db.execute("CREATE TEMP TABLE fresh AS SELECT r.doc_id FROM ready r "
+                       "WHERE NOT EXISTS (SELECT 1 FROM unchanged u WHERE u.doc_id = r.doc_id)")
+
+            def replaced(table: str) -> str:
+                return (f"{table}.source_id = ? AND NOT EXISTS (SELECT 1 FROM keep_old k WHERE k.doc_id = {table}.doc_id) "
+                        f"AND NOT EXISTS (SELECT 1 FROM unchanged u WHERE u.doc_id = {table}.doc_id)")
+
             for table in ("postings", "vectors"):
-                db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced})", [source_id])
-            db.execute(f"DELETE FROM chunks WHERE {replaced}", [source_id])
-            db.execute(f"DELETE FROM documents WHERE {replaced}", [source_id])
+                db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced('chunks')})",
+                           [source_id])
+            db.execute(f"DELETE FROM chunks WHERE {replaced('chunks')}", [source_id])
+            db.execute(f"DELETE FROM documents WHERE {replaced('documents')}", [source_id])
             db.execute(
                 f"""
                 INSERT INTO documents ({", ".join(columns("documents"))})
@@ -176,7 +181,7 @@ class ServedIndex:
                    array_agg(DISTINCT c.text_hash ORDER BY c.text_hash) AS text_hashes
             FROM chunks c
             WHERE c.source_id = ?
-              AND c.doc_id NOT IN (SELECT doc_id FROM discovery WHERE source_id = ? AND supported)
+              AND NOT EXISTS (SELECT 1 FROM discovery f WHERE f.doc_id = c.doc_id AND f.source_id = ? AND f.supported)
             GROUP BY c.doc_id ORDER BY c.doc_id
             """,
             [source_id, source_id],
@@ -199,8 +204,8 @@ class ServedIndex:
     def tombstones(self, source_id: str) -> list[dict]:
         """Deleted documents of a source that have not come back."""
         return self.db.dicts(
-            "SELECT * FROM tombstones WHERE source_id = ? AND doc_id NOT IN (SELECT doc_id FROM manifest WHERE supported) "
-            "ORDER BY doc_id", [source_id])
+            "SELECT * FROM tombstones t WHERE t.source_id = ? "
+            "AND NOT EXISTS (SELECT 1 FROM manifest m WHERE m.doc_id = t.doc_id AND m.supported) ORDER BY t.doc_id", [source_id])
 
     def remnants(self, doc_ids: Sequence[str]) -> dict[str, list[str]]:
         """For each document id, the tables that still hold something of it.
@@ -225,18 +230,20 @@ class ServedIndex:
         for (doc_id,) in self.db.rows(
             "SELECT DISTINCT h.doc_id FROM (SELECT doc_id, unnest(text_hashes) AS text_hash FROM tombstones "
             f"WHERE doc_id {_IN}) h JOIN embedding_cache e ON e.text_hash = h.text_hash "
-            "WHERE h.text_hash NOT IN (SELECT text_hash FROM staged_chunks)", probe):
+            f"WHERE {unused_by_staged('h')}", probe):
             found.setdefault(doc_id, []).append("embedding_cache")
         return found
 
     def orphans(self) -> dict[str, list[str]]:
         """Served rows whose parent is gone: chunks without a document, vectors or postings without a chunk."""
         found: dict[str, list[str]] = {}
-        for (doc_id,) in self.db.rows("SELECT DISTINCT doc_id FROM chunks WHERE doc_id NOT IN (SELECT doc_id FROM documents)"):
+        for (doc_id,) in self.db.rows("SELECT DISTINCT c.doc_id FROM chunks c "
+                                      "WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id)"):
             found.setdefault(doc_id, []).append("chunks")
         for table in ("vectors", "postings"):
             for (chunk_id,) in self.db.rows(
-                f"SELECT DISTINCT chunk_id FROM {table} WHERE chunk_id NOT IN (SELECT chunk_id FROM chunks)"):
+                f"SELECT DISTINCT t.chunk_id FROM {table} t "
+                "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = t.chunk_id)"):
                 found.setdefault(chunk_id.rsplit("#", 1)[0], []).append(table)
         return found
 
@@ -309,7 +316,7 @@ class ServedIndex:
                 self.db.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])
             if hashes:
                 self.db.execute(f"DELETE FROM embedding_cache WHERE text_hash {_IN} "
-                                "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks)", [hashes])
+                                f"AND {unused_by_staged('embedding_cache')}", [hashes])
             self.db.execute(
                 "UPDATE ledger SET status = 'deleted', reason = 'source removed from the config', updated_at = ? "
                 "WHERE source_id = ? AND status <> 'deleted'", [utcnow(), source_id])

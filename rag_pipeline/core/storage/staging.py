@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+def unused_by_staged(alias: str) -> str:
+    """SQL: the row `alias` has a text hash that no staged chunk uses. An anti-join (`NOT EXISTS`):
+    PostgreSQL runs `NOT IN (subquery)` as a scan of the subquery per row once it outgrows
+    work_mem, quadratic in the corpus (the store's other anti-joins are written the same way)."""
+    return f"NOT EXISTS (SELECT 1 FROM staged_chunks s WHERE s.text_hash = {alias}.text_hash)"
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -203,7 +210,7 @@ class Staging:
             return 0
         rows = self.db.rows(
             "DELETE FROM embedding_cache WHERE identity = ? AND text_hash IN (SELECT unnest(?::VARCHAR[])) "
-            "AND text_hash NOT IN (SELECT text_hash FROM staged_chunks) RETURNING text_hash", [identity, hashes])
+            f"AND {unused_by_staged('embedding_cache')} RETURNING text_hash", [identity, hashes])
         return len(rows)
 
 
