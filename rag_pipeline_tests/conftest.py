@@ -65,6 +65,21 @@ def make_store(request, backend: str, folder: Path):
     return Store(PostgresDatabase(request.getfixturevalue("pg_dsn"), schema=new_pg_schema()))
 
 
+
+def indexed_store(request, backend: str, folder: Path, source: str, files: dict[str, str]):
+    """A store on `backend` holding `files` ingested as `source` with the hashing embedder, which
+    it keeps as `.embedder` (to encode questions the same way)."""
+    from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
+    from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+    from rag_pipeline.core.ingestion.stages import ingest_source
+
+    root = write_tree(folder / "src", files)
+    store = make_store(request, backend, folder)
+    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
+    ingest_source(SourceConfig(name=source, path=root), store, embedder, ChunkingConfig(), LifecycleConfig(), "t")
+    store.embedder = embedder
+    return store
+
 def sample_pipeline(tmp: Path, **sections) -> PipelineConfig:
     """The sample config in `tmp` with its own store, a copy of its golden set (to change freely)
     and the hashing embedder; `sections` replace top-level sections."""

@@ -3,16 +3,13 @@
 import numpy as np
 import pytest
 
-from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
-from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.retrieval.lexical import analyze
 from rag_pipeline.core.storage.memory import PackedStrings
 from rag_pipeline.core.storage.memory_load import load_served_copy
 from rag_pipeline.core.storage.search import Search
 from rag_pipeline.core.storage.served import served_version
-from rag_pipeline_tests.conftest import BACKENDS, make_store, write_tree
+from rag_pipeline_tests.conftest import BACKENDS, indexed_store
 
 WORDS = ("refund", "invoice", "sso", "tenant", "escalation", "finance", "portal", "latency", "backup", "quota",
          "retention", "audit", "export", "webhook", "token", "rotation")
@@ -30,11 +27,7 @@ def _page(i: int) -> str:
 @pytest.fixture(scope="module", params=BACKENDS)
 def store(request, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("pages")
-    root = write_tree(tmp_path / "src", {f"p{i:02d}.md": _page(i) for i in range(40)})
-    db = make_store(request, request.param, tmp_path)
-    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
-    ingest_source(SourceConfig(name="pages", path=root), db, embedder, ChunkingConfig(), LifecycleConfig(), "t")
-    db.embedder = embedder
+    db = indexed_store(request, request.param, tmp_path, "pages", {f"p{i:02d}.md": _page(i) for i in range(40)})
     yield db
     db.close()
 

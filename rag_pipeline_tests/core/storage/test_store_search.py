@@ -6,17 +6,9 @@ from datetime import date
 import numpy as np
 import pytest
 
-from rag_pipeline.config import (
-    ChunkingConfig,
-    EmbeddingConfig,
-    LifecycleConfig,
-    SourceConfig,
-)
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
-from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.retrieval.lexical import analyze
-from rag_pipeline_tests.conftest import BACKENDS, make_store, write_tree
+from rag_pipeline_tests.conftest import BACKENDS, indexed_store
 
 DOCS = {
     "shared.md": "# Refunds\n\nRefunds are issued within 14 days of the request for every customer.\n",
@@ -31,11 +23,7 @@ DOCS = {
 @pytest.fixture(scope="module", params=BACKENDS)
 def store(request, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("kb")
-    root = write_tree(tmp_path / "src", DOCS)
-    db = make_store(request, request.param, tmp_path)
-    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
-    ingest_source(SourceConfig(name="kb", path=root), db, embedder, ChunkingConfig(), LifecycleConfig(), "t")
-    db.embedder = embedder
+    db = indexed_store(request, request.param, tmp_path, "kb", DOCS)
     yield db
     db.close()
 
