@@ -13,6 +13,7 @@ takes the source's default; the source defaults are validated by the same rules 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import fields
@@ -248,14 +249,19 @@ def build_meta(raw: Mapping | None, defaults: Mapping) -> DocumentMeta:
 _META_FIELDS = tuple(f.name for f in fields(DocumentMeta))
 
 
+@functools.lru_cache(maxsize=4096)
 def meta_to_json(meta: DocumentMeta) -> str:
+    # Cached: most documents of a source share their metadata (DocumentMeta is immutable).
     # The fields as they are (flat values and a tuple of roles): the JSON of `asdict(meta)`,
     # without its deep copy (once per document at every discovery).
     return json.dumps({name: getattr(meta, name) for name in _META_FIELDS}, sort_keys=True, default=str)
 
 
+@functools.lru_cache(maxsize=4096)
 def meta_from_json(text: str | None) -> DocumentMeta:
-    """The inverse of `meta_to_json` (for documents carried over from the committed manifest)."""
+    """The inverse of `meta_to_json` (for documents carried over from an earlier discovery or the
+    committed manifest). Cached: most documents of a source share their metadata, and the result
+    is immutable."""
     raw = json.loads(text) if text else {}
     effective = raw.get("effective_date")
     return DocumentMeta(**{**raw, "roles": tuple(raw.get("roles") or ()),

@@ -44,9 +44,22 @@ class DiscoveredFile:
     # Why this document failed at discovery: bad metadata, unreadable, a dangling link, over a limit.
     error: str | None = None
     mtime_ns: int = 0
+    # The file's state when it was read (`discovery.stat_key`); None when it must be read next time.
+    stat_key: str | None = None
     # For records of a BEIR corpus, the text lives in the record rather than in a file of its own.
     inline_text: str | None = None
     inline_title: str | None = None
+
+
+@dataclass(frozen=True)
+class EarlierRead:
+    """What an earlier discovery read from a file: its hash and metadata, the file's `stat_key`
+    then, and when that discovery started (epoch ns)."""
+
+    stat_key: str
+    content_hash: str
+    meta_json: str
+    started_ns: int
 
 
 @dataclass(frozen=True)

@@ -19,21 +19,26 @@ from rag_pipeline.core.ingestion.source_tree import (
     SourceTree,
     SourceUnavailableError,
     TreeEntry,
+    name_and_suffix,
 )
 from rag_pipeline.core.metadata import (
     MAX_SIDECAR_BYTES,
     build_meta,
     load_mapping,
+    meta_from_json,
     meta_to_json,
     split_front_matter,
 )
-from rag_pipeline.core.models import DiscoveredFile, DocumentMeta, ManifestDiff
+from rag_pipeline.core.models import DiscoveredFile, DocumentMeta, EarlierRead, ManifestDiff
 
 # The text limit of a BEIR record when the caller gives none (limits.max_text_chars's default).
 BEIR_DEFAULT_MAX_TEXT_CHARS = 2_000_000
 # The content hash of a file that was not read: its size and time identify the failed version.
 UNREAD_PREFIX = "unread:"
 FRONT_MATTER_TYPES = {"md", "txt"}
+# A file changed this close before the discovery that read it may change again within the same
+# tick of its clock (the "racy clean" case of git's index): it is read again by the next discovery.
+RACY_MARGIN_NS = 2_000_000_000
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -101,22 +106,56 @@ def discover_files(
     return describe_entries(tree, entries, defaults or {})
 
 
-def describe_entries(tree: SourceTree, entries: Sequence[TreeEntry], defaults: Mapping) -> list[DiscoveredFile]:
+def defaults_digest(defaults: Mapping) -> str:
+    """The source's metadata defaults as a short digest: part of every `stat_key`, since a
+    document's metadata is built from them."""
+    return hashlib.sha256(json.dumps(defaults, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def stat_key(entry: TreeEntry, defaults_key: str) -> str:
+    """What identifies the state of a file without reading it: size, modification and change times,
+    inode (a change time cannot be set back by a user, and a file replaced is another inode), and the
+    metadata defaults its metadata was built with."""
+    return f"{entry.size}:{entry.mtime_ns}:{entry.ctime_ns}:{entry.inode}:{defaults_key}"
+
+
+def _still_valid(earlier: EarlierRead | None, key: str, entry: TreeEntry) -> bool:
+    """The earlier read holds for the file as it is now: the same stat key, and the file was not
+    changed just before (or after) that read began."""
+    return (earlier is not None and earlier.stat_key == key
+            and max(entry.mtime_ns, entry.ctime_ns) < earlier.started_ns - RACY_MARGIN_NS)
+
+
+def describe_entries(
+    tree: SourceTree, entries: Sequence[TreeEntry], defaults: Mapping,
+    earlier: Mapping[str, EarlierRead] | None = None,
+) -> list[DiscoveredFile]:
+    """Every entry described (sidecars consumed by their documents). A document whose `stat_key`
+    equals the one an earlier discovery read it with (`earlier`, by relative path) is not read
+    again: its hash and metadata are carried over. One with a sidecar is always read (its
+    metadata lives in another file)."""
     names = {e.rel_path for e in entries}
+    defaults_key = defaults_digest(defaults)
+    earlier = earlier or {}
     found = []
     for entry in entries:
-        name = PurePosixPath(entry.rel_path).name
+        name = name_and_suffix(entry.rel_path)[0]
         if name.endswith(SIDECAR_SUFFIX) and entry.rel_path[: -len(SIDECAR_SUFFIX)] in names:
             continue
-        found.append(describe_entry(tree, entry, defaults))
+        key = None if entry.rel_path + SIDECAR_SUFFIX in names else stat_key(entry, defaults_key)
+        known = earlier.get(entry.rel_path)
+        found.append(describe_entry(tree, entry, defaults, key, known if key and _still_valid(known, key, entry) else None))
     return found
 
 
-def describe_entry(tree: SourceTree, entry: TreeEntry, defaults: Mapping) -> DiscoveredFile:
-    """Read (when allowed), hash and classify one entry; a read problem becomes the document's error."""
+def describe_entry(
+    tree: SourceTree, entry: TreeEntry, defaults: Mapping, key: str | None = None, known: EarlierRead | None = None,
+) -> DiscoveredFile:
+    """Read (when allowed), hash and classify one entry; a read problem becomes the document's error.
+    `known`: what an earlier discovery read from this very state of the file (not read again)."""
     rel_path = entry.rel_path
-    name = PurePosixPath(rel_path).name
-    suffix = PurePosixPath(name).suffix.lower()
+    name, suffix = name_and_suffix(rel_path)
+    suffix = suffix.lower()
     file_type = SUPPORTED_TYPES.get(suffix, suffix.lstrip(".") or "none")
     skip_reason = entry.skip_reason
     if skip_reason is None:
@@ -127,6 +166,13 @@ def describe_entry(tree: SourceTree, entry: TreeEntry, defaults: Mapping) -> Dis
         elif suffix not in SUPPORTED_TYPES:
             skip_reason = f"unsupported file type '{suffix or '(no extension)'}'"
     error = entry.error
+    if skip_reason is None and error is None and known is not None:
+        return DiscoveredFile(
+            doc_id=make_doc_id(tree.source_id, rel_path), source_id=tree.source_id, rel_path=rel_path,
+            abs_path=str(entry.real_path or tree.root / rel_path), content_hash=known.content_hash, size=entry.size,
+            file_type=file_type, supported=True, meta=meta_from_json(known.meta_json), mtime_ns=entry.mtime_ns,
+            stat_key=key,
+        )
     data = b""
     if skip_reason is None and error is None:
         try:
@@ -154,6 +200,8 @@ def describe_entry(tree: SourceTree, entry: TreeEntry, defaults: Mapping) -> Dis
         meta=meta,
         error=error or meta_error,
         mtime_ns=entry.mtime_ns,
+        # Only a document read whole, with sound metadata, may be carried over by the next discovery.
+        stat_key=key if skip_reason is None and error is None and meta_error is None else None,
     )
 
 

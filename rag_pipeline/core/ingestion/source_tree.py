@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 # File types that unstructured parses for us; everything else is recorded as skipped.
 SUPPORTED_TYPES: dict[str, str] = {
@@ -52,12 +52,16 @@ class TreeEntry:
     `real_path` is the file to open (the target of a link inside the root); `skip_reason` marks
     a name that is not a document (a link leaving the root, a folder link, a special file);
     `error` a document that cannot be read (dangling link, permission denied, over the size limit).
+    `ctime_ns` and `inode` (of the file read) tell, with size and time, whether it can have changed
+    since it was last read (`discovery.stat_key`).
     """
 
     rel_path: str
     real_path: Path | None
     size: int = 0
     mtime_ns: int = 0
+    ctime_ns: int = 0
+    inode: int = 0
     link_target: str | None = None
     skip_reason: str | None = None
     error: str | None = None
@@ -102,8 +106,13 @@ class SourceTree:
                 f"source {self.source_id!r}: cannot read {error.filename}: {error.strerror}; nothing was changed"
             ) from error
 
-        for dirpath, dirnames, filenames in os.walk(self.root, onerror=on_error):
+        root = str(self.root)
+        for dirpath, dirnames, filenames in os.walk(root, onerror=on_error):
             folder = Path(dirpath)
+            # Relative names by string (a Path per file is most of a walk's time on a large source).
+            prefix = "" if dirpath == root else dirpath[len(root) + 1:].replace(os.sep, "/") + "/"
+            # Checked once per folder, not once per file (`resolve` checks a single name's folder).
+            parent_is_real = os.path.realpath(dirpath) == dirpath
             visible = sorted(d for d in dirnames if not d.startswith("."))
             dirnames[:] = [d for d in visible if not (folder / d).is_symlink()]
             for name in visible:
@@ -114,9 +123,9 @@ class SourceTree:
                         entries.append(TreeEntry(rel, None, link_target=target,
                                                  skip_reason=f"symbolic link to a folder ({target}): folders behind links are not walked"))
             for name in sorted(filenames):
-                rel = self._rel(folder / name)
+                rel = prefix + name
                 if not _is_excluded(rel, self.exclude):
-                    entries.append(self.resolve(rel))
+                    entries.append(self._resolve(rel, parent_is_real))
         return self._read_links_once(entries), sorted(unreadable)
 
     def _rel(self, path: Path) -> str:
@@ -143,9 +152,13 @@ class SourceTree:
 
     def resolve(self, rel_path: str) -> TreeEntry:
         """What `rel_path` is, and which real file (if any) may be read for it."""
+        parent = (self.root / rel_path).parent
+        return self._resolve(rel_path, os.path.realpath(parent) == str(parent))
+
+    def _resolve(self, rel_path: str, parent_is_real: bool) -> TreeEntry:
         path = self.root / rel_path
         # The walk never enters folders behind links; a folder swapped for a link since must not lead out.
-        if os.path.realpath(path.parent) != str(path.parent):
+        if not parent_is_real:
             return TreeEntry(rel_path, None, error="a folder on its path became a symbolic link; not read")
         try:
             st = os.lstat(path)
@@ -157,7 +170,7 @@ class SourceTree:
             return self._resolve_link(rel_path, path)
         if not stat.S_ISREG(st.st_mode):
             return TreeEntry(rel_path, None, skip_reason=f"not a regular file ({_file_kind(st.st_mode)}): never opened")
-        return self._sized(TreeEntry(rel_path, path, st.st_size, st.st_mtime_ns))
+        return self._sized(TreeEntry(rel_path, path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
 
     def _resolve_link(self, rel_path: str, path: Path) -> TreeEntry:
         target = os.readlink(path)
@@ -179,7 +192,8 @@ class SourceTree:
         if not stat.S_ISREG(st.st_mode):
             return TreeEntry(rel_path, None, link_target=target,
                              skip_reason=f"symbolic link to {_file_kind(st.st_mode)} {self._rel(real) or '.'}: not read")
-        return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, link_target=target))
+        return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                                     link_target=target))
 
     def _sized(self, entry: TreeEntry) -> TreeEntry:
         # Known without reading: a file nobody may read is seen by the walk (and so changes the
@@ -224,10 +238,18 @@ class SourceTree:
         return data
 
 
+def name_and_suffix(rel_path: str) -> tuple[str, str]:
+    """The file name of a relative POSIX path and its suffix, as `PurePosixPath` gives them (without
+    building one: discovery asks for every file of the source on every run)."""
+    name = rel_path.rpartition("/")[2]
+    dot = name.rfind(".")
+    return name, name[dot:] if 0 < dot < len(name) - 1 else ""
+
+
 def _is_document_name(rel_path: str) -> bool:
     """A name the walk treats as a document: not hidden, not a sidecar, of a supported type."""
-    name = PurePosixPath(rel_path).name
-    return not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX) and PurePosixPath(name).suffix.lower() in SUPPORTED_TYPES
+    name, suffix = name_and_suffix(rel_path)
+    return not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX) and suffix.lower() in SUPPORTED_TYPES
 
 
 def _file_kind(mode: int) -> str:

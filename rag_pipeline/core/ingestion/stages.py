@@ -43,6 +43,7 @@ from rag_pipeline.core.progress import Progress
 from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.lexical import term_frequencies
 from rag_pipeline.core.storage import Store
+from rag_pipeline.core.storage.staging import utcnow
 
 # Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
 # done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
@@ -71,6 +72,7 @@ def discover_source(
     """
     source_id = source.source_id
     previous = store.staging.previous_manifest(source_id)
+    started = utcnow()
     if source.kind == "beir":
         digest = inputs.file_digest(Path(source.path))
         files = discovery.discover_beir_corpus(
@@ -80,7 +82,9 @@ def discover_source(
         tree = _tree(source)
         entries, unreadable = tree.walk()
         digest = inputs.tree_digest(entries, unreadable)
-        files = discovery.describe_entries(tree, entries, source.defaults.model_dump())
+        # Files whose size, times and inode are those an earlier discovery read them with are not read again.
+        files = discovery.describe_entries(tree, entries, source.defaults.model_dump(),
+                                           store.staging.earlier_reads(source_id))
         if unreadable:  # the committed manifest is read again only for what cannot be listed
             files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable,
                                                 {f.doc_id for f in files})
@@ -99,7 +103,7 @@ def discover_source(
         else:
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
     with store.db.session():
-        store.staging.write_discovery(source_id, files, meta_json)
+        store.staging.write_discovery(source_id, files, meta_json, started)
         store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
         store.ledger.record(ledger, run_id)
     kill_point("discovered")

@@ -8,7 +8,7 @@ transaction, and a newer one is refused (an older rag_pipeline must not write in
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -18,7 +18,7 @@ _VECTOR = "{vector}"  # FLOAT[] in DuckDB, pgvector's vector in PostgreSQL
 _DISCOVERY = [
     ("source_id", _TEXT), ("doc_id", _TEXT), ("rel_path", _TEXT), ("content_hash", _TEXT), ("meta_json", _TEXT),
     ("size", _BIG), ("file_type", _TEXT), ("supported", _BOOL), ("skip_reason", _TEXT), ("error", _TEXT),
-    ("discovered_at", _TS), ("mtime_ns", _BIG),
+    ("discovered_at", _TS), ("mtime_ns", _BIG), ("stat_key", _TEXT),
 ]
 _CHUNK = [
     ("chunk_id", _TEXT), ("doc_id", _TEXT), ("source_id", _TEXT), ("ordinal", _INT), ("title", _TEXT),
@@ -168,7 +168,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "ALTER TABLE manifest RENAME COLUMN meta_error TO error",
         "ALTER TABLE manifest ADD COLUMN mtime_ns BIGINT",
-        "INSERT INTO discovery SELECT * FROM manifest",
+        "INSERT INTO discovery (source_id, doc_id, rel_path, content_hash, meta_json, size, file_type, supported, "
+        "skip_reason, error, discovered_at, mtime_ns) SELECT * FROM manifest",
         "ALTER TABLE source_runs ADD COLUMN last_failure VARCHAR",
         "ALTER TABLE source_runs ADD COLUMN last_failure_at TIMESTAMP",
     ),
@@ -198,6 +199,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "ALTER TABLE baselines ADD COLUMN IF NOT EXISTS suite VARCHAR",
         "UPDATE baselines SET suite = 'full' WHERE suite IS NULL",
+    ),
+    # 4 -> 5: a discovered file's state when it was read (size, times, inode), so that the next
+    # discovery reads only the files changed since; rows without one are read again once.
+    4: (
+        "ALTER TABLE discovery ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
+        "ALTER TABLE manifest ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
     ),
 }
 

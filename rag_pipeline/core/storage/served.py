@@ -39,9 +39,9 @@ SERVED_FIELDS = ("content_hash", "tenant", "visibility", "roles", "status", "eff
                  "superseded_by")
 
 
-def document_version(document: dict) -> str:
-    """The version of a served document row (`SERVED_FIELDS`) as one comparable string."""
-    return json.dumps([document.get(f) for f in SERVED_FIELDS], default=str)
+def document_version(document: dict) -> tuple:
+    """The version of a served document row (`SERVED_FIELDS`) as one comparable value."""
+    return tuple(tuple(value) if isinstance(value := document.get(f), list) else value for f in SERVED_FIELDS)
 
 
 # Ready documents (temp table `ready`) whose served rows already are what the switch would write:

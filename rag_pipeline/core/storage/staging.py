@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
-from rag_pipeline.core.models import Chunk, DiscoveredFile, Element, ParsedDocument
+from rag_pipeline.core.models import Chunk, DiscoveredFile, EarlierRead, Element, ParsedDocument
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import columns
 
@@ -27,6 +27,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def _epoch_ns(moment: datetime) -> int:
+    """A naive UTC timestamp of the store as nanoseconds since the epoch (as file times are)."""
+    return int(moment.replace(tzinfo=UTC).timestamp() * 1_000_000_000)
+
+
 class Staging:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -40,17 +45,27 @@ class Staging:
                             [source_id])
         return {doc_id: (content_hash, meta_json) for doc_id, content_hash, meta_json in rows}
 
-    def write_discovery(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str]) -> None:
-        """Replace the source's staged discovery: every name found, supported or not."""
-        now = utcnow()
+    def write_discovery(self, source_id: str, files: Sequence[DiscoveredFile], meta_json: dict[str, str],
+                        started: datetime | None = None) -> None:
+        """Replace the source's staged discovery: every name found, supported or not. `started`:
+        when the discovery began to read the files (the next one trusts no read of a file changed
+        around then)."""
+        started = started or utcnow()
         rows = [
             (f.source_id, f.doc_id, f.rel_path, f.content_hash, meta_json.get(f.doc_id, ""), f.size,
-             f.file_type, f.supported, f.skip_reason, f.error, now, f.mtime_ns)
+             f.file_type, f.supported, f.skip_reason, f.error, started, f.mtime_ns, f.stat_key)
             for f in files
         ]
         with self.db.transaction():
             self.db.execute("DELETE FROM discovery WHERE source_id = ?", [source_id])
             self.db.insert("discovery", columns("discovery"), rows)
+
+    def earlier_reads(self, source_id: str) -> dict[str, EarlierRead]:
+        """`rel_path -> EarlierRead` of the source's staged discovery: the documents it read whole,
+        which the next discovery need not read again while their stat key holds."""
+        rows = self.db.rows("SELECT rel_path, stat_key, content_hash, meta_json, discovered_at FROM discovery "
+                            "WHERE source_id = ? AND supported AND error IS NULL AND stat_key IS NOT NULL", [source_id])
+        return {rel: EarlierRead(key, content_hash, meta, _epoch_ns(at)) for rel, key, content_hash, meta, at in rows}
 
     def discovery_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
         """The source's latest discovery (what the stages work towards); only `fields`, when given
