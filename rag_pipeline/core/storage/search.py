@@ -34,6 +34,10 @@ QUERY_BATCH = 256
 # all here, whatever the engine: a statement per question would scan every vector once each (a
 # switch's queryable probe of 10k documents on PostgreSQL: 10k scans of 10k vectors).
 SCAN_ONCE_QUERIES = 32
+# Questions scored per read of the vectors: each keeps its candidates' vectors until the scan ends
+# (about 15 KB a question at k = 10), so the probe of a 100k-document build reads the vectors a few
+# times rather than holding 1.5 GB of candidates.
+SCAN_GROUP_QUERIES = 8192
 _HIT_COLUMNS = "c.chunk_id, c.doc_id, c.source_id, c.title, c.heading_path, c.text, c.status, c.line_start, c.line_end"
 
 
@@ -115,9 +119,10 @@ class Search:
         if first is None:
             # Many questions, or no index of the engine's own: score every filtered vector, a batch
             # of rows at a time.
-            ranked = self._rank_all(queries, self.db.vector_batches(
-                f"SELECT c.chunk_id, {self.db.vector_expression('v.vector')} FROM chunks c "
-                f"JOIN vectors v USING (chunk_id) WHERE {where}", params), k)
+            sql = (f"SELECT c.chunk_id, {self.db.vector_expression('v.vector')} FROM chunks c "
+                   f"JOIN vectors v USING (chunk_id) WHERE {where}")
+            ranked = [hits for start in range(0, len(queries), SCAN_GROUP_QUERIES) for hits in self._rank_all(
+                queries[start:start + SCAN_GROUP_QUERIES], self.db.vector_batches(sql, params), k)]
         else:
             candidates = [first] + [self.db.dense_candidates(q, k, where, params, filters) for q in queries[1:]]
             ranked = [self._rescore(q, ids, k) for q, ids in zip(queries, candidates)]

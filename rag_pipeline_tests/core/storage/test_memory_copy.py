@@ -84,10 +84,15 @@ def test_packed_strings_index_like_a_list():
         packed[4]
 
 
-def test_many_questions_at_once_rank_as_each_alone(store):
+@pytest.mark.parametrize("group", [8192, 7])
+def test_many_questions_at_once_rank_as_each_alone(store, monkeypatch, group):
     """From SCAN_ONCE_QUERIES questions, the database search scores one read of the vectors (on
-    PostgreSQL too, instead of a statement per question): the same hits as each question alone."""
+    PostgreSQL too, instead of a statement per question), a group of questions per read: the same
+    hits as each question alone."""
+    from rag_pipeline.core.storage import search
     from rag_pipeline.core.storage.search import SCAN_ONCE_QUERIES
+
+    monkeypatch.setattr(search, "SCAN_GROUP_QUERIES", group)
 
     in_database = Search(store.db, memory=False)
     filters = SearchFilters(unrestricted=True)
