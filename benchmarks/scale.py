@@ -16,9 +16,11 @@ embedder (`raw_encode_s`): the floor a build cannot go below. Peak RSS is the la
 processes' own peaks (the parser workers' are not counted). `--raw-sample F` encodes every
 (1/F)-th chunk instead and scales the time up (the page says so), for sizes where encoding every
 chunk twice does not fit the time there is. The store's size is the DuckDB file, or
-the PostgreSQL schema's relations. Results are appended to benchmarks/out/scale/results.jsonl;
-`--page` draws the curve from that file (docs/performance-scale.png) and writes the section of
-docs/performance.md.
+the PostgreSQL schema's relations. Results are appended to benchmarks/results/scale.jsonl, kept in
+the repository (a row at 100k documents costs hours to make again); `--page` draws the curve from
+that file (docs/performance-scale.png) and writes the section of docs/performance.md. `--before`
+marks the row as a measurement of code before a fix (run from a checkout of that code, pointing
+`--results` at this file): the page shows it beside the current row of the same size.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATASETS = next((p / "shared" / "datasets" for p in ROOT.parents if (p / "shared" / "datasets").is_dir()),
                 ROOT.parent / "shared" / "datasets")
 WORK = Path("/tmp/rag-scale")
-RESULTS = ROOT / "benchmarks" / "out" / "scale" / "results.jsonl"
+RESULTS = ROOT / "benchmarks" / "results" / "scale.jsonl"
 PLOT = ROOT / "docs" / "performance-scale.png"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
 PER_FOLDER = 1000
@@ -359,32 +361,31 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
     before/after and growth tables (every figure from the rows)."""
     hashing = sorted((r for r in rows if (r.get("embedder"), r["backend"]) == ("hashing", "duckdb")),
                      key=lambda r: r["docs"])
-    minilm = next((r for r in rows if (r.get("embedder", "minilm"), r["backend"]) == ("minilm", "duckdb")), None)
+    minilm = max((r for r in rows if (r.get("embedder", "minilm"), r["backend"]) == ("minilm", "duckdb")),
+                 key=lambda r: r["docs"], default=None)
     lines = [
-        "Earlier runs were made on the previous switch, which deleted and re-inserted every served row of the "
-        "source on every run that changed anything; it rewrites only the documents whose served rows differ "
-        "from their staged state since. Profiled at 1k and 10k documents (hashing, DuckDB; each case in its own "
-        "process, SQL timed statement by statement), what grew faster than the corpus, and what was done:",
+        "Profiled at 1k, 10k and 100k documents (hashing, DuckDB; each case in its own process), what grew "
+        "faster than the corpus, or cost a no-change run more than it must, and what was done:",
         "",
+        "- The switch deleted and re-inserted every served row of the source on every run that changed "
+        "anything; it rewrites only the documents whose served rows differ from their staged state.",
         "- The deletion proof of the switch (`ServedIndex.remnants`) matched every deleted document against "
         "every row of `staged_postings`, `vectors` and `postings` with a prefix test (a nested-loop join, "
         "documents x rows), and queried the embedding cache once per tombstone. Now one equality join per table "
-        "on the chunk id's document part (before its last `#`) and one statement for the cache. The prefix test "
-        "also took the chunks of `a.md#v2.md` for remnants of a deleted `a.md` and refused the switch; not any more.",
-        "- The same proof searched (dense and BM25, in the database) for every document deleted in the run: a "
-        "1% deletion is 1% of the corpus in queries, each over postings as long as the corpus. A search can "
-        "only return a document that still has a row in `chunks`, so only those that `remnants` finds there are "
-        "searched for (none, unless the switch left something behind): the same verdict. Their texts are no "
-        "longer encoded before the switch either (with MiniLM, 1% of the corpus encoded on every 1% deletion).",
-        "- The queryable probe of a full build searches for every new document's first chunk: it held every "
-        "query's score against every vector at once (400 MB at 10k documents, 40 GB at 100k), and partitioned "
-        "each row of scores whole to find its top 10. Now a block of queries at a time (64 MB of scores at most) "
-        "and the top found from a sample's edge (the same candidates; a test compares them).",
-        "- Discovery made each document's metadata JSON twice, through `dataclasses.asdict`, and read the "
-        "committed manifest a second time for folders that could not be listed even when there were none.",
+        "on the chunk id's document part (before its last `#`) and one statement for the cache. The same proof "
+        "searched for every document deleted in the run; now only for those still found in `chunks` (none, "
+        "unless the switch left something behind): the same verdict.",
+        "- The queryable probe of a full build held every query's score against every vector at once (40 GB "
+        "at 100k documents); now a block of queries at a time, and one pass over the vectors for 32 questions "
+        "or more on every engine. PostgreSQL ran `NOT IN (subquery)` as a scan of the subquery per row: every "
+        "anti-join of the store is `NOT EXISTS`.",
+        "- Discovery read and hashed every file of the source on every run. A file whose size, modification "
+        "and change times and inode equal those an earlier discovery read it with keeps its hash and metadata "
+        "(as git's index does; a file changed within two seconds of that read, one with a sidecar, one that "
+        "failed, or new metadata defaults: read again). The walk built a `Path` per file to name it; now a "
+        "string, and each folder's real path is checked once, not once per file.",
         "",
-        "The same commands on the code before these fixes (b1f2876) and after, at a similar load (the figures "
-        "of earlier versions of this page were measured under a load of 5 to 7 and are several times these):",
+        "The same commands on the code before a fix and after, at a similar load:",
         "",
         *_before_after(results, rows),
         "",
@@ -393,40 +394,44 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
         "",
         *_growth(rows),
     ]
+    if minilm is not None:
+        lines += [
+            "",
+            f"With the real model (MiniLM, DuckDB) at {minilm['docs']:,} documents, measured: the full build took "
+            f"{minilm['full_s']:.0f} s, {minilm['full_over_raw_encode']:.2f} times the raw encode of its "
+            f"{minilm['chunks']:,} chunks ({minilm['raw_encode_s']:.0f} s{_sampled(minilm)}); a no-change run "
+            f"{minilm['no_change_s']:.2f} s ({minilm['no_change_share_pct']:.2f}% of the build) and a one-document "
+            f"edit {minilm['edit_s']:.2f} s ({minilm['edit_share_pct']:.2f}%).",
+        ]
+    if hashing and hashing[-1]["docs"] > 10_000 and minilm is not None:
+        big = hashing[-1]
+        rest = big["full_s"] - big["stages_s"]["full"].get("embedded", 0.0)
+        rate = minilm["raw_encode_chunks_per_s"]
+        build = rest + big["chunks"] / rate
+        lines[-1] += (
+            f" At {big['docs']:,} documents the model was not run (its encode alone is about "
+            f"{big['chunks'] / rate / 3600:.1f} h here): the hashing build without its encode took {rest:.0f} s, "
+            f"and the model encodes {rate:.1f} chunks/s (the raw encode above), so a build with it would take about "
+            f"{build:,.0f} s, {build / (build - rest):.2f} times its raw encode; the no-change run "
+            f"({big['no_change_s']:.1f} s) would be {100 * big['no_change_s'] / build:.2f}% of it and the edit "
+            f"({big['edit_s']:.1f} s) {100 * big['edit_s'] / build:.2f}%. An extrapolation from measured rows, "
+            "not a measurement.")
     if hashing and hashing[-1]["docs"] > 10_000:
         big = hashing[-1]
         full_switch = big["stages_s"]["full"].get("indexed", 0.0)
         lines += [
             "",
-            f"At {big['docs']:,} documents the no-change run took {big['no_change_s']:.1f} s "
-            f"({big['no_change_share_pct']:.1f}% of the hashing build) and a one-document edit {big['edit_s']:.1f} s "
-            f"({big['edit_share_pct']:.1f}%): nearly all of it discovery, which reads and hashes every file, and "
-            "the switch's reads of the source's discovery, manifest, ledger and served rows, each linear. The "
-            "issue's shares (2% and 1%) are of a build with the real model, whose encode is most of it.",
-        ]
-        if minilm is not None:
-            # A build with the model: this one without its hashing encode, plus the model's encode of
-            # the same chunks. The slowest encode rates that keep each run within the issue's share.
-            rest = big["full_s"] - big["stages_s"]["full"].get("embedded", 0.0)
-            rates = {share: big["chunks"] / max(seconds / share - rest, 1e-9)
-                     for share, seconds in ((0.02, big["no_change_s"]), (0.01, big["edit_s"]))}
-            lines[-1] += (
-                f" Without its hashing encode this build took {rest:.0f} s; a build with MiniLM adds the model's "
-                f"encode of its {big['chunks']:,} chunks, so the no-change run is under 2% of it when the model "
-                f"encodes under {rates[0.02]:.0f} chunks/s, the edit under 1% below {rates[0.01]:.0f} chunks/s, and "
-                f"the build within 1.5 times its raw encode below {big['chunks'] / (2 * rest):.0f} chunks/s. "
-                f"The MiniLM rows above encoded {minilm['raw_encode_chunks_per_s']:.1f} chunks/s (under load); "
-                "the model was not run at this size, so this is an estimate from these rows, not a measurement.")
-        lines += [
+            f"What a no-change run still pays at {big['docs']:,} documents ({big['no_change_s']:.1f} s, "
+            f"{big['no_change_share_pct']:.1f}% of the hashing build, whose encode is nearly free): a stat of every "
+            "file, and the switch's reads of the source's discovery, manifest, ledger and served rows, with the "
+            "coverage and deletion proofs that every run re-establishes on the whole source; each linear.",
             "",
             f"What still grows faster than the corpus: the switch of a full build, {full_switch:.1f} s of the "
-            f"{big['full_s']:.1f} s build at {big['docs']:,} documents, nearly all of it the queryable probe (profiled "
-            "at 100k: the matrix products of its dense search). Every document new to the index is searched for "
-            "once with its first chunk, and an exact search scores every vector: documents x vectors, fast per "
-            "pair but with the square of the corpus in pairs. An engine with a vector index (PostgreSQL's HNSW) "
-            "answers each search without scoring every vector. On an exact engine the outcome is settled by "
-            "arithmetic (a chunk is its own nearest neighbour, or tied with as near ones), which is no reason "
-            "here to skip the search: it is what proves the served vectors are found.",
+            f"{big['full_s']:.1f} s build at {big['docs']:,} documents, most of it the queryable probe. Every "
+            "document new to the index is searched for once with its first chunk, and an exact search scores every "
+            "vector: documents x vectors, fast per pair but with the square of the corpus in pairs. An engine with "
+            "a vector index (PostgreSQL's HNSW) answers each search without scoring every vector; on an exact "
+            "engine the search is what proves the served vectors are found, so it stays.",
         ]
     return lines
 
@@ -447,8 +452,8 @@ def write_page(rows: list[dict], results: list[dict]) -> None:
         "this machine in the time there was; their full-build and encode columns are not the model's.",
         "",
         "| embedder | backend | docs | chunks | full build s | docs/s | chunks/s | raw encode s (chunks/s) | full / raw encode "
-        "| no change s (% of full) | one edit s (% of full) | 1% deleted s | peak RSS MB | store MB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| no change s (% of full) | one edit s (% of full) | 1% deleted s | peak RSS MB | store MB | measured on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -456,7 +461,7 @@ def write_page(rows: list[dict], results: list[dict]) -> None:
             f"| {r['chunks_per_s']:.1f} | {r['raw_encode_s']:.1f} ({r['raw_encode_chunks_per_s']:.1f}){_sampled(r)} "
             f"| {r['full_over_raw_encode']:.2f} | {r['no_change_s']:.2f} ({r['no_change_share_pct']:.1f}%) "
             f"| {r['edit_s']:.2f} ({r['edit_share_pct']:.1f}%) | {r['delete_1pct_s']:.2f} "
-            f"| {r['peak_rss_mb']:.0f} | {r['index_mb']:.1f} |")
+            f"| {r['peak_rss_mb']:.0f} | {r['index_mb']:.1f} | {r.get('revision', '?')} |")
     lines += ["", *_findings(rows, results)]
     lines += ["", "![cost curve](performance-scale.png)", "",
               "Commands, one per row: " + ", ".join(
@@ -480,6 +485,9 @@ def main() -> int:
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm",
                         help="hashing: the deterministic test embedder, to measure what is not encoding "
                              "(no-change, edit, deletion, memory, size) at sizes the real model cannot reach here")
+    parser.add_argument("--before", action="store_true",
+                        help="mark the row as measured on code before a fix (shown beside the current one)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results file to append to and draw from")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
@@ -491,8 +499,10 @@ def main() -> int:
         result = measure(args.docs, args.backend, args.raw_sample, args.embedder)
         result["docs_asked"] = args.docs
         result["revision"] = _revision()
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        with open(RESULTS, "a") as handle:
+        if args.before:
+            result[BEFORE] = True
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.results, "a") as handle:
             handle.write(json.dumps(result) + "\n")
         if args.json:
             print(json.dumps(result))
@@ -500,7 +510,7 @@ def main() -> int:
             for key, value in result.items():
                 print(f"{key}: {value}")
     if args.page:
-        results = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
+        results = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
         write_page([r for r in _latest(results) if r["docs_asked"] >= 1000], results)  # not the smoke runs
     if not args.docs and not args.page:
         parser.error("give --docs N, --page, or both")
