@@ -361,8 +361,9 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
     before/after and growth tables (every figure from the rows)."""
     hashing = sorted((r for r in rows if (r.get("embedder"), r["backend"]) == ("hashing", "duckdb")),
                      key=lambda r: r["docs"])
-    minilm = max((r for r in rows if (r.get("embedder", "minilm"), r["backend"]) == ("minilm", "duckdb")),
-                 key=lambda r: r["docs"], default=None)
+    measured = sorted((r for r in rows if (r.get("embedder", "minilm"), r["backend"]) == ("minilm", "duckdb")),
+                      key=lambda r: r["docs"])
+    minilm = measured[-1] if measured else None
     lines = [
         "Profiled at 1k, 10k and 100k documents (hashing, DuckDB; each case in its own process), what grew "
         "faster than the corpus, or cost a no-change run more than it must, and what was done:",
@@ -394,16 +395,13 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
         "",
         *_growth(rows),
     ]
-    if minilm is not None:
-        lines += [
-            "",
-            f"With the real model (MiniLM, DuckDB) at {minilm['docs']:,} documents, measured: the full build took "
-            f"{minilm['full_s']:.0f} s, {minilm['full_over_raw_encode']:.2f} times the raw encode of its "
-            f"{minilm['chunks']:,} chunks ({minilm['raw_encode_s']:.0f} s{_sampled(minilm)}); a no-change run "
-            f"{minilm['no_change_s']:.2f} s ({minilm['no_change_share_pct']:.2f}% of the build) and a one-document "
-            f"edit {minilm['edit_s']:.2f} s ({minilm['edit_share_pct']:.2f}%).",
-        ]
-    if hashing and hashing[-1]["docs"] > 10_000 and minilm is not None:
+    if measured:
+        lines += ["", "With the real model (MiniLM, DuckDB), measured: " + "; ".join(
+            f"at {r['docs']:,} documents the full build took {r['full_s']:,.0f} s, {r['full_over_raw_encode']:.2f} times "
+            f"the raw encode of its {r['chunks']:,} chunks ({r['raw_encode_s']:,.0f} s{_sampled(r)}), a no-change run "
+            f"{r['no_change_s']:.2f} s ({r['no_change_share_pct']:.2f}% of the build) and a one-document edit "
+            f"{r['edit_s']:.2f} s ({r['edit_share_pct']:.2f}%)" for r in measured) + "."]
+    if hashing and minilm is not None and hashing[-1]["docs"] > minilm["docs"]:
         big = hashing[-1]
         rest = big["full_s"] - big["stages_s"]["full"].get("embedded", 0.0)
         rate = minilm["raw_encode_chunks_per_s"]
