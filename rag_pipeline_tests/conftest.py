@@ -65,7 +65,6 @@ def make_store(request, backend: str, folder: Path):
     return Store(PostgresDatabase(request.getfixturevalue("pg_dsn"), schema=new_pg_schema()))
 
 
-
 def indexed_store(request, backend: str, folder: Path, source: str, files: dict[str, str]):
     """A store on `backend` holding `files` ingested as `source` with the hashing embedder, which
     it keeps as `.embedder` (to encode questions the same way)."""
@@ -79,6 +78,7 @@ def indexed_store(request, backend: str, folder: Path, source: str, files: dict[
     ingest_source(SourceConfig(name=source, path=root), store, embedder, ChunkingConfig(), LifecycleConfig(), "t")
     store.embedder = embedder
     return store
+
 
 def sample_pipeline(tmp: Path, **sections) -> PipelineConfig:
     """The sample config in `tmp` with its own store, a copy of its golden set (to change freely)

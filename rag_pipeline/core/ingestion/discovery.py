@@ -166,27 +166,24 @@ def describe_entry(
         elif suffix not in SUPPORTED_TYPES:
             skip_reason = f"unsupported file type '{suffix or '(no extension)'}'"
     error = entry.error
-    if skip_reason is None and error is None and known is not None:
-        return DiscoveredFile(
-            doc_id=make_doc_id(tree.source_id, rel_path), source_id=tree.source_id, rel_path=rel_path,
-            abs_path=str(entry.real_path or tree.root / rel_path), content_hash=known.content_hash, size=entry.size,
-            file_type=file_type, supported=True, meta=meta_from_json(known.meta_json), mtime_ns=entry.mtime_ns,
-            stat_key=key,
-        )
-    data = b""
-    if skip_reason is None and error is None:
-        try:
-            data = tree.read_entry(entry)
-        except DocumentReadError as exc:
-            error = str(exc)
-    if skip_reason is None and error is None and file_type == "html" and is_html_template(data):
-        skip_reason = "HTML template (Jinja/Liquid tags), not a document"
     meta, meta_error = DocumentMeta(), None
-    if skip_reason is None and error is None:
-        meta, meta_error = _read_meta(tree, rel_path, file_type, data, defaults)
-    # A file that was not read has no content hash; its size and time identify the failed version.
-    content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else \
-        f"{UNREAD_PREFIX}{entry.size}:{entry.mtime_ns}"
+    if skip_reason is None and error is None and known is not None:
+        # Read before in this very state: its hash and metadata are carried over, the file is not opened.
+        content_hash, meta = known.content_hash, meta_from_json(known.meta_json)
+    else:
+        data = b""
+        if skip_reason is None and error is None:
+            try:
+                data = tree.read_entry(entry)
+            except DocumentReadError as exc:
+                error = str(exc)
+        if skip_reason is None and error is None and file_type == "html" and is_html_template(data):
+            skip_reason = "HTML template (Jinja/Liquid tags), not a document"
+        if skip_reason is None and error is None:
+            meta, meta_error = _read_meta(tree, rel_path, file_type, data, defaults)
+        # A file that was not read has no content hash; its size and time identify the failed version.
+        content_hash = sha256_bytes(data) if data or (error is None and skip_reason is None) else \
+            f"{UNREAD_PREFIX}{entry.size}:{entry.mtime_ns}"
     return DiscoveredFile(
         doc_id=make_doc_id(tree.source_id, rel_path),
         source_id=tree.source_id,

@@ -121,8 +121,10 @@ class Search:
             # of rows at a time.
             sql = (f"SELECT c.chunk_id, {self.db.vector_expression('v.vector')} FROM chunks c "
                    f"JOIN vectors v USING (chunk_id) WHERE {where}")
-            ranked = [hits for start in range(0, len(queries), SCAN_GROUP_QUERIES) for hits in self._rank_all(
-                queries[start:start + SCAN_GROUP_QUERIES], self.db.vector_batches(sql, params), k)]
+            ranked = []
+            for start in range(0, len(queries), SCAN_GROUP_QUERIES):
+                group = queries[start:start + SCAN_GROUP_QUERIES]
+                ranked += self._rank_all(group, self.db.vector_batches(sql, params), k)
         else:
             candidates = [first] + [self.db.dense_candidates(q, k, where, params, filters) for q in queries[1:]]
             ranked = [self._rescore(q, ids, k) for q, ids in zip(queries, candidates)]
