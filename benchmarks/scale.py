@@ -18,9 +18,10 @@ processes' own peaks (the parser workers' are not counted). `--raw-sample F` enc
 chunk twice does not fit the time there is. The store's size is the DuckDB file, or
 the PostgreSQL schema's relations. Results are appended to benchmarks/results/scale.jsonl, kept in
 the repository (a row at 100k documents costs hours to make again); `--page` draws the curve from
-that file (docs/performance-scale.png) and writes the section of docs/performance.md. `--before`
-marks the row as a measurement of code before a fix (run from a checkout of that code, pointing
-`--results` at this file): the page shows it beside the current row of the same size.
+that file (docs/performance-scale.png) and writes the section of docs/performance.md. The code
+measured is the `rag_pipeline` the interpreter imports (this checkout's, through the editable
+install); to measure an older checkout, set PYTHONPATH to it and add `--before`: the row records
+that checkout's commit and the page shows it beside the current row of the same size.
 """
 
 from __future__ import annotations
@@ -241,9 +242,14 @@ def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "
 
 
 def _revision() -> str:
-    """The commit measured (`+changes` when the working tree differs from it)."""
+    """The commit of the checkout whose `rag_pipeline` the phases import (`+changes` when its working
+    tree differs from it): PYTHONPATH may point at another checkout than this script's."""
+    import importlib.util
+
+    checkout = Path(importlib.util.find_spec("rag_pipeline").origin).parent.parent
+
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=checkout)
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
@@ -420,9 +426,9 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
         lines += [
             "",
             "The no-change run follows the full build, which follows the copy of the corpus: files copied within "
-            "two seconds of the build's discovery are read again by it (the racy guard above), most of the corpus "
-            "at 1k and 10k documents, whose copy takes less than that; the runs after it (the edit, the deletion) "
-            "read only what changed, hence their shorter discovery.",
+            "two seconds of the build's discovery are read again by it (the racy guard above). At 1k and 10k "
+            "documents, whose copy takes about that long, its discovery takes as long as the full build's; the "
+            "runs after it (the edit, the deletion) read only what changed, hence their shorter discovery.",
             "",
             f"What a no-change run still pays at {big['docs']:,} documents ({big['no_change_s']:.1f} s, "
             f"{big['no_change_share_pct']:.1f}% of the hashing build, whose encode is nearly free): a stat of every "
