@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 
 import dagster as dg
 
-from rag_pipeline.config import EmbeddingConfig, PipelineConfig, StorageConfig, load_config
+from rag_pipeline.config import EmbeddingConfig, PipelineConfig, StorageConfig, as_written, load_config
 from rag_pipeline.core.ingestion.embedding import Embedder, make_embedder
 from rag_pipeline.core.storage import Store, open_store
 
@@ -39,13 +40,14 @@ def _load_config_cached(path: str | None, overrides: tuple[tuple[str, str], ...]
 
 class StoreResource(dg.ConfigurableResource):
     """Where staging, index, cache, ledger and records live: the config's storage section, held
-    whole as its JSON and validated again on use (no field copied, every validator applies)."""
+    whole as the JSON of what was written (`as_written`) and validated again on use (no field
+    copied, every validator applies, a default stays a default)."""
 
     storage: str
 
     @classmethod
     def from_config(cls, storage: StorageConfig) -> StoreResource:
-        return cls(storage=storage.model_dump_json())
+        return cls(storage=json.dumps(as_written(storage)))
 
     def get(self) -> Store:
         return _store_for(StorageConfig.model_validate_json(self.storage))
@@ -58,14 +60,14 @@ def _store_for(storage: StorageConfig) -> Store:
 
 
 class EmbedderResource(dg.ConfigurableResource):
-    """An embedder built from the config's embedding section, held whole as its JSON and validated
-    again on use; the model loads on first encode."""
+    """An embedder built from the config's embedding section, held whole as the JSON of what was
+    written and validated again on use; the model loads on first encode."""
 
     embedding: str
 
     @classmethod
     def from_config(cls, embedding: EmbeddingConfig) -> EmbedderResource:
-        return cls(embedding=embedding.model_dump_json())
+        return cls(embedding=json.dumps(as_written(embedding)))
 
     def get(self) -> Embedder:
         return embedder_for(EmbeddingConfig.model_validate_json(self.embedding))
