@@ -22,9 +22,9 @@ def _experiment_store(config: PipelineConfig, path: str | None, read_only: bool 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run a one-component experiment: baseline config vs candidate overlay, gated and logged."""
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.evaluation.experiments import BundleRefused, render_log, run_experiment
     from rag_pipeline.core.evaluation.gates import render_gate
-    from rag_pipeline.core.ingestion.embedding import make_embedder
 
     base = load_config(args.config)
     baseline = with_overlay(base, args.baseline_set or [], args.baseline)

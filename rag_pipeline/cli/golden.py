@@ -73,9 +73,9 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
 
 def cmd_golden_triage(args: argparse.Namespace) -> int:
     """The review queue: items to turn into golden cases, with what a reviewer needs beside them."""
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.evaluation.golden import load_golden_set
     from rag_pipeline.core.evaluation.triage import build_queue, write_queue
-    from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.retrieval.retriever import Retriever
 
     config, _ = load_args(args)
@@ -97,8 +97,8 @@ def cmd_golden_triage(args: argparse.Namespace) -> int:
 
 def cmd_golden_accept(args: argparse.Namespace) -> int:
     """Reviewed items become golden cases in a new revision; disagreements and near duplicates are listed."""
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.evaluation.triage import accept_reviewed
-    from rag_pipeline.core.ingestion.embedding import make_embedder
 
     config, _ = load_args(args)
     if config.golden_set is None:

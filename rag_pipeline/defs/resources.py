@@ -7,7 +7,7 @@ from functools import lru_cache
 import dagster as dg
 
 from rag_pipeline.config import EmbeddingConfig, PipelineConfig, StorageConfig, load_config
-from rag_pipeline.core.ingestion.embedding import Embedder, make_embedder
+from rag_pipeline.core.embedding.embedder import Embedder, make_embedder
 from rag_pipeline.core.storage import Store, open_store
 
 

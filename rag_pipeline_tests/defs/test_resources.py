@@ -3,7 +3,7 @@
 import pydantic
 import pytest
 
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.defs.resources import EmbedderResource, StoreResource, resources_for
 
 

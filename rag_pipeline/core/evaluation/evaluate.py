@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.evaluation import metrics
 from rag_pipeline.core.evaluation.abstention import abstention_summary, calibrate_threshold, fit_abstention
 from rag_pipeline.core.evaluation.answer_checks import abstention_table, check_answer
@@ -32,7 +33,6 @@ from rag_pipeline.core.evaluation.holdout import WITHHELD_TRACE, withheld
 from rag_pipeline.core.evaluation.spans import span_recall
 from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.fusion import rollup_documents
 from rag_pipeline.core.retrieval.retriever import RetrievalResult, Retriever
 from rag_pipeline.core.storage import Store

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.evaluation.evaluate import EvalResult, run_golden_evaluation
 from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, compare, paired_significance
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.render import table
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.storage import Store
 
 # Each component is the set of config fields an experiment may change together.

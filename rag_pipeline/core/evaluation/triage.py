@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.evaluation.golden import (
     BOOLEAN_VALUES,
     DEFAULT_SLICE,
@@ -58,7 +59,6 @@ from rag_pipeline.core.evaluation.holdout import HOLDOUT, withheld
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.files import write_text_atomically
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.fusion import rollup_documents
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from rag_pipeline.config import LifecycleConfig, SourceConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.ingestion import discovery
 from rag_pipeline.core.models import DiscoveredFile, ManifestDiff, SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.lexical import analyze
 from rag_pipeline.core.storage import Store, utcnow
 from rag_pipeline.core.storage.ledger import HighPoint

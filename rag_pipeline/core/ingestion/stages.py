@@ -25,6 +25,7 @@ import numpy as np
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core import metadata
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion import discovery, inputs, source_tree
 from rag_pipeline.core.ingestion.chunking import chunk_document
@@ -40,7 +41,6 @@ from rag_pipeline.core.ingestion.reports import StageReport, ledger_entry
 from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.models import DiscoveredFile, StageFailure
 from rag_pipeline.core.progress import Progress
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.lexical import term_frequencies
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.staging import utcnow

@@ -8,6 +8,7 @@ from datetime import date
 from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.evaluation.golden import load_golden_set
 from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
@@ -15,7 +16,6 @@ from rag_pipeline.core.monitoring import sampling
 from rag_pipeline.core.monitoring.drift import DriftReport, drift_report
 from rag_pipeline.core.monitoring.drift_plots import render, report_markdown
 from rag_pipeline.core.plots import markdown_image
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
 

@@ -2,9 +2,9 @@
 
 import json
 
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.evaluation.experiments import render_log, run_experiment
 from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig
-from rag_pipeline.core.ingestion.embedding import make_embedder
 from rag_pipeline.core.storage import duckdb_store
 
 PAGE = """# Travel policy

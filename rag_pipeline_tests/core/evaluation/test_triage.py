@@ -8,9 +8,9 @@ import json
 import pytest
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.evaluation.golden import GoldenSetError, load_golden_set
 from rag_pipeline.core.evaluation.triage import accept_reviewed, build_queue
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import duckdb_store

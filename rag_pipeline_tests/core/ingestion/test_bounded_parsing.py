@@ -19,7 +19,7 @@ import pytest
 from docx import Document
 
 from rag_pipeline.config import ChunkingConfig, DocumentLimits, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parsers
 from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
 from rag_pipeline.core.ingestion.stages import discover_source, ingest_source, parse_source

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.core.ingestion.model_folder import folder_revision, revision_cache_file
+from rag_pipeline.core.embedding.model_folder import folder_revision, revision_cache_file
 
 
 @pytest.fixture

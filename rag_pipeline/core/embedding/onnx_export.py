@@ -2,7 +2,7 @@
 
 `exported_model` returns the verdict for a model folder: its ONNX file, or the reason why the
 library must run it. The first call for a revision runs the export in a separate process
-(`python -m rag_pipeline.core.ingestion.onnx_export --folder F --out D`), the only place torch is
+(`python -m rag_pipeline.core.embedding.onnx_export --folder F --out D`), the only place torch is
 imported on this path. That process traces the transformer with `torch.onnx.export`, then encodes
 `PROBE_TEXTS` with the ONNX engine and with sentence-transformers, one by one and as one batch;
 the export is kept only when every vector agrees within `TOLERANCE`, else the verdict says the
@@ -13,7 +13,7 @@ weights beside it in model.weights (ONNX's external data: ONNX Runtime maps the 
 copying it out of the graph, a session loads in about 0.1 s instead of 0.25 s) and verdict.json.
 An export is written into a temporary folder beside it and renamed into place, under a lock
 file, so processes that start at once wait for one export and never read a half-written one.
-`python -m rag_pipeline.core.ingestion.onnx_export` without arguments exports the bundled model
+`python -m rag_pipeline.core.embedding.onnx_export` without arguments exports the bundled model
 (`make install` runs it).
 """
 
@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag_pipeline.core.ingestion.model_folder import UnsupportedModel, cache_folder, read_json, read_layout
+from rag_pipeline.core.embedding.model_folder import UnsupportedModel, cache_folder, read_json, read_layout
 
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
 # Changes to what the export writes (inputs, opset, the wrapper) take a new cache folder.
@@ -125,7 +125,7 @@ def _export(folder: Path, target: Path) -> ExportVerdict:
                 f"imports torch for it; 10 to 60 s): {target}")
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        done = subprocess.run([sys.executable, "-m", "rag_pipeline.core.ingestion.onnx_export", "--folder", str(folder), "--out", str(work)],
+        done = subprocess.run([sys.executable, "-m", "rag_pipeline.core.embedding.onnx_export", "--folder", str(folder), "--out", str(work)],
                               capture_output=True, text=True, timeout=_EXPORT_TIMEOUT_S)
         if done.returncode != 0 or read_verdict(work) is None:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
@@ -157,7 +157,7 @@ def export_and_check(folder: Path, out: Path) -> dict:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from rag_pipeline.core.ingestion.onnx_engine import MODEL_INPUTS, OnnxEncoder
+    from rag_pipeline.core.embedding.onnx_engine import MODEL_INPUTS, OnnxEncoder
 
     library = SentenceTransformer(str(folder), device="cpu")
     transformer = library[0].auto_model.eval()
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(export_and_check(Path(args.folder), Path(args.out))))
         return 0
     from rag_pipeline.config import DEFAULT_MODEL
-    from rag_pipeline.core.ingestion.model_folder import folder_revision, resolve_model_path
+    from rag_pipeline.core.embedding.model_folder import folder_revision, resolve_model_path
 
     folder = Path(args.folder or resolve_model_path(DEFAULT_MODEL))
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.core.ingestion.model_folder import ModelLayout, UnsupportedModel, read_json
+from rag_pipeline.core.embedding.model_folder import ModelLayout, UnsupportedModel, read_json
 
 # The inputs a Hugging Face encoder takes, in the order they are given to the exported graph.
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")

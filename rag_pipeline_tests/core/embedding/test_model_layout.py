@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from rag_pipeline.config import DEFAULT_MODEL
-from rag_pipeline.core.ingestion.model_folder import UnsupportedModel, read_layout, resolve_model_path
-from rag_pipeline.core.ingestion.onnx_engine import pool
+from rag_pipeline.core.embedding.model_folder import UnsupportedModel, read_layout, resolve_model_path
+from rag_pipeline.core.embedding.onnx_engine import pool
 
 BUNDLED = Path(resolve_model_path(DEFAULT_MODEL))
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from rag_pipeline.config import DEFAULT_MODEL, EmbeddingConfig
-from rag_pipeline.core.ingestion.embedding import LibraryEncoder, ModelEmbedder
-from rag_pipeline.core.ingestion.model_folder import resolve_model_path
-from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder, bulk_threads
-from rag_pipeline.core.ingestion.onnx_export import TOLERANCE
+from rag_pipeline.core.embedding.model import LibraryEncoder, ModelEmbedder
+from rag_pipeline.core.embedding.model_folder import resolve_model_path
+from rag_pipeline.core.embedding.onnx_engine import OnnxEncoder, bulk_threads
+from rag_pipeline.core.embedding.onnx_export import TOLERANCE
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ ENCODE_A_QUERY = """
     import json, logging, sys
     logging.basicConfig(level=logging.INFO, format="LOG %(message)s")
     from rag_pipeline.config import EmbeddingConfig
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.embedding.embedder import make_embedder
     vector = make_embedder(EmbeddingConfig()).encode(["how do I set a timeout on a client"])[0]
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "sentence_transformers"))
     print(json.dumps({"heavy": heavy, "vector": vector.tolist()}))

@@ -1,25 +1,22 @@
-"""Embedders: the real model, and a small deterministic one for fast tests.
+"""The real embedding model: the configured sentence-transformers model, loaded on first use.
 
-The real model runs on ONNX Runtime (`onnx_engine`), from an export made once per model revision
-and checked against sentence-transformers (`onnx_export`). A model the ONNX engine cannot run as
-the library does (another pooling, extra modules, a default prompt, an export that disagrees) runs
-in the library itself, with torch, and a log line says so.
+It runs on ONNX Runtime (`onnx_engine`), from an export made once per model revision and checked
+against sentence-transformers (`onnx_export`). A model the ONNX engine cannot run as the library
+does (another pooling, extra modules, a default prompt, an export that disagrees) runs in the
+library itself, with torch, and a log line says so.
 
-Both expose `identity`: the embedding cache's key, so a vector is reused only where the same
-model would produce it again. It holds the model's name, its revision (a hash of every weight,
-tokenizer and config file of its folder) and the settings that change vectors (normalising, the
-token limit). The engine is not part of it: every engine used is held within
-`onnx_export.TOLERANCE` (1e-5) of the library's vectors, the one reference, so a vector cached by
-one engine is the vector the other would give.
+Its `identity` is the embedding cache's key, so a vector is reused only where the same model would
+produce it again: the model's name, its revision (a hash of every weight, tokenizer and config file
+of its folder) and the settings that change vectors (normalising, the token limit). The engine is
+not part of it: every engine used is held within `onnx_export.TOLERANCE` (1e-5) of the library's
+vectors, the one reference, so a vector cached by one engine is the vector the other would give.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 import threading
 from collections.abc import Sequence
 from functools import cached_property
@@ -27,22 +24,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rag_pipeline.config import EmbeddingConfig
-from rag_pipeline.core.ingestion.model_folder import (
+from rag_pipeline.core.embedding.model_folder import (
     UnsupportedModel,
     folder_revision,
     read_json,
     read_layout,
     resolve_model_path,
 )
-from rag_pipeline.core.retrieval.encoder import Embedder
 
 if TYPE_CHECKING:  # imported to encode: a run with nothing to embed needs the identity only
     import numpy as np
 
-    from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
+    from rag_pipeline.core.embedding.onnx_engine import OnnxEncoder
 
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
-_WORD = re.compile(r"\w+")
 
 
 # Engines loaded in this process, by (model folder or name, token limit, batch size): every
@@ -87,20 +82,20 @@ class ModelEmbedder:
 
     def load(self) -> None:
         """Load the model now, as one text needs it: for a command that knows it will encode."""
-        from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
+        from rag_pipeline.core.embedding.onnx_engine import OnnxEncoder
 
         self._with_engine(lambda engine: engine.session(1) if isinstance(engine, OnnxEncoder) else None)
 
     def _with_engine(self, use):
         """`use(engine)`; an export ONNX Runtime cannot load is made again, and if that cannot be
         loaded either, the library runs the model."""
-        from rag_pipeline.core.ingestion.onnx_engine import EngineLoadError
+        from rag_pipeline.core.embedding.onnx_engine import EngineLoadError
 
         for last in (False, True):
             try:
                 return use(self.engine)
             except EngineLoadError as exc:
-                from rag_pipeline.core.ingestion.onnx_export import discard
+                from rag_pipeline.core.embedding.onnx_export import discard
 
                 discard(exc.model_file.parent)
                 with _engines_lock:
@@ -113,8 +108,8 @@ class ModelEmbedder:
         return use(self.engine)
 
     def _onnx_engine(self) -> OnnxEncoder | None:
-        from rag_pipeline.core.ingestion.onnx_engine import OnnxEncoder
-        from rag_pipeline.core.ingestion.onnx_export import ExportError, exported_model
+        from rag_pipeline.core.embedding.onnx_engine import OnnxEncoder
+        from rag_pipeline.core.embedding.onnx_export import ExportError, exported_model
 
         try:
             layout = read_layout(self.model_path, self.config.max_seq_length)
@@ -168,43 +163,3 @@ class LibraryEncoder:
         finally:
             torch.set_num_threads(threads)
         return np.asarray(vectors, dtype=np.float32)
-
-
-class HashingEmbedder:
-    """Deterministic bag-of-words vectors (feature hashing of words and word bigrams).
-
-    Not a semantic model: it exists so that most tests run in milliseconds. Texts that share
-    words get similar vectors, which is enough for plumbing and filter tests.
-    """
-
-    def __init__(self, config: EmbeddingConfig) -> None:
-        self.config = config
-
-    @property
-    def identity(self) -> str:
-        return f"hashing-{self.config.dimension}:normalize={self.config.normalize}"
-
-    @property
-    def dimension(self) -> int:
-        return self.config.dimension
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        import numpy as np
-
-        from rag_pipeline.core.vectors import normalise_rows
-
-        matrix = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            words = _WORD.findall(text.lower())
-            for feature in words + [f"{a} {b}" for a, b in zip(words, words[1:])]:
-                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-                index = int.from_bytes(digest[:4], "little") % self.dimension
-                sign = 1.0 if digest[4] & 1 else -1.0
-                matrix[row, index] += sign
-        return normalise_rows(matrix) if self.config.normalize else matrix
-
-
-def make_embedder(config: EmbeddingConfig) -> Embedder:
-    if config.kind == "hashing":
-        return HashingEmbedder(config)
-    return ModelEmbedder(config)
