@@ -73,7 +73,7 @@ def dagster_instance():
 
 
 def gate_policy(config: PipelineConfig, path: str | None):
-    from rag_pipeline.core.evaluation.gates import policy_or_default
+    from rag_pipeline.core.evaluation.gating.policy import policy_or_default
 
     return policy_or_default(path or config.gate_policy)
 

@@ -24,7 +24,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     """Run a one-component experiment: baseline config vs candidate overlay, gated and logged."""
     from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.evaluation.experiments import BundleRefused, render_log, run_experiment
-    from rag_pipeline.core.evaluation.gates import render_gate
+    from rag_pipeline.core.evaluation.gating.gates import render_gate
 
     base = load_config(args.config)
     baseline = with_overlay(base, args.baseline_set or [], args.baseline)

@@ -10,7 +10,8 @@ import dagster as dg
 
 from rag_pipeline.cli.outcomes import RUN_COUNTS, RUN_DETAILS, SourceRun, skipped_files, unchanged_run
 from rag_pipeline.config import PipelineConfig
-from rag_pipeline.core.evaluation.golden import file_revision, load_golden_set
+from rag_pipeline.core.evaluation.golden.cases import file_revision
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.storage import SourceBusyError, Store, open_store

@@ -192,7 +192,7 @@ class RetrievalConfig(_Strict):
         default=None, description="best-score floor under which a query counts as 'found nothing'; None: calibrate on the dev split"
     )
     # How "the corpus cannot answer" is decided: the best score against that threshold, or the
-    # abstention model fitted on the dev split (several signals; core/evaluation/abstention.py).
+    # abstention model fitted on the dev split (several signals; core/evaluation/answers/abstention.py).
     # Both are measured per split; the model is not the default: on the sample corpus it abstains
     # on answerable cases more often (docs/limitations.md, "Abstention").
     abstention: Literal["threshold", "model"] = "threshold"

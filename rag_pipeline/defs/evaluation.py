@@ -5,12 +5,14 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.evaluation.baselines import not_gated_verdict
-from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision, headline_numbers, run_golden_evaluation
-from rag_pipeline.core.evaluation.external_runs import evaluate_run_file
-from rag_pipeline.core.evaluation.gates import policy_or_default
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.report import answer_section, failed_cases_table, slice_table, write_report
+from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
+from rag_pipeline.core.evaluation.gating.baselines import not_gated_verdict
+from rag_pipeline.core.evaluation.gating.policy import policy_or_default
+from rag_pipeline.core.evaluation.gating.report import answer_section, failed_cases_table, slice_table, write_report
+from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring.external_runs import evaluate_run_file
+from rag_pipeline.core.evaluation.scoring.results import headline_numbers
 from rag_pipeline.core.faults import hold_point
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks

@@ -18,8 +18,8 @@ import dagster as dg
 
 from rag_pipeline.config import ConfigError
 from rag_pipeline.core.evaluation.evaluate import EvaluationError
-from rag_pipeline.core.evaluation.golden import GoldenSetError
-from rag_pipeline.core.evaluation.holdout import HoldoutError
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError
+from rag_pipeline.core.evaluation.golden.holdout import HoldoutError
 from rag_pipeline.core.ingestion.source_tree import SourceUnavailableError
 from rag_pipeline.core.render import cut, printable
 from rag_pipeline.core.storage import SourceBusyError

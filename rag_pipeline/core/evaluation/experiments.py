@@ -15,8 +15,11 @@ from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.embedding.embedder import Embedder
-from rag_pipeline.core.evaluation.evaluate import EvalResult, run_golden_evaluation
-from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, compare, paired_significance
+from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
+from rag_pipeline.core.evaluation.gating.gates import GateResult, compare
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.significance import paired_significance
+from rag_pipeline.core.evaluation.scoring.results import EvalResult
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.render import table
 from rag_pipeline.core.storage import Store

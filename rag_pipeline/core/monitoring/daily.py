@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.embedding.embedder import Embedder
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
+from rag_pipeline.core.evaluation.golden.holdout import WITHHELD_QUESTION, withheld
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.monitoring import sampling
 from rag_pipeline.core.monitoring.drift import DriftReport, drift_report

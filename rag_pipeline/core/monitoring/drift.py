@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rag_pipeline.core.evaluation.metrics import nearest_rank_quantile
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
 from rag_pipeline.core.retrieval.lexical import analyze, analyze_words
 from rag_pipeline.core.vectors import normalise_rows
 from rag_pipeline.core.verdicts import Table, Verdict

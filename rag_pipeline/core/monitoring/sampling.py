@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 from rag_pipeline.core.bounded import bounded_lines, size_text
-from rag_pipeline.core.evaluation.metrics import nearest_rank_quantile
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.retrieval.fusion import rollup_documents
 from rag_pipeline.core.retrieval.retriever import Retriever

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rag_pipeline.core.evaluation.answers import rank_sentences, split_sentences
+from rag_pipeline.core.evaluation.answers.generators import rank_sentences, split_sentences
 from rag_pipeline.core.models import Hit
 from rag_pipeline.core.retrieval.lexical import analyze
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rag_pipeline.core.evaluation.answers import Answer, parse_citations, split_sentences
+from rag_pipeline.core.evaluation.answers.generators import Answer, parse_citations, split_sentences
 from rag_pipeline.core.retrieval.lexical import analyze
 
 CLAIM_SUPPORT_SHARE = 0.6

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.core.evaluation.doc_refs import Resolver
-from rag_pipeline.core.evaluation.golden import GoldenCase, GoldenSetError, bounded_lines
+from rag_pipeline.core.evaluation.golden.cases import GoldenCase, GoldenSetError
+from rag_pipeline.core.evaluation.golden.doc_refs import Resolver
+from rag_pipeline.core.evaluation.golden.lines import bounded_lines
 
 MAX_RUN_FILE_BYTES = 512 * 1024 * 1024
 MAX_RUN_LINE_BYTES = 4 * 1024 * 1024

@@ -8,9 +8,10 @@ import json
 import math
 from dataclasses import dataclass
 
-from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, check_budgets, compare, gate_reasons, render_gate
-from rag_pipeline.core.evaluation.golden import golden_lines
-from rag_pipeline.core.evaluation.suites import FULL
+from rag_pipeline.core.evaluation.gating.gates import GateResult, check_budgets, compare, gate_reasons, render_gate
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.golden.lines import golden_lines
+from rag_pipeline.core.evaluation.golden.suites import FULL
 from rag_pipeline.core.render import inline, printable
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict

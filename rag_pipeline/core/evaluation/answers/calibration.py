@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag_pipeline.core import jsonl
-from rag_pipeline.core.evaluation.answer_checks import check_answer
-from rag_pipeline.core.evaluation.answers import ABSTENTION, Answer, parse_citations
+from rag_pipeline.core.evaluation.answers.checks import check_answer
+from rag_pipeline.core.evaluation.answers.generators import ABSTENTION, Answer, parse_citations
 from rag_pipeline.core.render import inline, table
 
 Grader = Callable[[dict], dict[str, bool]]

@@ -16,8 +16,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rag_pipeline.core.evaluation.baselines import BaselineComparison
-from rag_pipeline.core.evaluation.holdout import HOLDOUT
+from rag_pipeline.core.evaluation.gating.baselines import BaselineComparison
+from rag_pipeline.core.evaluation.golden.holdout import HOLDOUT
 
 
 def _case(suite: ET.Element, classname: str, name: str, outcome: str = "pass", message: str = "",

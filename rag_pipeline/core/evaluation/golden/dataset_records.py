@@ -13,13 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.core.evaluation.golden import (
-    MAX_GOLDEN_FILE_BYTES,
-    MAX_GOLDEN_LINE_BYTES,
-    GoldenSetError,
-    bounded_lines,
-    check_file_size,
-)
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError
+from rag_pipeline.core.evaluation.golden.lines import MAX_GOLDEN_FILE_BYTES, MAX_GOLDEN_LINE_BYTES, bounded_lines, check_file_size
 
 _CONTAINERS = ("goldens", "test_cases", "samples", "data", "rows", "examples")
 # Bound of an imported dataset (JSON is parsed whole, so this bounds its memory too).

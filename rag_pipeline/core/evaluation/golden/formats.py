@@ -63,16 +63,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rag_pipeline.core.evaluation.dataset_records import read_records
+from rag_pipeline.core.evaluation.golden.cases import BOOLEAN_VALUES, GoldenSetError, parse_boolean
+from rag_pipeline.core.evaluation.golden.dataset_records import read_records
 
 # The resolver is shared with the golden-file loader and other systems' runs; its names stay importable here.
-from rag_pipeline.core.evaluation.doc_refs import ContextMatcher, Resolver, known_documents  # noqa: F401
-from rag_pipeline.core.evaluation.golden import (
-    BOOLEAN_VALUES,
-    GoldenSetError,
-    parse_boolean,
-    validate_cases,
-)
+from rag_pipeline.core.evaluation.golden.doc_refs import ContextMatcher, Resolver, known_documents  # noqa: F401
+from rag_pipeline.core.evaluation.golden.validation import validate_cases
 
 if TYPE_CHECKING:
     from rag_pipeline.core.storage import Store

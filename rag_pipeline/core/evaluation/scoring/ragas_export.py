@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rag_pipeline.core.evaluation.golden import GoldenSet
+from rag_pipeline.core.evaluation.golden.cases import GoldenSet
 
 if TYPE_CHECKING:
-    from rag_pipeline.core.evaluation.evaluate import EvalResult
+    from rag_pipeline.core.evaluation.scoring.results import EvalResult
 
 # Holdout cases stay unseen (see holdout.py): their text is exported only when asked for.
 _HOLDOUT = "holdout"

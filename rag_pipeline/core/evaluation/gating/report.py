@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag_pipeline.core.evaluation.baselines import BaselineComparison, compare_with_baseline
-from rag_pipeline.core.evaluation.evaluate import DEFAULT_REPORT_K, EvalResult
-from rag_pipeline.core.evaluation.gates import GatePolicy
-from rag_pipeline.core.evaluation.holdout import withheld
-from rag_pipeline.core.evaluation.slice_plot import slice_comparison
+from rag_pipeline.core.evaluation.gating.baselines import BaselineComparison, compare_with_baseline
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.slice_plot import slice_comparison
+from rag_pipeline.core.evaluation.golden.holdout import withheld
+from rag_pipeline.core.evaluation.scoring.results import DEFAULT_REPORT_K, EvalResult
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.core.render import Markdown, inline, number, safe_json, table, text_table
 from rag_pipeline.core.storage import Store

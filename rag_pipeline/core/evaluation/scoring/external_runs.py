@@ -15,12 +15,14 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from rag_pipeline.core.evaluation import metrics
-from rag_pipeline.core.evaluation.doc_refs import Resolver, known_documents
-from rag_pipeline.core.evaluation.evaluate import DEFAULT_REPORT_K, CaseResult, EvalResult, aggregate
-from rag_pipeline.core.evaluation.golden import GoldenSet, load_golden_set
-from rag_pipeline.core.evaluation.run_files import ExternalRun, read_run
-from rag_pipeline.core.evaluation.suites import FULL, select_suite, suite_identity
+from rag_pipeline.core.evaluation.golden.cases import GoldenSet
+from rag_pipeline.core.evaluation.golden.doc_refs import Resolver, known_documents
+from rag_pipeline.core.evaluation.golden.suites import FULL, select_suite, suite_identity
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring import metrics
+from rag_pipeline.core.evaluation.scoring.aggregate import aggregate
+from rag_pipeline.core.evaluation.scoring.results import DEFAULT_REPORT_K, CaseResult, EvalResult
+from rag_pipeline.core.evaluation.scoring.run_files import ExternalRun, read_run
 from rag_pipeline.core.storage import Store
 
 RUN_MODE = "run"
@@ -34,7 +36,7 @@ def run_fingerprint(path: Path) -> str:
 
 
 def score_run(golden: GoldenSet, run: ExternalRun, index_state: Mapping[str, str],
-              report_k: int = DEFAULT_REPORT_K) -> EvalResult:
+              report_k: int = DEFAULT_REPORT_K, suite: str = FULL) -> EvalResult:
     """An EvalResult of the run's rankings of the golden cases (see the module docstring)."""
     rows = []
     for case in golden.cases:
@@ -58,17 +60,13 @@ def score_run(golden: GoldenSet, run: ExternalRun, index_state: Mapping[str, str
             forbidden_retrieved=sorted(d for d in case.forbidden_docs if d in set(docs[:report_k])),
             stale_docs=stale,
             latency_ms=run.latency_ms.get(case.id, math.nan),
-            context_tokens=0,
+            context_tokens=None,  # the run says nothing of the context it handed a generator
             trace=trace,
             abstained=run.abstained.get(case.id, not docs),
             report_k=report_k,
         ))
-    result = EvalResult(golden.revision, RUN_MODE, run_fingerprint(run.path), dict(index_state), rows, math.nan,
-                        ABSTENTION_RULE, report_k=report_k)
-    aggregate(result)
-    # The run says nothing of the context it handed a generator: no context size, rather than 0.
-    result.latency["mean_context_tokens"] = math.nan
-    return result
+    return EvalResult(golden.revision, RUN_MODE, run_fingerprint(run.path), dict(index_state), rows, math.nan,
+                      ABSTENTION_RULE, **aggregate(rows, math.nan), suite=suite, report_k=report_k)
 
 
 def evaluate_run_file(golden_path: Path, run_path: Path, store: Store, source_ids: list[str], suite: str = FULL,
@@ -85,7 +83,6 @@ def evaluate_run_file(golden_path: Path, run_path: Path, store: Store, source_id
     resolver = Resolver(known_documents(store)) if history else None
     run = read_run(run_path, golden.cases, resolver)
     index_state = {source_id: store.served.manifest_hash(source_id) for source_id in source_ids}
-    result = score_run(golden, run, index_state, report_k)
-    result.suite = suite_identity(suite, pr_subset_size)
+    result = score_run(golden, run, index_state, report_k, suite_identity(suite, pr_subset_size))
     store.records.save_evaluation(result)
     return golden, result, run.summary(golden.cases)

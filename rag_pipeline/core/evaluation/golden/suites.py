@@ -17,7 +17,7 @@ import hashlib
 from collections import defaultdict
 from dataclasses import replace
 
-from rag_pipeline.core.evaluation.golden import GoldenSet
+from rag_pipeline.core.evaluation.golden.cases import GoldenSet
 
 FULL = "full"
 PR = "pr"

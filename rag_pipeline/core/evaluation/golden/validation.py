@@ -31,27 +31,32 @@ byte-order mark at the start is ignored. Every reader of a golden file (this loa
 line is, and a file one of them writes the others read. Reading is streamed and bounded: a file
 over MAX_GOLDEN_FILE_BYTES or with more than MAX_GOLDEN_CASES cases is refused, a line over
 MAX_GOLDEN_LINE_BYTES is an error of that line, and the problems listed stop at
-MAX_REPORTED_PROBLEMS.
-"""
+MAX_REPORTED_PROBLEMS."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import math
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rag_pipeline.core.evaluation import bounded_input
-from rag_pipeline.core.evaluation.bounded_input import InputTooLargeError
-from rag_pipeline.core.evaluation.doc_refs import KnownDocuments
-from rag_pipeline.core.verdicts import Table, Verdict, listed
+from rag_pipeline.core.bounded import InputTooLargeError
+from rag_pipeline.core.evaluation.golden.cases import (
+    DEFAULT_SLICE,
+    SPLITS,
+    GoldenCase,
+    GoldenSet,
+    GoldenSetError,
+    GoldSpan,
+    default_split,
+    file_revision,
+)
+from rag_pipeline.core.evaluation.golden.doc_refs import KnownDocuments
+from rag_pipeline.core.evaluation.golden.lines import read_golden_lines
 
-SPLITS = ("dev", "validation", "holdout")
 _REQUIRED = ("id", "question")
 _DEFAULTED = ("slice", "split")
 _KNOWN = set(_REQUIRED) | set(_DEFAULTED) | {"reference", "gold_docs", "gold_spans", "weight", "tenant", "roles",
@@ -60,189 +65,8 @@ _KNOWN = set(_REQUIRED) | set(_DEFAULTED) | {"reference", "gold_docs", "gold_spa
                                              # Written by `golden accept`: who reviewed the case, when, from
                                              # what, on which source versions; claims an answer must not make.
                                              "reviewed", "prohibited_claims"}
-DEFAULT_SLICE = "general"
-# Cumulative shares of the hash-assigned split: dev below 75, validation above; never holdout.
-_SPLIT_SHARES = (("dev", 75), ("validation", 100))
-_DEFAULT_RULES = {"split": "from the id's hash: dev or validation, never holdout", "slice": DEFAULT_SLICE}
-# Bounds of what a golden file may hold: a file or case count over them is refused as a whole, a
-# line over its bound is an error of that line. Generous for hand-written and imported sets (the
-# largest BEIR test sets hold about 10,000 queries).
-MAX_GOLDEN_FILE_BYTES = 64 * 1024 * 1024
-MAX_GOLDEN_LINE_BYTES = 1024 * 1024
 MAX_GOLDEN_CASES = 100_000
 MAX_REPORTED_PROBLEMS = 100
-# Booleans in files people fill by hand or export from spreadsheets (reviewed queue items, imports).
-_BOOLEAN_WORDS = {"true": True, "yes": True, "false": False, "no": False}
-BOOLEAN_VALUES = 'true or false (or the strings "true", "false", "yes", "no")'
-
-
-def default_split(case_id: str) -> str:
-    """The split of a case that names none: 75% dev / 25% validation by the id's sha256 (never holdout)."""
-    n = int(hashlib.sha256(case_id.encode("utf-8")).hexdigest()[:8], 16) % 100
-    return next(name for name, upper in _SPLIT_SHARES if n < upper)
-
-
-class GoldenSetError(ValueError):
-    """The golden set file is invalid; the message lists every problem with its line and field."""
-
-
-def parse_boolean(value: object) -> bool | None:
-    """A JSON boolean, or one of the strings true / false / yes / no (any case); None for anything else."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return _BOOLEAN_WORDS.get(value.strip().lower())
-    return None
-
-
-@dataclass(frozen=True)
-class GoldenLine:
-    """One line of a golden JSONL file, as `read_golden_lines` gives it."""
-
-    number: int
-    text: str  # as written, with its line ending (a leading byte-order mark removed)
-    record: dict | None  # the JSON object; None for a blank line, a comment or an invalid line
-    error: str | None = None  # why the line is not a JSON object
-
-    @property
-    def skipped(self) -> bool:
-        """A blank line or a `#` comment: no case, no error."""
-        return self.record is None and self.error is None
-
-
-def check_file_size(path: Path | str, limit: int | None = None, what: str = "golden file") -> int:
-    """`bounded_input.check_file_size` with the golden file's bound (MAX_GOLDEN_FILE_BYTES) by default."""
-    return bounded_input.check_file_size(path, MAX_GOLDEN_FILE_BYTES if limit is None else limit, what)
-
-
-def bounded_lines(path: Path | str, max_line_bytes: int | None = None, max_file_bytes: int | None = None,
-                  what: str = "golden file") -> Iterator[tuple[int, str | None, str | None]]:
-    """`bounded_input.bounded_lines` with the golden file's bounds by default (MAX_GOLDEN_LINE_BYTES,
-    MAX_GOLDEN_FILE_BYTES, read when called)."""
-    return bounded_input.bounded_lines(path, MAX_GOLDEN_LINE_BYTES if max_line_bytes is None else max_line_bytes,
-                                       MAX_GOLDEN_FILE_BYTES if max_file_bytes is None else max_file_bytes, what)
-
-
-def read_golden_lines(path: Path | str) -> Iterator[GoldenLine]:
-    """Every line of a golden JSONL file, blank and `#` lines marked `skipped`, a UTF-8 BOM ignored;
-    streamed and bounded (`bounded_lines`)."""
-    for number, text, error in bounded_lines(path):
-        yield GoldenLine(number, "", None, error) if text is None else _golden_line(number, text)
-
-
-def golden_lines(text: str) -> Iterator[GoldenLine]:
-    """`read_golden_lines` of a golden file's text (a kept snapshot, say).
-
-    Lines end at "\n" only: a question may hold U+2028 and the like, which `str.splitlines` would
-    break a JSON line at."""
-    text = text.removeprefix("\ufeff")
-    for number, line in enumerate(io.StringIO(text, newline="\n"), start=1):
-        yield _golden_line(number, line)
-
-
-def _golden_line(number: int, line: str) -> GoldenLine:
-    stripped = line.strip()
-    if not stripped or stripped.startswith("#"):
-        return GoldenLine(number, line, None)
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
-        return GoldenLine(number, line, None, f"invalid JSON ({exc.msg} at column {exc.colno}); one object a line, "
-                                              "comments start with #")
-    except RecursionError:
-        return GoldenLine(number, line, None, "invalid JSON (nested too deeply)")
-    if not isinstance(raw, dict):
-        return GoldenLine(number, line, None, f"expected a JSON object, got {type(raw).__name__}")
-    return GoldenLine(number, line, raw)
-
-
-def golden_records(path: Path | str, error: type[Exception] = GoldenSetError) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each object line of a JSONL file, read by the golden-file rule
-    (comments, BOM); `error`, naming the file and line, at the first line that is not an object."""
-    for line in read_golden_lines(path):
-        if line.error is not None:
-            raise error(f"{path} line {line.number}: {line.error}")
-        if line.record is not None:
-            yield line.number, line.record
-
-
-@dataclass(frozen=True)
-class GoldSpan:
-    doc_id: str
-    heading_path: tuple[str, ...] = ()
-    lines: tuple[int, int] | None = None
-    content_hash: str | None = None
-
-
-@dataclass(frozen=True)
-class GoldenCase:
-    id: str
-    question: str
-    reference: str
-    gold_docs: tuple[str, ...]
-    slice: str
-    split: str
-    weight: float = 1.0
-    tenant: str | None = None
-    roles: tuple[str, ...] = ()
-    answerable: bool = True
-    gold_spans: tuple[GoldSpan, ...] = ()
-    forbidden_docs: tuple[str, ...] = ()
-    prohibited_claims: tuple[str, ...] = ()
-    provenance: str = ""
-    line: int = 0
-
-
-@dataclass
-class GoldenSet:
-    path: Path
-    revision: str
-    cases: list[GoldenCase]
-    stale: dict[str, list[str]] = field(default_factory=dict)
-    # Field -> number of cases that did not name it and got the documented default.
-    defaults_applied: dict[str, int] = field(default_factory=dict)
-    # Document references written as paths -> the document ids they resolved to.
-    resolved: dict[str, str] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        """e.g. `loaded 126 cases | slices: billing 34, policy 41 | weight 3 on 18 | holdout 20`,
-        then `defaults applied: split (36 cases, from the id's hash), slice (36 cases: general)`
-        when some cases left those fields out."""
-        slices = Counter(c.slice for c in self.cases)
-        weights = Counter(c.weight for c in self.cases if c.weight != 1)
-        splits = Counter(c.split for c in self.cases)
-        parts = [f"loaded {len(self.cases)} cases", "slices: " + ", ".join(f"{s} {n}" for s, n in sorted(slices.items()))]
-        if weights:
-            parts.append(", ".join(f"weight {_num(w)} on {n}" for w, n in sorted(weights.items())))
-        parts.append(", ".join(f"{s} {splits[s]}" for s in SPLITS if splits[s]))
-        if self.stale:
-            parts.append(f"stale labels on {len(self.stale)} cases")
-        if self.resolved:
-            first = next(iter(self.resolved.items()))
-            parts.append(f"{len(self.resolved)} document path(s) resolved to ids (e.g. {first[0]} -> {first[1]})")
-        if self.defaults_applied:
-            parts.append("defaults applied: " + ", ".join(
-                f"{name} ({n} cases{', ' if name == 'split' else ': '}{_DEFAULT_RULES[name]})"
-                for name, n in self.defaults_applied.items()))
-        return " | ".join(parts)
-
-    def labels_verdict(self) -> Verdict:
-        """`golden_labels_current` (WARN): every gold document indexed, every pinned span unchanged."""
-        rows = [{"case": case_id, "problem": "; ".join(problems)} for case_id, problems in self.stale.items()]
-        summary = ("every gold document is indexed and every pinned span unchanged" if not self.stale else
-                   f"{len(self.stale)} stale case(s), scored apart: " + listed([f"{r['case']}: {r['problem']}" for r in rows], 3))
-        return Verdict(not self.stale, summary, {"stale_cases": len(self.stale), "cases": len(self.cases)},
-                       {"stale": Table(rows, ["case", "problem"])})
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def file_revision(path: Path) -> str:
-    """The golden-set revision: the first 12 hex digits of the file's sha256 (read in blocks)."""
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()[:12]
 
 
 def load_golden_set(

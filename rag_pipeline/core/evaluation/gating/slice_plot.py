@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rag_pipeline.core.evaluation.gates import SignificanceConfig, paired_significance
+from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig, paired_significance
 from rag_pipeline.core.plots import label, pyplot, save
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rag_pipeline.core.evaluation.golden import GoldSpan
+from rag_pipeline.core.evaluation.golden.cases import GoldSpan
 from rag_pipeline.core.models import Hit
 
 

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rag_pipeline.core.evaluation.abstention_features import DIRECTION, FEATURES, features_for_results
-from rag_pipeline.core.evaluation.holdout import withheld
+from rag_pipeline.core.evaluation.answers.features import DIRECTION, FEATURES, features_for_results
+from rag_pipeline.core.evaluation.golden.holdout import withheld
 
 if TYPE_CHECKING:
     from rag_pipeline.core.retrieval.retriever import RetrievalResult, Retriever
@@ -353,13 +353,13 @@ def fit_abstention(
 
 
 def abstention_summary(
-    rows: Sequence, model: AbstentionModel | None, scores, threshold: float, how: str,
+    rows: Sequence, decided: Sequence[bool], model: AbstentionModel | None, scores, threshold: float, how: str,
 ) -> dict:
-    """The abstention figures: the 2x2 per split (with rates and balanced accuracy), the held-out
+    """The abstention figures of `rows` (results with `case` and `best_score`) and the decision
+    taken for each (`decided`): the 2x2 per split (with rates and balanced accuracy), the held-out
     2x2 (every split but the fit split) beside the single threshold's, and the held-out curve
     (abstain rate on unanswerable against false abstention on answerable) with its area."""
     answerable = [r.case.answerable for r in rows]
-    decided = [bool(r.abstained) for r in rows]
     by_threshold = [r.best_score is None or r.best_score < threshold for r in rows]
     held = [i for i, r in enumerate(rows) if r.case.split != FIT_SPLIT]
     if model is not None:

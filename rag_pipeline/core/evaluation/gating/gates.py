@@ -19,99 +19,21 @@ inconclusive drop.
 Budgets: the mean context size is a count, the same on every run of a config: over its budget it
 fails the gate. Latency is one wall-clock measurement on a machine that may be busy (a shared CI
 runner measured the same config at 1.2 s and 2.3 s): over its budget it warns and never fails
-(benchmarks/ measures speed on a quiet machine).
-"""
+(benchmarks/ measures speed on a quiet machine)."""
 
 from __future__ import annotations
 
 import math
-import random
-import statistics
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.significance import Delta, paired_delta
 from rag_pipeline.core.render import Markdown, inline, printable, table, text_table
 
 Severity = Literal["ERROR", "WARN"]
 Outcome = Literal["pass", "regression", "inconclusive", "warn"]
-# The power at which the minimum detectable effect is stated (the usual 80%).
-MDE_POWER = 0.8
-
-
-class SignificanceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    method: Literal["paired_bootstrap", "randomization"] = "paired_bootstrap"
-    samples: int = Field(default=5000, ge=100)
-    alpha: float = Field(default=0.05, gt=0, lt=1)
-    seed: int = 13
-
-
-class GatePolicy(BaseModel):
-    """The thresholds policy file (data/gate_policy.yaml)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    headline_metrics: tuple[str, ...] = ("recall_at_5", "mrr_at_10", "ndcg_at_10")
-    min_gain: float = Field(default=0.01, ge=0)
-    tolerance: dict[str, float] = Field(default_factory=dict)
-    protected_slices: tuple[str, ...] = ()
-    slice_metric: str = "recall_at_5"
-    latency_budget_p95_ms: float | None = None
-    context_tokens_budget: float | None = None
-    significance: SignificanceConfig = SignificanceConfig()
-    # Answer metrics may gate only through a grader calibrated against people: human verdicts
-    # file (relative to the policy file) and the largest false-pass rate allowed per critical rubric.
-    grader_verdicts: Path | None = None
-    grader_false_pass_budgets: dict[str, float] = Field(default_factory=dict)
-
-
-def load_policy(path: Path | str) -> GatePolicy:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if raw.get("grader_verdicts"):
-            raw["grader_verdicts"] = str((path.parent / raw["grader_verdicts"]).resolve())
-        return GatePolicy.model_validate(raw)
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"gate policy {path}: {exc}") from exc
-    except ValidationError as exc:
-        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"gate policy {path} is invalid: {fields}") from exc
-
-
-def policy_or_default(path: Path | str | None) -> GatePolicy:
-    """The policy file's policy, or the defaults when no file is configured."""
-    return load_policy(path) if path else GatePolicy()
-
-
-@dataclass(frozen=True)
-class Delta:
-    """Baseline and candidate values of one metric, the paired difference and its significance."""
-
-    metric: str
-    baseline: float
-    candidate: float
-    ci_low: float
-    ci_high: float
-    p_value: float
-    cases: int
-    # The smallest true difference these cases detect at MDE_POWER (two-sided, at alpha).
-    mde: float = math.nan
-
-    @property
-    def delta(self) -> float:
-        return self.candidate - self.baseline
-
-    def describe(self, alpha: float) -> str:
-        """`0.8125 -> 0.6875 (-0.1250, 95% CI [-0.2188, -0.0312], p=0.012, 32 cases)`."""
-        return (f"{self.baseline:.4f} -> {self.candidate:.4f} ({self.delta:+.4f}, {1 - alpha:.0%} CI "
-                f"[{self.ci_low:+.4f}, {self.ci_high:+.4f}], p={self.p_value:.3f}, {self.cases} cases)")
 
 
 @dataclass
@@ -183,60 +105,6 @@ class GateResult:
         name = min(self.slice_deltas, key=lambda s: self.slice_deltas[s][1] - self.slice_deltas[s][0])
         base, cand = self.slice_deltas[name]
         return name, cand - base
-
-
-def paired_significance(
-    baseline: Sequence[float], candidate: Sequence[float], config: SignificanceConfig
-) -> tuple[float, float, float]:
-    """(ci_low, ci_high, p_value) of the mean paired difference candidate - baseline over cases.
-
-    paired_bootstrap: resample cases with replacement `samples` times; the CI is the central
-    (1 - alpha) interval of the resampled mean differences; p = 2 * min(P(mean <= 0), P(mean >= 0)).
-    randomization: flip the sign of each case's difference at random (the null of no difference);
-    p = share of flipped means at least as extreme as the observed one; the CI is the bootstrap's.
-    """
-    diffs = [c - b for b, c in zip(baseline, candidate, strict=True)]
-    n = len(diffs)
-    if n == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = random.Random(config.seed)
-    observed = sum(diffs) / n
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(config.samples))
-    low = means[int(math.floor(config.alpha / 2 * (config.samples - 1)))]
-    high = means[int(math.ceil((1 - config.alpha / 2) * (config.samples - 1)))]
-    if all(d == 0 for d in diffs):
-        return low, high, 1.0
-    if config.method == "randomization":
-        extreme = sum(
-            1 for _ in range(config.samples)
-            if abs(sum(d if rng.random() < 0.5 else -d for d in diffs) / n) >= abs(observed) - 1e-12
-        )
-        return low, high, (extreme + 1) / (config.samples + 1)
-    at_or_below = sum(1 for m in means if m <= 0) / config.samples
-    at_or_above = sum(1 for m in means if m >= 0) / config.samples
-    return low, high, min(1.0, 2 * min(at_or_below, at_or_above))
-
-
-def minimum_detectable_effect(baseline: Sequence[float], candidate: Sequence[float], alpha: float,
-                              power: float = MDE_POWER) -> float:
-    """The smallest true mean difference a paired two-sided test at `alpha` detects with probability
-    `power` over these cases: (z(1 - alpha/2) + z(power)) * sd(differences) / sqrt(n), the spread
-    estimated from this comparison; NaN under two cases or without any spread."""
-    diffs = [c - b for b, c in zip(baseline, candidate, strict=True)]
-    if len(diffs) < 2:
-        return math.nan
-    spread = statistics.stdev(diffs)
-    if spread == 0:
-        return math.nan
-    z = statistics.NormalDist()
-    return (z.inv_cdf(1 - alpha / 2) + z.inv_cdf(power)) * spread / math.sqrt(len(diffs))
-
-
-def paired_delta(metric: str, baseline: Sequence[float], candidate: Sequence[float], config: SignificanceConfig) -> Delta:
-    """The Delta of one metric over paired case values (means, interval, p, MDE)."""
-    low, high, p = paired_significance(baseline, candidate, config)
-    return Delta(metric, _mean(baseline), _mean(candidate), low, high, p, len(baseline),
-                 minimum_detectable_effect(baseline, candidate, config.alpha))
 
 
 def three_way(delta: Delta, tolerance: float) -> Outcome:
@@ -316,10 +184,6 @@ def check_budgets(candidate: Mapping, policy: GatePolicy) -> list[Finding]:
     return result.findings
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
 def _check_grader(result: GateResult, policy: GatePolicy) -> None:
     """Answer metrics are graded; a grader whose false-pass rate on a critical rubric is over budget
     (against human verdicts) cannot gate a release, and the gate says so."""
@@ -329,7 +193,7 @@ def _check_grader(result: GateResult, policy: GatePolicy) -> None:
         result.add("grader calibrated", "regression", "answer metrics are headline metrics but no grader_verdicts "
                                                        "file calibrates the grader against people")
         return
-    from rag_pipeline.core.evaluation.calibration import calibrate, load_verdicts
+    from rag_pipeline.core.evaluation.answers.calibration import calibrate, load_verdicts
 
     usable, reasons = calibrate(load_verdicts(policy.grader_verdicts)).usable(policy.grader_false_pass_budgets)
     if not usable:

@@ -13,7 +13,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rag_pipeline.core.evaluation.golden import default_split, file_revision, read_golden_lines
+from rag_pipeline.core.evaluation.golden.cases import default_split, file_revision
+from rag_pipeline.core.evaluation.golden.lines import read_golden_lines
 
 HOLDOUT = "holdout"
 WITHHELD_TRACE = {"withheld": "holdout case: counted in the aggregates, its text and trace are not shown"}
