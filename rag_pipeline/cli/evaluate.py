@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 
 from rag_pipeline.cli.common import (
-    _INPUT_ERRORS,
     EXIT_PASS,
     EXIT_REGRESSION,
-    EXIT_USAGE,
     INTERRUPTED_EXIT,
     configured_store,
     dagster_instance,
@@ -46,7 +44,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                      run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
     if not evaluation.measured:
         print(f"error: evaluation failed: {printable_lines(evaluation.error)}", file=sys.stderr)
-        return EXIT_USAGE if evaluation.error_kind in _INPUT_ERRORS else EXIT_REGRESSION
+        return evaluation.exit_code
     store = configured_store(config)
     eval_id = evaluation.summary["eval_id"]
     files = _write_eval_files(args, golden, store, eval_id)

@@ -12,8 +12,8 @@ from rag_pipeline.cli.common import (
     load_args_with_sources,
     print_json,
 )
-from rag_pipeline.cli.outcomes import SUMMARY_COLUMNS, unchanged_run
 from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core.ingestion.source_runs import SUMMARY_COLUMNS, unchanged_run
 from rag_pipeline.core.render import printable
 
 

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 
 from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
-from rag_pipeline.config import ConfigError
+from rag_pipeline.core.errors import EXIT_INPUT, DomainError
 from rag_pipeline.core.render import printable
 
 
@@ -214,10 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
     try:
         return args.func(args)
-    # A golden-set error (GoldenSetError) is a ValueError.
-    except (ConfigError, FileNotFoundError, KeyError, ValueError) as exc:
+    except DomainError as exc:
+        # A fault of the input or the deployment (core/errors.py): its message is the whole story.
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        # A file named on the command line or in the config that cannot be opened as one.
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     except BrokenPipeError:
         # The reader went away (`rag-pipeline search ... | head`): stop quietly, as a shell tool
         # does; what is left unflushed goes nowhere rather than into a second error at exit.

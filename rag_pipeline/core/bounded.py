@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from rag_pipeline.core.errors import InputError
 
-class InputTooLargeError(ValueError):
+
+class InputTooLargeError(InputError):
     """A file over its size bound (or holding more than its bound of records): refused whole."""
 
 

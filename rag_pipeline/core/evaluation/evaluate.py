@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
 from rag_pipeline.core.embedding.embedder import Embedder
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.answers.abstention import abstention_summary, calibrate_threshold, fit_abstention
 from rag_pipeline.core.evaluation.answers.answering import CaseAnswer, answer_cases
 from rag_pipeline.core.evaluation.answers.generators import Generator, make_claim_judge, make_generator
@@ -41,7 +42,7 @@ from rag_pipeline.core.storage import Store
 SPAN_CUTOFFS = (5, 10)
 
 
-class EvaluationError(ValueError):
+class EvaluationError(InputError):
     """The evaluation cannot produce a truthful number; the message says why and what to do."""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
 from rag_pipeline.core.embedding.embedder import Embedder
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
 from rag_pipeline.core.evaluation.gating.gates import GateResult, compare
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
@@ -38,7 +39,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 }
 
 
-class BundleRefused(ValueError):
+class BundleRefused(InputError):
     """The candidate changes more than one component and bundles were not allowed."""
 
 
@@ -96,7 +97,7 @@ def run_experiment(
     diff = config_diff(baseline, candidate)
     touched = components_changed(diff)
     if not touched:
-        raise ValueError("the candidate config is identical to the baseline in every retrieval-relevant setting")
+        raise InputError("the candidate config is identical to the baseline in every retrieval-relevant setting")
     if len(touched) > 1 and not allow_bundle:
         raise BundleRefused(
             f"the candidate changes {len(touched)} components ({', '.join(touched)}): change one at a time, "

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rag_pipeline.core.errors import UnavailableError
+
 # File types that unstructured parses for us; everything else is recorded as skipped.
 SUPPORTED_TYPES: dict[str, str] = {
     ".md": "md",
@@ -30,7 +32,7 @@ SUPPORTED_TYPES: dict[str, str] = {
 SIDECAR_SUFFIX = ".meta.yaml"
 
 
-class SourceUnavailableError(RuntimeError):
+class SourceUnavailableError(UnavailableError):
     """The source cannot be trusted for this run (missing, unreadable, emptied, mass deletion).
 
     Raised before anything is written, so the index keeps serving its previous state.

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, SchemaError, create_statements
 
@@ -26,7 +27,7 @@ BATCH_ROWS = 65_536
 BATCH_KINDS = {"int32": "int32", "int64": "int64", "float64": "float64", "vector": "float32"}
 
 
-class NoIndexError(ValueError):
+class NoIndexError(InputError):
     """A command that only reads (or must not create one) found no index where the config points."""
 
 

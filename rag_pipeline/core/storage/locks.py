@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rag_pipeline.core.errors import UnavailableError
 
-class SourceBusyError(RuntimeError):
+
+class SourceBusyError(UnavailableError):
     """Another process kept the source's ingestion lock for longer than we agreed to wait."""
 
 

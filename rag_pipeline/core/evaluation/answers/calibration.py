@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag_pipeline.core import jsonl
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.answers.checks import check_answer
 from rag_pipeline.core.evaluation.answers.generators import ABSTENTION, Answer, parse_citations
 from rag_pipeline.core.render import inline, table
@@ -91,10 +92,10 @@ def load_verdicts(path: Path) -> list[dict]:
     for number, row in jsonl.records(path):
         for key in ("case_id", "answer", "verdicts", "reviewer"):
             if key not in row:
-                raise ValueError(f"{path} line {number}: field '{key}' is missing")
+                raise InputError(f"{path} line {number}: field '{key}' is missing")
         bad = {k: v for k, v in row["verdicts"].items() if v not in ("pass", "fail")}
         if bad:
-            raise ValueError(f"{path} line {number}: verdicts must be 'pass' or 'fail', got {bad}")
+            raise InputError(f"{path} line {number}: verdicts must be 'pass' or 'fail', got {bad}")
         rows.append(row)
     return rows
 

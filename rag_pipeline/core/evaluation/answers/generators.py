@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from rag_pipeline.config import AnswersConfig
+from rag_pipeline.config import AnswersConfig, ConfigError
 from rag_pipeline.core.models import Hit
 from rag_pipeline.core.retrieval.lexical import analyze
 
@@ -110,7 +110,7 @@ def load_prompt(path: Path) -> tuple[str, str]:
     header, sep, template = Path(path).read_text(encoding="utf-8").partition("\n---\n")
     version = header.strip().removeprefix("version:").strip() if sep else ""
     if not sep or not version:
-        raise ValueError(f"prompt {path}: expected a first line 'version: <id>' and a '---' line before the template")
+        raise ConfigError(f"prompt {path}: expected a first line 'version: <id>' and a '---' line before the template")
     return version, template
 
 
@@ -269,7 +269,7 @@ def make_generator(config: AnswersConfig, threshold: float) -> Generator:
             config.timeout_s, config.max_retries, price_per_1k_prompt=config.price_per_1k_prompt,
             price_per_1k_completion=config.price_per_1k_completion,
         )
-    raise ValueError(f"answers.generator {config.generator!r} makes no answers")
+    raise ConfigError(f"answers.generator {config.generator!r} makes no answers")
 
 
 def make_claim_judge(config: AnswersConfig) -> LLMClaimJudge | None:

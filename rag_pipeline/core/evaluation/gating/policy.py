@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rag_pipeline.config import ConfigError
 from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig
 
 
@@ -38,10 +39,10 @@ def load_policy(path: Path | str) -> GatePolicy:
             raw["grader_verdicts"] = str((path.parent / raw["grader_verdicts"]).resolve())
         return GatePolicy.model_validate(raw)
     except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"gate policy {path}: {exc}") from exc
+        raise ConfigError(f"gate policy {path}: {exc}") from exc
     except ValidationError as exc:
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise ValueError(f"gate policy {path} is invalid: {fields}") from exc
+        raise ConfigError(f"gate policy {path} is invalid: {fields}") from exc
 
 
 def policy_or_default(path: Path | str | None) -> GatePolicy:

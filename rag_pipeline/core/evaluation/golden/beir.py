@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from rag_pipeline.config import slugify_source_id
+from rag_pipeline.core.errors import InputError
 
 BEIR_REFERENCE = "(BEIR dataset: relevance judgements only, no reference answer)"
 
@@ -18,10 +19,10 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
         reader = csv.reader(handle, delimiter="\t")
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
-            raise ValueError(f"{path}: expected a header 'query-id<TAB>corpus-id<TAB>score'")
+            raise InputError(f"{path}: expected a header 'query-id<TAB>corpus-id<TAB>score'")
         for line_number, row in enumerate(reader, start=2):
             if len(row) < 3:
-                raise ValueError(f"{path} line {line_number}: expected 3 tab-separated columns")
+                raise InputError(f"{path} line {line_number}: expected 3 tab-separated columns")
             qrels.setdefault(row[0], {})[row[1]] = int(row[2])
     return qrels
 

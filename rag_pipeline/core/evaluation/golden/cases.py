@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.verdicts import Table, Verdict, listed
 
 SPLITS = ("dev", "validation", "holdout")
@@ -25,7 +26,7 @@ def default_split(case_id: str) -> str:
     return next(name for name, upper in _SPLIT_SHARES if n < upper)
 
 
-class GoldenSetError(ValueError):
+class GoldenSetError(InputError):
     """The golden set file is invalid; the message lists every problem with its line and field."""
 
 

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.golden.cases import BOOLEAN_VALUES, GoldenSetError, parse_boolean
 from rag_pipeline.core.evaluation.golden.dataset_records import read_records
 
@@ -236,11 +237,11 @@ def detect_shape(records: Sequence[tuple[int, dict]], container: str | None = No
     if len(tools) == 1:
         return tools[0]
     if len(tools) > 1:
-        raise ValueError("cannot tell the shape: " + "; ".join(f"{s} keys {found[s]}" for s in tools)
+        raise InputError("cannot tell the shape: " + "; ".join(f"{s} keys {found[s]}" for s in tools)
                          + "; name it with --shape")
     if "handwritten" in found:
         return "handwritten"
-    raise ValueError(f"cannot tell the shape from the keys {sorted(keys)}; name it with --shape")
+    raise InputError(f"cannot tell the shape from the keys {sorted(keys)}; name it with --shape")
 
 
 # ---- importing ---------------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def import_cases(
     """
     path = Path(path)
     if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+        raise InputError(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
     records, container = read_records(path)
     if shape == "auto":
         shape = detect_shape(records, container)

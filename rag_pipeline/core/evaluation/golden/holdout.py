@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.golden.cases import default_split, file_revision
 from rag_pipeline.core.evaluation.golden.lines import read_golden_lines
 
@@ -26,7 +27,7 @@ def withheld(case) -> bool:
     return case.split == HOLDOUT
 
 
-class HoldoutError(ValueError):
+class HoldoutError(InputError):
     """A release names a case that is not in the file or not in holdout."""
 
 

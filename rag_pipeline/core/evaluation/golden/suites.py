@@ -17,6 +17,7 @@ import hashlib
 from collections import defaultdict
 from dataclasses import replace
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.golden.cases import GoldenSet
 
 FULL = "full"
@@ -38,9 +39,9 @@ def select_suite(golden: GoldenSet, suite: str, size: int) -> GoldenSet:
     if suite == FULL:
         return golden
     if suite != PR:
-        raise ValueError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
+        raise InputError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
     if size < 1:
-        raise ValueError(f"the pr suite needs a size of at least 1 (evaluation.pr_subset_size), got {size}")
+        raise InputError(f"the pr suite needs a size of at least 1 (evaluation.pr_subset_size), got {size}")
     eligible = [c for c in golden.cases if c.split != "holdout"]
     by_slice: dict[str, list] = defaultdict(list)
     for case in eligible:

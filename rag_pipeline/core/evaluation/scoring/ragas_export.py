@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.golden.cases import GoldenSet
 
 if TYPE_CHECKING:
@@ -89,11 +90,11 @@ def export_ragas(
             case_id: trace["answer"]["text"] for case_id, trace in traces.items()
             if (trace.get("answer") or {}).get("text") and not trace["answer"].get("error")})
     if revision != golden.revision:
-        raise ValueError(f"the evaluation is of golden revision {revision}, the golden set given is {golden.revision}")
+        raise InputError(f"the evaluation is of golden revision {revision}, the golden set given is {golden.revision}")
     by_id = {c.id: c for c in golden.cases}
     missing_cases = sorted(set(traces) - set(by_id))
     if missing_cases:
-        raise ValueError(f"cases not in golden set {golden.path.name}: {', '.join(missing_cases[:5])}")
+        raise InputError(f"cases not in golden set {golden.path.name}: {', '.join(missing_cases[:5])}")
     shown = {i: t for i, t in traces.items() if include_holdout or by_id[i].split != _HOLDOUT}
     finals = {case_id: (trace.get("final") or [])[:context_k] for case_id, trace in shown.items()}
     top = {case_id: [h["chunk_id"] for h in hits if h.get("chunk_id")] for case_id, hits in finals.items()}

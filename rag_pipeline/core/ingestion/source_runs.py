@@ -1,4 +1,7 @@
-"""What a command-line run of a source reports, and the one decision of whether a source needs a run (Dagster-free)."""
+"""A source's run as every caller reports it (`SourceRun`: counts, failed documents, checks, the
+reason it failed), built from the run's outcomes, and the one decision of whether a source needs a
+run at all (`unchanged_run`): asked before Dagster is even imported, and again by the runner under
+the source's lock."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported when deciding, so that a command that never decides does not pay for them
     from rag_pipeline.config import SourceConfig
     from rag_pipeline.core.ingestion.inputs import SourceWalk
+    from rag_pipeline.core.outcomes import RunResult
     from rag_pipeline.core.storage import Store
 
 # What a run of a source counts, in pipeline order, and the (asset, metadata key) each is read from.
@@ -56,6 +60,15 @@ class SourceRun:
     interrupted: bool = False
     # Files discovery skipped (not documents): `{"doc_id", "reason"}` each.
     skipped: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_run(cls, source_id: str, run: RunResult, failures: list[dict], skipped: list[dict]) -> SourceRun:
+        """The outcome of a run that ran: its counts (0 for a stage it did not reach), the ledger's
+        failed documents, its checks and, when it failed, the reason its failed step gave."""
+        counts = {name: int(run.value(asset, key, 0)) for name, (asset, key) in {**RUN_COUNTS, **RUN_DETAILS}.items()}
+        return cls(source_id, run.success, counts, failures, {name: c.passed for name, c in run.checks.items()},
+                   error=run.error, warnings=run.warned_checks,
+                   interrupted=run.interrupted, skipped=skipped)
 
     def as_json(self) -> dict:
         # Every count, 0 where this outcome has none (a source not run, a busy one): one shape for scripts.
