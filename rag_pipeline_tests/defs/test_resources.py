@@ -1,10 +1,12 @@
-"""The store and embedder resources hold their config section whole, never copies of its fields."""
+"""The store and embedder resources hold their config section as launchpad fields generated from
+its schema, and the section validates them on use."""
 
-import pydantic
+import dagster as dg
 import pytest
 
+from rag_pipeline.config import ConfigError, EmbeddingConfig, StorageConfig
 from rag_pipeline.core.embedding.embedder import make_embedder
-from rag_pipeline.defs.resources import EmbedderResource, StoreResource, resources_for
+from rag_pipeline.defs.resources import EmbedderResource, StorageFields, StoreResource, resources_for
 
 
 def test_store_and_embedder_come_from_the_config_as_given(tmp_path, write_config):
@@ -17,8 +19,38 @@ def test_store_and_embedder_come_from_the_config_as_given(tmp_path, write_config
     assert resources["embedder"].get().identity == make_embedder(config.embedding).identity
 
 
-def test_a_value_the_validators_refuse_fails_the_resource(tmp_path, write_config):
+@pytest.mark.parametrize(("resource", "field", "section"), [(StoreResource, "storage", StorageConfig),
+                                                             (EmbedderResource, "embedding", EmbeddingConfig)])
+def test_every_setting_is_a_field_of_the_launchpad_with_its_default(resource, field, section):
+    """What the launchpad shows: a nested shape with one field per setting of the section, not a JSON string."""
+    nested = resource.to_config_schema().as_field().config_type.fields[field].config_type
+    assert set(nested.fields) == set(section.model_fields)
+    for name, info in section.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        shown = nested.fields[name]
+        assert not shown.is_required
+        if default is not None:
+            assert shown.default_value == (str(default) if not isinstance(default, (bool, int, float)) else default)
+
+
+def test_a_value_the_validators_refuse_fails_the_resource_naming_the_field(tmp_path, write_config):
     config = write_config({"docs": tmp_path})
-    tampered = config.storage.model_dump_json().replace('"hnsw_m":16', '"hnsw_m":1')
-    with pytest.raises(pydantic.ValidationError, match="hnsw_m"):
+    tampered = StorageFields(**{**config.storage.model_dump(mode="json"), "hnsw_m": 1})
+    with pytest.raises(ConfigError, match="resource 'store': hnsw_m"):
         StoreResource(storage=tampered).get()
+    with pytest.raises(ConfigError, match="resource 'store': backend"):
+        StoreResource(storage=StorageFields(backend="mysql")).get()
+
+
+def test_a_launchpad_run_config_reaches_the_store(tmp_path, write_config):
+    """A run configured from the launchpad (run config, as the UI sends it) sets the store's fields."""
+    config = write_config({"docs": tmp_path})
+
+    @dg.asset
+    def where(store: StoreResource) -> str:
+        return store.get().db.describe()
+
+    target = tmp_path / "launchpad" / "index.duckdb"
+    result = dg.materialize([where], resources={"store": StoreResource.from_config(config.storage)},
+                            run_config={"resources": {"store": {"config": {"storage": {"path": str(target)}}}}})
+    assert str(target) in result.output_for_node("where")
