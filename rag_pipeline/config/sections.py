@@ -141,6 +141,8 @@ class SourceConfig(_Strict):
     chunking: ChunkingConfig | None = Field(default=None, description="overrides the pipeline's chunking for this source")
     # A link is read only when its target lies inside the source root (and then only once).
     follow_symlinks: Literal["within_root", "never"] = "within_root"
+    # A file with several names (st_nlink > 1) may be reachable, and written, from outside the root.
+    allow_hard_links: bool = Field(default=False, description="read files that have more than one name (hard links)")
     limits: DocumentLimits = DocumentLimits()
     parse_workers: int = Field(default=0, ge=0, le=16,
                                description="parser processes at work on this source at once; 0: one per CPU, at most 2, "

@@ -5,6 +5,7 @@ would see them: real files, a real DuckDB index, `python -m rag_pipeline.cli` in
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -130,3 +131,27 @@ def test_search_refuses_k_below_one_and_experiments_a_named_store_that_does_not_
     # Not named: no experiment logged yet is an empty log, as before.
     out = run_cli("experiments", "--config", str(config))
     assert out.returncode == 0 and "no experiment logged yet" in out.stderr
+
+
+def test_a_hard_link_is_skipped_unless_the_source_allows_it(tmp_path):
+    root, outside = tmp_path / "docs", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "a.md").write_text("# Refunds\n\nRefunds are issued within fourteen days.\n")
+    (outside / "secret.md").write_text("# Secret\n\nThe vault combination is seven seven three.\n")
+    os.link(outside / "secret.md", root / "linked.md")
+    config = _config(tmp_path, root)
+    code, report = _ingest(config)
+    assert code == 0 and report["skipped"] == 1 and report["failures"] == [], report
+    with duckdb.connect(str(tmp_path / "index.duckdb"), read_only=True) as con:
+        [(status, reason)] = con.execute("SELECT status, reason FROM ledger WHERE doc_id = 'docs:linked.md'").fetchall()
+    assert status == "skipped" and reason.startswith("linked.md is a hard link (2 names for one file)"), reason
+    assert "set allow_hard_links: true on the source" in reason
+    assert set(_served(tmp_path / "index.duckdb")) == {"docs:a.md"}
+    # Allowed by the source, explicitly: served.
+    raw = yaml.safe_load(config.read_text())
+    raw["sources"][0]["allow_hard_links"] = True
+    config.write_text(yaml.safe_dump(raw))
+    code, report = _ingest(config)
+    assert code == 0 and report["added"] == 1, report
+    assert "vault combination" in _served(tmp_path / "index.duckdb")["docs:linked.md"]
