@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
 from rag_pipeline.config import ConfigError
 from rag_pipeline.core.render import printable
+from rag_pipeline.core.storage.faults import StorageFaultError
 
 
 def _command(path: str):
@@ -225,6 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
     try:
         return args.func(args)
+    # A full disk or a damaged index file: a failed run, said by its name (before ValueError, its base).
+    except StorageFaultError as exc:
+        print(f"error: {printable(exc)}", file=sys.stderr)
+        return 1
     # A golden-set error (GoldenSetError) is a ValueError.
     except (ConfigError, FileNotFoundError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

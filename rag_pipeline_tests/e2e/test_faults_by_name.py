@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from rag_pipeline_tests.e2e.cli import run_cli
+from rag_pipeline_tests.full_disk import fill, small_disk
 
 pytestmark = pytest.mark.slow
 
@@ -155,3 +156,66 @@ def test_a_hard_link_is_skipped_unless_the_source_allows_it(tmp_path):
     code, report = _ingest(config)
     assert code == 0 and report["added"] == 1, report
     assert "vault combination" in _served(tmp_path / "index.duckdb")["docs:linked.md"]
+
+
+def _pages(root: Path, version: str) -> None:
+    for i in range(30):
+        filler = " ".join(f"w{version}{i}x{j}" for j in range(400))  # words no other page holds: room in the index
+        (root / f"p{i}.md").write_text(f"# Page {i}\n\nTopic {i} of release {version}. {filler}\n")
+
+
+def _found(config: Path, word: str) -> list[str]:
+    """The documents a lexical search for `word` returns, through the command line."""
+    out = run_cli("search", word, "--config", str(config), "--mode", "bm25", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [hit["doc_id"] for hit in json.loads(out.stdout)["final"]]
+
+
+def test_a_full_disk_is_said_by_name_and_loses_nothing_served(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    _pages(root, "one")
+    with small_disk(tmp_path / "disk", 48) as disk:
+        index = disk / "index.duckdb"
+        config = _config(tmp_path, root)
+        raw = yaml.safe_load(config.read_text())
+        raw["sources"][0].pop("defaults")
+        raw["storage"]["path"] = str(index)
+        config.write_text(yaml.safe_dump(raw))
+        assert run_cli("ingest", "--config", str(config)).returncode == 0
+        _pages(root, "two")
+        for leave, where, step in [(0, disk / "index.duckdb.locks", ""), (2 * 1024 * 1024, index, "RUN FAILED docs: ")]:
+            fill(disk, leave)
+            out = run_cli("ingest", "--config", str(config))
+            said = out.stdout + out.stderr
+            assert out.returncode == 1, said[-3000:]
+            assert step in said and (f"no space left on device at {where}: free space on that disk and run again; "
+                                     "what was served before is still served") in said, said[-3000:]
+            assert "Traceback" not in said and "cannot rollback" not in said, said[-3000:]
+        (disk / "filler").unlink()
+        # What was served before still answers; the next run, with room, serves the new release.
+        assert _found(config, "wone7x5") == ["docs:p7.md"] and _found(config, "wtwo7x5") == []
+        assert run_cli("ingest", "--config", str(config)).returncode == 0
+        assert _found(config, "wtwo7x5") == ["docs:p7.md"] and _found(config, "wone7x5") == []
+
+
+def test_an_index_file_cut_short_is_said_damaged_with_what_to_do(tmp_path):
+    root = tmp_path / "docs"
+    root.mkdir()
+    _pages(root, "one")
+    config = _config(tmp_path, root)
+    index = tmp_path / "index.duckdb"
+    assert run_cli("ingest", "--config", str(config)).returncode == 0
+    with open(index, "r+b") as handle:
+        handle.truncate(index.stat().st_size // 3)
+    sentence = (f"error: the index file {index} is damaged (cut short or overwritten): restore it from a backup, "
+                "or remove it and run `rag-pipeline ingest` to build it again")
+    for command in (["search", "topic 7", "--tenant", "acme"], ["ingest"]):
+        out = run_cli(*command, "--config", str(config))
+        assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+        assert out.stderr.strip().splitlines()[-1] == sentence, out.stderr[-3000:]
+        assert "Traceback" not in out.stderr
+    index.unlink()
+    assert run_cli("ingest", "--config", str(config)).returncode == 0  # what it says to do works
+    out = run_cli("search", "wone7x5", "--config", str(config), "--tenant", "acme", "--mode", "bm25", "--json")
+    assert [hit["doc_id"] for hit in json.loads(out.stdout)["final"]] == ["docs:p7.md"]
