@@ -72,15 +72,14 @@ class Database(ABC):
         if self._held is not None:
             yield self._held
             return
-        try:
+        with self._naming_faults():
             connection = self._connect()
-        except Exception as error:
-            raise self._named(error) from error
         try:
-            self._ensure_schema(connection)
-        except BaseException as error:
+            with self._naming_faults():
+                self._ensure_schema(connection)
+        except BaseException:
             self._release(connection)
-            raise self._named(error) from error
+            raise
         if self._in_session:
             self._held = connection  # the session's first call: later ones share it, its end releases it
             with self._naming_faults():
@@ -92,17 +91,15 @@ class Database(ABC):
         finally:
             self._release(connection)
 
-    def _named(self, error: BaseException) -> BaseException:
-        """`error`, or the sentence for a full disk or a damaged index file behind it."""
-        return named_fault(error, self.describe(), file_based=self.dialect == "duckdb") or error
-
     @contextmanager
     def _naming_faults(self) -> Iterator[None]:
+        """A full disk or a damaged index file raised inside becomes its sentence (NoSpaceError,
+        DamagedIndexError, naming this database); any other error passes as it is."""
         try:
             yield
         except Exception as error:
-            named = self._named(error)
-            if named is error:
+            named = named_fault(error, self.describe(), file_based=self.dialect == "duckdb")
+            if named is None:
                 raise
             raise named from error
 
