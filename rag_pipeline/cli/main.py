@@ -29,6 +29,17 @@ def _command(path: str):
     return run
 
 
+def _positive_int(text: str) -> int:
+    """A count of at least 1 (argparse names the flag and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} asks for no hits: give 1 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--roles", help="comma-separated roles of the caller, e.g. employee,support")
     search.add_argument("--status", help="statuses to include (default: published), e.g. published,superseded")
     search.add_argument("--mode", choices=("dense", "bm25", "hybrid"))
-    search.add_argument("--k", type=int, default=None)
+    search.add_argument("--k", type=_positive_int, default=None, help="hits to return (at least 1; default: config)")
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=_command("search.cmd_search"), source=None)
 

@@ -119,6 +119,10 @@ class DocumentLimits(_Strict):
     # the other limits let through (a 300-page PDF, a Word file of 1.9 million characters) took it
     # to 1.3 GB. 3 GB leaves more than twice that, and keeps two workers under 6 GB whatever they read.
     max_parser_memory_mb: int = Field(default=3072, ge=256, description="address space of a parser worker")
+    # What one document may bring into the run's own process (the worker's memory is bounded above):
+    # a 300-page PDF gives about 1,000 elements, a Word file of 1.9 million characters about 40,000.
+    max_elements: int = Field(default=100_000, ge=1, description="elements (headings, paragraphs...) per document")
+    max_chunks: int = Field(default=20_000, ge=1, description="chunks per document")
 
     @property
     def max_file_bytes(self) -> int:
@@ -142,6 +146,8 @@ class SourceConfig(_Strict):
     chunking: ChunkingConfig | None = Field(default=None, description="overrides the pipeline's chunking for this source")
     # A link is read only when its target lies inside the source root (and then only once).
     follow_symlinks: Literal["within_root", "never"] = "within_root"
+    # A file with several names (st_nlink > 1) may be reachable, and written, from outside the root.
+    allow_hard_links: bool = Field(default=False, description="read files that have more than one name (hard links)")
     limits: DocumentLimits = DocumentLimits()
     parse_workers: int = Field(default=0, ge=0, le=16,
                                description="parser processes at work on this source at once; 0: one per CPU, at most 2, "
