@@ -21,7 +21,7 @@ $(BIN)/rag-pipeline: pyproject.toml tools/en_core_web_sm_shim/pyproject.toml
 	# the CPU torch with a multi-GB CUDA build, so it goes in without them (pyproject lists what it needs).
 	set -o pipefail; $(BIN)/pip install -q --no-deps unstructured-inference==1.6.14 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
 	# The bundled model exported to ONNX once, into the user's cache (first use would do it otherwise).
-	$(BIN)/python -m rag_pipeline.core.ingestion.onnx_export
+	$(BIN)/python -m rag_pipeline.core.embedding.onnx_export
 	touch $@
 
 install: $(BIN)/rag-pipeline

@@ -45,12 +45,12 @@ from rag_pipeline.config import (  # noqa: E402
     RetrievalConfig,
     SourceConfig,
 )
-from rag_pipeline.core.evaluation.beir import import_beir  # noqa: E402
+from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
 from rag_pipeline.core.evaluation.evaluate import evaluate  # noqa: E402
 from rag_pipeline.core.evaluation.experiments import render_log, run_experiment  # noqa: E402
-from rag_pipeline.core.evaluation.gates import GatePolicy  # noqa: E402
-from rag_pipeline.core.evaluation.golden import load_golden_set  # noqa: E402
-from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy  # noqa: E402
+from rag_pipeline.core.evaluation.golden.beir import import_beir  # noqa: E402
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.retrieval.retriever import Retriever  # noqa: E402
 from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402

@@ -18,9 +18,9 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
+from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
 from rag_pipeline.core.evaluation.experiments import render_log, run_experiment  # noqa: E402
-from rag_pipeline.core.evaluation.gates import load_policy  # noqa: E402
-from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.evaluation.gating.policy import load_policy  # noqa: E402
 from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10")

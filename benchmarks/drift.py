@@ -18,7 +18,7 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
-from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
+from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
 from rag_pipeline.core.monitoring.daily import drift_day, sample_day  # noqa: E402
 from rag_pipeline.core.storage import open_store  # noqa: E402
 

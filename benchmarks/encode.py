@@ -33,8 +33,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK"):
 import numpy as np  # noqa: E402
 
 from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig  # noqa: E402
-from rag_pipeline.core.ingestion.embedding import ModelEmbedder  # noqa: E402
-from rag_pipeline.core.ingestion.onnx_engine import bulk_threads  # noqa: E402
+from rag_pipeline.core.embedding.model import ModelEmbedder  # noqa: E402
+from rag_pipeline.core.embedding.onnx_engine import bulk_threads  # noqa: E402
 
 SCIFACT = PROJECT_ROOT.parent / "shared" / "datasets" / "beir-scifact" / "corpus.jsonl"
 QUESTION = "how do I set a timeout on a client"
@@ -43,7 +43,7 @@ ONNX_QUERY = """
 import json, sys, time
 started = time.perf_counter()
 from rag_pipeline.config import EmbeddingConfig
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 embedder = make_embedder(EmbeddingConfig())
 embedder.encode([sys.argv[1]])
 print(json.dumps({"inside_s": time.perf_counter() - started, "torch": "torch" in sys.modules}))
@@ -53,7 +53,7 @@ import json, sys, time
 started = time.perf_counter()
 from sentence_transformers import SentenceTransformer
 from rag_pipeline.config import DEFAULT_MODEL
-from rag_pipeline.core.ingestion.model_folder import resolve_model_path
+from rag_pipeline.core.embedding.model_folder import resolve_model_path
 model = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
 model.encode([sys.argv[1]], normalize_embeddings=True)
 print(json.dumps({"inside_s": time.perf_counter() - started, "torch": "torch" in sys.modules}))

@@ -37,7 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.performance_page import write_section  # noqa: E402
 from rag_pipeline.config import as_written  # noqa: E402
-from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig, compare, load_policy  # noqa: E402
+from rag_pipeline.core.evaluation.gating.gates import compare  # noqa: E402
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy, load_policy  # noqa: E402
+from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig  # noqa: E402
 from tools.local_deployment import pipeline_config  # noqa: E402
 
 SMALL_SET = 23

@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.performance_page import write_section  # noqa: E402
 from rag_pipeline.config import EmbeddingConfig  # noqa: E402
+from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
 from rag_pipeline.core.faults import COMMAND_KILL_POINTS, KILL_POINTS  # noqa: E402
-from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
 from tools.access_probes import CALLERS, FIELDS, SOURCE_DEFAULTS, ProbeReport, run_probes  # noqa: E402
 

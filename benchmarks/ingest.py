@@ -43,8 +43,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
     os.environ.setdefault(_name, "1")
 
 from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig, load_config  # noqa: E402
+from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.discovery import discover_files  # noqa: E402
-from rag_pipeline.core.ingestion.embedding import make_embedder  # noqa: E402
 from rag_pipeline.core.ingestion.parsing import ParseJob, parse_job, warm_up  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.storage import duckdb_store  # noqa: E402

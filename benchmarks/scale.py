@@ -118,7 +118,7 @@ def run_phase(phase: str, corpus: Path, store_spec: str, raw_sample: float = 1.0
     """One ingestion of the corpus into the store; for `full`, then the raw encode of its chunks
     (of every `1 / raw_sample`-th chunk, scaled up, when `raw_sample` < 1)."""
     from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.ingestion.stages import ingest_source
 
     store = _store(store_spec)

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from rag_pipeline.config import PipelineConfig, load_config
+from rag_pipeline.config import ConfigError, PipelineConfig, load_config
 from rag_pipeline.defs.automation import automation_for, automation_jobs
 from rag_pipeline.defs.evaluation import evaluation_assets
 from rag_pipeline.defs.ingestion import ingestion_assets, search_index
@@ -68,15 +68,15 @@ def executor_for(config: PipelineConfig) -> dg.ExecutorDefinition:
         return dagster_k8s.k8s_job_executor
     if chosen == "celery":
         if not config.storage.parallel_writers:
-            raise ValueError(f"{EXECUTOR_ENV_VAR}=celery needs storage.backend: postgres (a DuckDB file has one writer)")
+            raise ConfigError(f"{EXECUTOR_ENV_VAR}=celery needs storage.backend: postgres (a DuckDB file has one writer)")
         from rag_pipeline.defs.celery_executor import celery_executor
 
         return celery_executor(os.environ)
     executors = {"multiprocess": dg.multiprocess_executor, "in_process": dg.in_process_executor}
     if chosen not in executors:
-        raise ValueError(f"{EXECUTOR_ENV_VAR}={chosen!r}: use k8s, celery, multiprocess or in_process")
+        raise ConfigError(f"{EXECUTOR_ENV_VAR}={chosen!r}: use k8s, celery, multiprocess or in_process")
     if chosen == "multiprocess" and not config.storage.parallel_writers:
-        raise ValueError(f"{EXECUTOR_ENV_VAR}=multiprocess needs storage.backend: postgres (a DuckDB file has one writer)")
+        raise ConfigError(f"{EXECUTOR_ENV_VAR}=multiprocess needs storage.backend: postgres (a DuckDB file has one writer)")
     return executors[chosen]
 
 

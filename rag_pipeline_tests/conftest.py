@@ -69,7 +69,7 @@ def indexed_store(request, backend: str, folder: Path, source: str, files: dict[
     """A store on `backend` holding `files` ingested as `source` with the hashing embedder, which
     it keeps as `.embedder` (to encode questions the same way)."""
     from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-    from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+    from rag_pipeline.core.embedding.hashing import HashingEmbedder
     from rag_pipeline.core.ingestion.stages import ingest_source
 
     root = write_tree(folder / "src", files)
@@ -122,7 +122,7 @@ def write_config(tmp_path: Path) -> Callable[..., PipelineConfig]:
 def sample_index(tmp_path_factory):
     """The bundled sample corpus ingested once per session with the fast hashing embedder."""
     from rag_pipeline.config import EmbeddingConfig
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.ingestion.stages import ingest_source
     from rag_pipeline.core.storage import duckdb_store
 

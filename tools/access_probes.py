@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, RetrievalConfig, SourceConfig, SourceDefaults
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
 

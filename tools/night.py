@@ -172,7 +172,7 @@ def _created(instance, run) -> float:
 def sample_deployment(work: Path, backend: str = "duckdb", embedding: dict | None = None) -> Iterator[Night]:
     """A copy of the bundled sample on a fresh deployment of `backend` (webserver and daemon, all
     automation stopped), indexed, evaluated and promoted by the command line."""
-    from rag_pipeline.core.evaluation.golden import file_revision
+    from rag_pipeline.core.evaluation.golden.cases import file_revision
     from rag_pipeline.core.faults import HOLD_FILE_ENV
     from rag_pipeline.definitions import EXECUTOR_ENV_VAR
 

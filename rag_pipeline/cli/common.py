@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 from rag_pipeline.config import ConfigError, PipelineConfig, load_config, parse_source_overrides
+from rag_pipeline.core.errors import EXIT_FAILED, EXIT_INPUT
 
 
 def load_args(args: argparse.Namespace) -> tuple[PipelineConfig, dict[str, str]]:
@@ -73,7 +74,7 @@ def dagster_instance():
 
 
 def gate_policy(config: PipelineConfig, path: str | None):
-    from rag_pipeline.core.evaluation.gates import policy_or_default
+    from rag_pipeline.core.evaluation.gating.policy import policy_or_default
 
     return policy_or_default(path or config.gate_policy)
 
@@ -86,16 +87,8 @@ BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE  # and for one whose reader closed its o
 
 # Exit codes of eval, gate and promote (documented in docs/golden-set.md).
 EXIT_PASS = 0  # measured; the gate passed, or found nothing to compare with, or an inconclusive drop
-
-
-EXIT_REGRESSION = 1  # the gate found a regression, or a run failed (ingestion, evaluation: the output says which)
-
-
-EXIT_USAGE = 2  # a usage or config error: flags, the config, the golden file, a run file
-
-
-# Errors of the evaluation step that are the input's, not the machine's: exit 2, like the same error caught before it.
-_INPUT_ERRORS = {"GoldenSetError", "RunFileError", "InputTooLargeError", "ConfigError", "EvaluationError"}
+EXIT_REGRESSION = EXIT_FAILED  # the gate found a regression, or a run failed (ingestion, evaluation: the output says which)
+EXIT_USAGE = EXIT_INPUT  # a usage or config error: flags, the config, the golden file, a run file
 
 
 def print_json(value) -> None:

@@ -25,8 +25,8 @@ def _print_answers(answers: dict) -> None:
 def _demo_gate(config: PipelineConfig, eval_id: str, instance) -> str:
     """The first evaluation of a golden revision becomes its baseline; later ones are only gated
     (promotion stays an explicit act: `rag-pipeline promote`)."""
-    from rag_pipeline.core.evaluation.baselines import compare_with_baseline
-    from rag_pipeline.core.evaluation.gates import render_gate
+    from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline
+    from rag_pipeline.core.evaluation.gating.gates import render_gate
 
     store = configured_store(config)
     comparison = compare_with_baseline(store, eval_id, gate_policy(config, None))
@@ -55,7 +55,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if not evaluation.measured:
                 print(f"evaluation FAILED: {printable_lines(evaluation.error)}")
             else:
-                from rag_pipeline.core.evaluation.report import slice_text
+                from rag_pipeline.core.evaluation.gating.report import slice_text
 
                 print(printable_lines(evaluation.golden_summary))
                 print(slice_text(evaluation.summary))

@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 
 from rag_pipeline.cli.common import (
-    _INPUT_ERRORS,
     EXIT_PASS,
     EXIT_REGRESSION,
-    EXIT_USAGE,
     INTERRUPTED_EXIT,
     configured_store,
     dagster_instance,
@@ -46,17 +44,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                      run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
     if not evaluation.measured:
         print(f"error: evaluation failed: {printable_lines(evaluation.error)}", file=sys.stderr)
-        return EXIT_USAGE if evaluation.error_kind in _INPUT_ERRORS else EXIT_REGRESSION
+        return evaluation.exit_code
     store = configured_store(config)
     eval_id = evaluation.summary["eval_id"]
     files = _write_eval_files(args, golden, store, eval_id)
     comparison = None
     if not args.no_gate:
-        from rag_pipeline.core.evaluation.baselines import compare_with_baseline
+        from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline
 
         comparison = compare_with_baseline(store, eval_id, gate_policy(config, None))
     if args.junit_xml:
-        from rag_pipeline.core.evaluation.junit import write_junit
+        from rag_pipeline.core.evaluation.gating.junit import write_junit
 
         files["junit_xml"] = str(write_junit(Path(args.junit_xml), eval_id, store.records.case_rows(eval_id),
                                              evaluation.summary.get("report_k", config.evaluation.report_k), comparison,
@@ -76,7 +74,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if args.no_gate:
             print("gate: not gated (--no-gate): measured only")
         else:
-            from rag_pipeline.core.evaluation.baselines import gate_text
+            from rag_pipeline.core.evaluation.gating.baselines import gate_text
 
             print(gate_text(comparison))
         if evaluation.error:
@@ -89,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _checked_golden(config: PipelineConfig):
     """The configured golden set, validated against every document the sources have held (ids
     resolved from paths); GoldenSetError lists each problem on its own line."""
-    from rag_pipeline.core.evaluation.golden import load_golden_set
+    from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 
     store = configured_store(config)
     history = store.ledger.document_history()
@@ -102,7 +100,7 @@ def _write_eval_files(args: argparse.Namespace, golden, store, eval_id: str) -> 
     files: dict[str, str] = {}
     if not args.trec_run:
         return files
-    from rag_pipeline.core.evaluation.run_files import write_qrels, write_trec_run
+    from rag_pipeline.core.evaluation.scoring.run_files import write_qrels, write_trec_run
 
     out = Path(args.trec_run)
     files["trec_run"] = str(write_trec_run(store.records.ranked_runs(eval_id), out, tag=eval_id))
@@ -115,7 +113,7 @@ def _write_eval_files(args: argparse.Namespace, golden, store, eval_id: str) -> 
 def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
     """What was measured, before any verdict: the golden set, the metrics table, the failed cases at
     the report's k, and where the report and files are."""
-    from rag_pipeline.core.evaluation.report import slice_text
+    from rag_pipeline.core.evaluation.gating.report import slice_text
 
     summary = evaluation.summary
     print(printable_lines(evaluation.golden_summary))
@@ -152,7 +150,7 @@ def _gate_json(comparison, gated: bool) -> dict:
 def cmd_gate(args: argparse.Namespace) -> int:
     """Compare two stored evaluations; exit 1 on a regression (an ERROR rule), else 0 (also when there
     is no baseline to compare with, or the drop is inconclusive)."""
-    from rag_pipeline.core.evaluation.baselines import compare_with_baseline, gate_text
+    from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline, gate_text
 
     config = load_config(args.config)
     store = configured_store(config, read_only=True)
@@ -166,7 +164,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_promote(args: argparse.Namespace) -> int:
     """Promote an evaluation to baseline of its golden revision, if the gate says PROMOTE; exit 1
     only on a regression (keeping the baseline because the candidate is not better exits 0)."""
-    from rag_pipeline.core.evaluation.baselines import promotion
+    from rag_pipeline.core.evaluation.gating.baselines import promotion
 
     config = load_config(args.config)
     store = configured_store(config, create=False)
@@ -198,7 +196,7 @@ def record_promotion_in_dagster(store, eval_id: str, instance=None) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """How far the answer grader agrees with people; exit 1 when it may not gate."""
-    from rag_pipeline.core.evaluation.calibration import (
+    from rag_pipeline.core.evaluation.answers.calibration import (
         calibrate,
         load_verdicts,
         render_calibration,

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from rag_pipeline.cli.common import gate_policy
-from rag_pipeline.config import PipelineConfig, load_config, with_overlay
+from rag_pipeline.config import ConfigError, PipelineConfig, load_config, with_overlay
 
 
 def _experiment_store(config: PipelineConfig, path: str | None, read_only: bool = False):
@@ -22,9 +22,9 @@ def _experiment_store(config: PipelineConfig, path: str | None, read_only: bool 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run a one-component experiment: baseline config vs candidate overlay, gated and logged."""
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.evaluation.experiments import BundleRefused, render_log, run_experiment
-    from rag_pipeline.core.evaluation.gates import render_gate
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.evaluation.gating.gates import render_gate
 
     base = load_config(args.config)
     baseline = with_overlay(base, args.baseline_set or [], args.baseline)
@@ -49,6 +49,10 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     from rag_pipeline.core.storage import NoIndexError
 
     base = load_config(args.config)
+    if args.store and not Path(args.store).is_file():
+        # A store the user named: a typo must not read as "no experiment logged yet".
+        raise ConfigError(f"--store {Path(args.store).resolve()} does not exist: give the experiment log's DuckDB "
+                          "file (written by `rag-pipeline experiment --store`), or leave --store out for the configured one")
     try:
         rows = _experiment_store(base, args.store, read_only=True).records.experiment_log()
     except NoIndexError as exc:

@@ -13,7 +13,7 @@ from rag_pipeline.core.render import printable, printable_lines
 
 def cmd_release_holdout(args: argparse.Namespace) -> int:
     """Move cases out of holdout: a new golden revision, recorded with who and why."""
-    from rag_pipeline.core.evaluation.holdout import release_from_holdout
+    from rag_pipeline.core.evaluation.golden.holdout import release_from_holdout
 
     config, _ = load_args(args)
     if config.golden_set is None:
@@ -26,8 +26,8 @@ def cmd_release_holdout(args: argparse.Namespace) -> int:
 
 def cmd_golden_import(args: argparse.Namespace) -> int:
     """A golden set from a RAGAS, DeepEval or hand-written dataset; names every reference it could not map."""
-    from rag_pipeline.core.evaluation.golden import load_golden_set
-    from rag_pipeline.core.evaluation.golden_formats import import_from_store
+    from rag_pipeline.core.evaluation.golden.formats import import_from_store
+    from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 
     out = Path(args.out)
     if out.exists() and not args.force:
@@ -51,9 +51,9 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
     """A stored evaluation as a RAGAS dataset (JSONL, or CSV when --out ends in .csv); holdout left out."""
     import tempfile
 
-    from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
-    from rag_pipeline.core.evaluation.golden import load_golden_set
-    from rag_pipeline.core.evaluation.ragas_export import export_ragas
+    from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
+    from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+    from rag_pipeline.core.evaluation.scoring.ragas_export import export_ragas
 
     config = load_config(args.config)
     store = configured_store(config, read_only=True)
@@ -73,9 +73,9 @@ def cmd_golden_export_ragas(args: argparse.Namespace) -> int:
 
 def cmd_golden_triage(args: argparse.Namespace) -> int:
     """The review queue: items to turn into golden cases, with what a reviewer needs beside them."""
-    from rag_pipeline.core.evaluation.golden import load_golden_set
+    from rag_pipeline.core.embedding.embedder import make_embedder
+    from rag_pipeline.core.evaluation.golden.validation import load_golden_set
     from rag_pipeline.core.evaluation.triage import build_queue, write_queue
-    from rag_pipeline.core.ingestion.embedding import make_embedder
     from rag_pipeline.core.retrieval.retriever import Retriever
 
     config, _ = load_args(args)
@@ -97,8 +97,8 @@ def cmd_golden_triage(args: argparse.Namespace) -> int:
 
 def cmd_golden_accept(args: argparse.Namespace) -> int:
     """Reviewed items become golden cases in a new revision; disagreements and near duplicates are listed."""
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.evaluation.triage import accept_reviewed
-    from rag_pipeline.core.ingestion.embedding import make_embedder
 
     config, _ = load_args(args)
     if config.golden_set is None:
@@ -111,7 +111,7 @@ def cmd_golden_accept(args: argparse.Namespace) -> int:
 
 def cmd_import_beir(args: argparse.Namespace) -> int:
     """Turn a BEIR dataset into a golden-set file (its corpus.jsonl is used as a source in place)."""
-    from rag_pipeline.core.evaluation.beir import import_beir
+    from rag_pipeline.core.evaluation.golden.beir import import_beir
 
     out = Path(args.out)
     count = import_beir(Path(args.dataset), args.name, out, split=args.qrels)

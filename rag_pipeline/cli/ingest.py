@@ -12,8 +12,8 @@ from rag_pipeline.cli.common import (
     load_args_with_sources,
     print_json,
 )
-from rag_pipeline.cli.outcomes import SUMMARY_COLUMNS, unchanged_run
 from rag_pipeline.config import PipelineConfig
+from rag_pipeline.core.ingestion.source_runs import SUMMARY_COLUMNS, unchanged_run
 from rag_pipeline.core.render import printable
 
 
@@ -68,7 +68,7 @@ def _start_early(config: PipelineConfig, store, walks: dict, embedder) -> None:
     manifest), start the parser process for their types now, under the first such source's memory
     limit, so that its imports run on the other core while this process loads the model and
     imports Dagster (the parser's start is the longer of the two)."""
-    from rag_pipeline.core.ingestion.embedding import ModelEmbedder
+    from rag_pipeline.core.embedding.model import ModelEmbedder
     from rag_pipeline.core.ingestion.parse_worker import start_parser_early
 
     types: set[str] = set()
@@ -93,7 +93,7 @@ def _start_early(config: PipelineConfig, store, walks: dict, embedder) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.embedding.embedder import make_embedder
 
     config, overrides = load_args_with_sources(args)
     walks = _walks(config)

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 
 from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
-from rag_pipeline.config import ConfigError
+from rag_pipeline.core.errors import EXIT_INPUT, DomainError
 from rag_pipeline.core.render import printable
 
 
@@ -27,6 +27,17 @@ def _command(path: str):
 
     run.__name__ = function
     return run
+
+
+def _positive_int(text: str) -> int:
+    """A count of at least 1 (argparse names the flag and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number: give 1 or more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} asks for no hits: give 1 or more")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--roles", help="comma-separated roles of the caller, e.g. employee,support")
     search.add_argument("--status", help="statuses to include (default: published), e.g. published,superseded")
     search.add_argument("--mode", choices=("dense", "bm25", "hybrid"))
-    search.add_argument("--k", type=int, default=None)
+    search.add_argument("--k", type=_positive_int, default=None, help="hits to return (at least 1; default: config)")
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=_command("search.cmd_search"), source=None)
 
@@ -214,10 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*(currently in beta|is currently in preview).*")
     try:
         return args.func(args)
-    # A golden-set error (GoldenSetError) is a ValueError.
-    except (ConfigError, FileNotFoundError, KeyError, ValueError) as exc:
+    except DomainError as exc:
+        # A fault of the input or the deployment (core/errors.py): its message is the whole story.
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        # A file named on the command line or in the config that cannot be opened as one.
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     except BrokenPipeError:
         # The reader went away (`rag-pipeline search ... | head`): stop quietly, as a shell tool
         # does; what is left unflushed goes nowhere rather than into a second error at exit.

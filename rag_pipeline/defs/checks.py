@@ -112,7 +112,7 @@ def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) 
     check row per (asset, check, partition) and refuses a second report on it, and the check's
     result was true of its evaluation when it was made; the next evaluation is gated against this
     baseline."""
-    from rag_pipeline.core.evaluation.baselines import promotion_verdict
+    from rag_pipeline.core.evaluation.gating.baselines import promotion_verdict
 
     verdict = promotion_verdict(eval_id, revision)
     instance.report_runless_asset_event(dg.AssetObservation(

@@ -5,19 +5,22 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.evaluation.baselines import not_gated_verdict
-from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision, headline_numbers, run_golden_evaluation
-from rag_pipeline.core.evaluation.external_runs import evaluate_run_file
-from rag_pipeline.core.evaluation.gates import policy_or_default
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.report import answer_section, failed_cases_table, slice_table, write_report
+from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
+from rag_pipeline.core.evaluation.gating.baselines import not_gated_verdict
+from rag_pipeline.core.evaluation.gating.policy import policy_or_default
+from rag_pipeline.core.evaluation.gating.report import answer_section, failed_cases_table, slice_table, write_report
+from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring.external_runs import evaluate_run_file
+from rag_pipeline.core.evaluation.scoring.results import headline_numbers
 from rag_pipeline.core.faults import hold_point
+from rag_pipeline.core.outcomes import Status, StepOutcome
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.ingestion import search_index
-from rag_pipeline.defs.metadata import numbers, source_rows, table
+from rag_pipeline.defs.metadata import numbers, outcome, source_rows, table
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -60,6 +63,7 @@ def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, st
         "summary": dg.MetadataValue.md(render.inline(golden.summary())),
         "cases_by_slice": dg.MetadataValue.md(render.table(sorted(slices.items()), ["slice", "cases"])),
         **numbers({"cases": len(golden.cases), "stale_cases": len(golden.stale)}),
+        **outcome(),
     })
     yield checks.result("golden_labels_current", golden.labels_verdict())
 
@@ -73,8 +77,9 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
                 store: StoreResource, embedder: EmbedderResource):
     """Retrieval (and answer) metrics by slice and split on one golden revision, with per-case traces,
     a report and a plot of each slice against the promoted baseline, which the gate compares with."""
-    pipeline, db = settings.load(), store.get()
+    db = store.get()
     with explained(context):
+        pipeline = settings.load()
         path = _golden_file(settings, store, context.partition_key)
         if config.run_file:
             _, result, run_summary = evaluate_run_file(path, Path(config.run_file), db, pipeline.source_ids, config.suite,
@@ -101,6 +106,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         "report_file": dg.MetadataValue.path(str(report.path)),
         # Numbers as numeric metadata, so the Dagster UI plots their trend.
         **numbers(headline_numbers(result)),
+        **outcome(),
     })
     # After the materialization: a failed gate never hides what was measured.
     if not config.gate:
@@ -116,7 +122,8 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
             description=f"gate_vs_baseline: {regressed} (eval {result.eval_id} against "
                         f"{render.printable(comparison.against)})",
             metadata={"eval_id": result.eval_id, "baseline_eval": comparison.baseline_id or "",
-                      "report_file": dg.MetadataValue.path(str(report.path))},
+                      "report_file": dg.MetadataValue.path(str(report.path)),
+                      **outcome(StepOutcome(Status.REGRESSED, f"gate_vs_baseline: {regressed}"))},
             allow_retries=False,
         )
 

@@ -1,12 +1,12 @@
 """Failures the data causes, shown as Dagster failures with their reason, not as stack traces.
 
 A source that vanished, a golden file with a bad line, a store that is busy: these are facts about
-the data and the deployment, and the on-call person needs their words, not the code's. Inside
-`explained`, such an error becomes a `dg.Failure` whose description is the error's text (the
-run's failure headline) and whose metadata says where; the asset partition also gets an
-observation carrying the same reason, so its page says why it failed, not only "Run failed", and
-the run a tag with it (`rag_pipeline/failure`), which the runs list shows.
-Any other exception is a bug and keeps its stack trace.
+the data and the deployment (`core/errors.py`: a `DomainError`), and the on-call person needs their
+words, not the code's. Inside `explained`, such an error becomes a `dg.Failure` whose description
+is the error's text (the run's failure headline) and whose metadata says where and carries the
+step's outcome; the asset partition also gets an observation carrying the same reason, so its page
+says why it failed, not only "Run failed", and the run a tag with it (`rag_pipeline/failure`),
+which the runs list shows. Any other exception is a bug and keeps its stack trace.
 """
 
 from __future__ import annotations
@@ -16,47 +16,36 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from rag_pipeline.config import ConfigError
-from rag_pipeline.core.evaluation.evaluate import EvaluationError
-from rag_pipeline.core.evaluation.golden import GoldenSetError
-from rag_pipeline.core.evaluation.holdout import HoldoutError
-from rag_pipeline.core.ingestion.source_tree import SourceUnavailableError
+from rag_pipeline.core.errors import DomainError
+from rag_pipeline.core.outcomes import StepOutcome
 from rag_pipeline.core.render import cut, printable
-from rag_pipeline.core.storage import SourceBusyError
-from rag_pipeline.core.storage.schema import SchemaError
-from rag_pipeline.core.storage.store import StoreConfigError
 from rag_pipeline.defs.common import tag_failure
+from rag_pipeline.defs.metadata import outcome as outcome_metadata
 
-# Errors that describe the data or the deployment. Core raises ValueError (and its subclasses)
-# for bad input by convention, and FileNotFoundError/PermissionError for files it was told to
-# read; a KeyError reaches here only from a lookup by a configured name (a source partition that
-# left the config).
-DOMAIN_ERRORS: tuple[type[BaseException], ...] = (
-    SourceUnavailableError, SourceBusyError, GoldenSetError, EvaluationError, HoldoutError, ConfigError,
-    StoreConfigError, SchemaError, FileNotFoundError, PermissionError, ValueError, KeyError,
-)
 MAX_DESCRIPTION_CHARS = 2000
 
 
 def reason_of(error: BaseException) -> str:
-    """The error's own words, one printable line (a KeyError's message without its quotes)."""
-    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
-    return cut(printable(text or type(error).__name__), MAX_DESCRIPTION_CHARS)
+    """The error's own words, printable (control characters escaped), cut to what a description shows."""
+    return cut(printable(str(error) or type(error).__name__), MAX_DESCRIPTION_CHARS)
 
 
 @contextmanager
 def explained(context: dg.AssetExecutionContext,
               details: Callable[[], Mapping[str, object]] | None = None) -> Iterator[None]:
-    """Turn a domain error raised inside into a `dg.Failure` of this asset, with its reason and
-    `details()` (what is still served, where the source lives...) as metadata."""
+    """Turn a domain error raised inside into a `dg.Failure` of this asset, with its reason, its
+    outcome (`core/outcomes.py`) and `details()` (what is still served, where the source lives...)
+    as metadata. Any other exception passes through: a bug keeps its stack trace, and Dagster's
+    retry policy applies to it."""
     try:
         yield
     except dg.Failure:
         raise
-    except DOMAIN_ERRORS as error:
+    except DomainError as error:
         reason = reason_of(error)
+        outcome = StepOutcome.of_error(error, reason)
         metadata: dict[str, object] = {"reason": dg.MetadataValue.text(reason),
-                                       "error": dg.MetadataValue.text(type(error).__name__)}
+                                       "fault": dg.MetadataValue.text(outcome.fault), **outcome_metadata(outcome)}
         if details is not None:
             try:
                 metadata |= dict(details())

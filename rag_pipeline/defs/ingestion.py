@@ -8,11 +8,12 @@ from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.core.ingestion.reports import StageReport
+from rag_pipeline.core.outcomes import Status, StepOutcome
 from rag_pipeline.core.storage import Store
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
-from rag_pipeline.defs.metadata import stage_metadata, table
+from rag_pipeline.defs.metadata import outcome, stage_metadata, table
 from rag_pipeline.defs.partitions import source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -31,7 +32,7 @@ def _materialized(context: dg.AssetExecutionContext, report: StageReport, **meta
         context.log.warning(
             f"document failed at {failure.stage}: {render.printable(failure.doc_id)}: {render.printable(failure.reason)}"
         )
-    return dg.MaterializeResult(metadata={**metadata, **stage_metadata(report)})
+    return dg.MaterializeResult(metadata={**metadata, **stage_metadata(report), **outcome()})
 
 
 def _served_state(db: Store, source_id: str, root: object = None) -> dict[str, dg.MetadataValue]:
@@ -52,8 +53,9 @@ def source_documents(
     """Every file of the source with its hash and metadata (links resolved inside the root only),
     diffed against the manifest the served index was built from."""
     tag_trigger(context)
-    pipeline, db = settings.load(), store.get()
-    with explained(context, lambda: _served_state(db, context.partition_key, pipeline.source(context.partition_key).path)):
+    db = store.get()
+    with explained(context, lambda: _served_state(db, context.partition_key, settings.load().source(context.partition_key).path)):
+        pipeline = settings.load()
         source = pipeline.source(context.partition_key)
         lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
             else pipeline.lifecycle
@@ -77,8 +79,8 @@ def parsed_documents(
 @dg.asset(deps=[parsed_documents], kinds={"python", "duckdb"}, **_common)
 def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource) -> dg.MaterializeResult:
     """Chunks of the configured strategy for documents whose content or chunking changed."""
-    config = settings.load()
     with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+        config = settings.load()
         source = config.source(context.partition_key)
         report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id, progress=context.log.info)
     chunking = source.effective_chunking(config.chunking)
@@ -102,8 +104,9 @@ def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, em
 def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource, embedder: EmbedderResource):
     """The served rows of the source, switched in one transaction only when coverage and deletion
     propagation are proven on the new version; otherwise the previous version stays served."""
-    config, db = settings.load(), store.get()
+    db = store.get()
     with explained(context, lambda: _served_state(db, context.partition_key)):
+        config = settings.load()
         source = config.source(context.partition_key)
         report = switch.index_source(source, db, embedder.get(), context.run.run_id)
         # All four are evaluated whether the switch committed or not: a refused switch leaves the
@@ -122,7 +125,8 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         tag_failure(context, refusal)
         raise dg.Failure(
             description=refusal,
-            metadata=_served_state(db, source.source_id), allow_retries=False,
+            metadata={**_served_state(db, source.source_id), **outcome(StepOutcome(Status.REFUSED, refusal))},
+            allow_retries=False,
         )
     failures = {"failed_documents": table(report.coverage.failed, ["doc_id", "stage", "reason", "since"])} if failed else {}
     yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id), **failures)

@@ -12,6 +12,7 @@ import dagster as dg
 from rag_pipeline.core import render
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.reports import StageReport
+from rag_pipeline.core.outcomes import DONE, OUTCOME_KEY, StepOutcome
 from rag_pipeline.core.storage import Store
 
 FAILURE_COLUMNS = ["doc_id", "stage", "reason"]
@@ -19,6 +20,11 @@ FAILURE_COLUMNS = ["doc_id", "stage", "reason"]
 
 # A table's rows shown in Dagster's table view, at most (the counts beside it say how many there are).
 MAX_TABLE_ROWS = 500
+
+
+def outcome(step: StepOutcome = DONE) -> dict[str, dg.MetadataValue]:
+    """The step's outcome under the one key every caller reads (`core/outcomes.py`)."""
+    return {OUTCOME_KEY: dg.MetadataValue.json(step.to_json())}
 
 
 def table(rows: Sequence[Mapping | Sequence], columns: Sequence[str], limit: int = MAX_TABLE_ROWS) -> dg.MetadataValue:

@@ -17,7 +17,7 @@ from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_trigger
 from rag_pipeline.defs.evaluation import golden_eval
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.ingestion import search_index
-from rag_pipeline.defs.metadata import numbers, table
+from rag_pipeline.defs.metadata import numbers, outcome, table
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
 
@@ -42,6 +42,7 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
             "malformed": table(malformed, ["where", "reason"]),
             "no_result_queries": dg.MetadataValue.md(
                 render.bullets([f"{r.query.query} ({r.query.tenant})" for r in report.results if r.no_result])),
+            **outcome(),
         })
 
     @dg.asset(
@@ -53,8 +54,8 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
     ):
         """Production against the golden set: distance and threshold, slice mix, unseen vocabulary,
         candidates for new golden cases; the report with its plot."""
-        config = settings.load()
         with explained(context):
+            config = settings.load()
             drift = drift_day(config, store.get(), embedder.get(), date.fromisoformat(context.partition_key),
                               config.storage.reports)
         verdict = drift.report.verdict()
@@ -65,6 +66,7 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
             "candidates": table(drift.report.candidates, ["excess_density", "distance", "query", "nearest_golden"]),
             "unseen_terms": dg.MetadataValue.md(render.inline(", ".join(t for t, _ in drift.report.unseen_terms))),
             "report_file": dg.MetadataValue.path(str(drift.path)),
+            **outcome(),
         })
         yield checks.result("drift_within_threshold", verdict)
 

@@ -1,14 +1,23 @@
-"""Resources: Dagster adapters over the core interfaces (settings, store, embedder)."""
+"""Resources: Dagster adapters over the core interfaces (settings, store, embedder).
+
+The store and the embedder hold their config section as nested Dagster config, one launchpad field
+per setting with its default and description; the fields are generated from the section's schema
+(`launchpad_fields`), never copied by hand, and the section validates them again on use, so every
+validator of the config applies and a bad value is a ConfigError naming the field.
+"""
 
 from __future__ import annotations
 
-import json
+import types
+import typing
 from functools import lru_cache
+from pathlib import Path
 
 import dagster as dg
+from pydantic import BaseModel, Field, ValidationError, create_model
 
-from rag_pipeline.config import EmbeddingConfig, PipelineConfig, StorageConfig, as_written, load_config
-from rag_pipeline.core.ingestion.embedding import Embedder, make_embedder
+from rag_pipeline.config import ConfigError, EmbeddingConfig, PipelineConfig, StorageConfig, as_written, load_config
+from rag_pipeline.core.embedding.embedder import Embedder, make_embedder
 from rag_pipeline.core.storage import Store, open_store
 
 
@@ -38,19 +47,55 @@ def _load_config_cached(path: str | None, overrides: tuple[tuple[str, str], ...]
     return load_config(path, sources=dict(overrides), golden_set=golden_set)
 
 
-class StoreResource(dg.ConfigurableResource):
-    """Where staging, index, cache, ledger and records live: the config's storage section, held
-    whole as the JSON of what was written (`as_written`) and validated again on use (no field
-    copied, every validator applies, a default stays a default)."""
+def _launchpad_type(annotation: object) -> object:
+    """The type Dagster's config system shows for a setting: a choice (`Literal`) or a path as text."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal or annotation is Path:
+        return str
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _launchpad_type(inner) | None
+    return annotation
 
-    storage: str
+
+def launchpad_fields(section: type[BaseModel]) -> type[dg.Config]:
+    """A Dagster config class with one field per setting of `section`, its default and description."""
+    fields: dict[str, typing.Any] = {}
+    for name, info in section.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        fields[name] = (_launchpad_type(info.annotation),
+                        Field(default=str(default) if isinstance(default, Path) else default, description=info.description))
+    return create_model(f"{section.__name__}Fields", __base__=dg.Config, **fields)
+
+
+StorageFields = launchpad_fields(StorageConfig)
+EmbeddingFields = launchpad_fields(EmbeddingConfig)
+
+
+def _section(section: type[BaseModel], fields: dg.Config, resource: str):
+    """The config section of a resource's fields, validated by the section itself.
+
+    Only the settings that differ from their defaults are handed back: Dagster's config system fills
+    in every default, and a section may refuse a default given explicitly (as SourceDefaults refuses
+    `tenant: null`); for a section that validated once, an absent setting means its default."""
+    try:
+        return section.model_validate(fields.model_dump(exclude_defaults=True))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"resource {resource!r}: {problems}") from None
+
+
+class StoreResource(dg.ConfigurableResource):
+    """Where staging, index, cache, ledger and records live: the config's storage section."""
+
+    storage: StorageFields  # type: ignore[valid-type]  (a class generated from StorageConfig)
 
     @classmethod
     def from_config(cls, storage: StorageConfig) -> StoreResource:
-        return cls(storage=json.dumps(as_written(storage)))
+        return cls(storage=StorageFields(**as_written(storage)))
 
     def get(self) -> Store:
-        return _store_for(StorageConfig.model_validate_json(self.storage))
+        return _store_for(_section(StorageConfig, self.storage, "store"))
 
 
 @lru_cache(maxsize=4)
@@ -60,17 +105,16 @@ def _store_for(storage: StorageConfig) -> Store:
 
 
 class EmbedderResource(dg.ConfigurableResource):
-    """An embedder built from the config's embedding section, held whole as the JSON of what was
-    written and validated again on use; the model loads on first encode."""
+    """An embedder built from the config's embedding section; the model loads on first encode."""
 
-    embedding: str
+    embedding: EmbeddingFields  # type: ignore[valid-type]  (a class generated from EmbeddingConfig)
 
     @classmethod
     def from_config(cls, embedding: EmbeddingConfig) -> EmbedderResource:
-        return cls(embedding=json.dumps(as_written(embedding)))
+        return cls(embedding=EmbeddingFields(**as_written(embedding)))
 
     def get(self) -> Embedder:
-        return embedder_for(EmbeddingConfig.model_validate_json(self.embedding))
+        return embedder_for(_section(EmbeddingConfig, self.embedding, "embedder"))
 
 
 @lru_cache(maxsize=4)

@@ -64,7 +64,7 @@ def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
     assert second.success and first.revision != second.revision
     assert {first.revision, second.revision} <= set(instance.get_dynamic_partitions(golden_partitions.name))
     # The first revision is still evaluable from its snapshot although the file moved on.
-    from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
+    from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
 
     store = open_store(config.storage)
     path = golden_file_for_revision(config.golden_set, store, first.revision, config.storage.golden_revisions)
@@ -72,7 +72,7 @@ def test_a_new_revision_is_a_new_partition_and_the_old_one_stays_frozen(setup):
 
 
 def test_trec_run_file_reproduces_the_metrics(setup, tmp_path):
-    from rag_pipeline.core.evaluation.run_files import write_trec_run
+    from rag_pipeline.core.evaluation.scoring.run_files import write_trec_run
 
     config, instance, _ = setup
     run = evaluate_golden(config, instance, mode="hybrid")
@@ -101,8 +101,8 @@ def _latest_gate(instance, revision):
 
 
 def test_a_promotion_is_recorded_on_golden_eval_as_often_as_it_happens(setup):
-    from rag_pipeline.core.evaluation.baselines import promote_if_better
-    from rag_pipeline.core.evaluation.gates import GatePolicy
+    from rag_pipeline.core.evaluation.gating.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gating.policy import GatePolicy
     from rag_pipeline.defs.checks import record_promotion
 
     config, instance, _ = setup
@@ -133,8 +133,8 @@ def test_a_promotion_is_recorded_on_golden_eval_as_often_as_it_happens(setup):
 def test_golden_eval_draws_each_slice_against_the_baseline(setup):
     config, instance, _ = setup
     first = evaluate_golden(config, instance, mode="bm25")
-    from rag_pipeline.core.evaluation.baselines import promote_if_better
-    from rag_pipeline.core.evaluation.gates import GatePolicy
+    from rag_pipeline.core.evaluation.gating.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gating.policy import GatePolicy
 
     promote_if_better(open_store(config.storage), first.summary["eval_id"], GatePolicy())
     second = evaluate_golden(config, instance, mode="bm25")
@@ -151,8 +151,8 @@ def test_golden_eval_draws_each_slice_against_the_baseline(setup):
 
 
 def test_a_new_golden_revision_is_gated_against_the_previous_baseline(setup, tmp_path):
-    from rag_pipeline.core.evaluation.baselines import promote_if_better
-    from rag_pipeline.core.evaluation.gates import GatePolicy
+    from rag_pipeline.core.evaluation.gating.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gating.policy import GatePolicy
 
     config, instance, golden = setup
     store = open_store(config.storage)
@@ -192,8 +192,8 @@ def test_a_new_golden_revision_is_gated_against_the_previous_baseline(setup, tmp
 
 
 def test_the_first_baseline_still_keeps_the_budgets(setup):
-    from rag_pipeline.core.evaluation.baselines import promote_if_better
-    from rag_pipeline.core.evaluation.gates import GatePolicy
+    from rag_pipeline.core.evaluation.gating.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gating.policy import GatePolicy
 
     config, instance, _ = setup
     run = evaluate_golden(config, instance, mode="bm25")

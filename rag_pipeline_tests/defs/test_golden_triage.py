@@ -11,9 +11,10 @@ import pytest
 
 from rag_pipeline.cli import main as cli
 from rag_pipeline.cli.runner import evaluate_golden, ingest, monitor
-from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision, run_golden_evaluation
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
+from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
+from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.storage import open_store
 from rag_pipeline_tests.conftest import sample_pipeline
 

@@ -17,11 +17,11 @@ import yaml
 from rag_pipeline.cli import main as cli
 from rag_pipeline.cli.runner import evaluate_golden, ingest, monitor
 from rag_pipeline.config import load_config
-from rag_pipeline.core.evaluation.baselines import compare_with_baseline, promote_if_better
-from rag_pipeline.core.evaluation.evaluate import golden_file_for_revision
-from rag_pipeline.core.evaluation.gates import GatePolicy
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.suites import select_suite
+from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline, promote_if_better
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
+from rag_pipeline.core.evaluation.golden.suites import select_suite
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.storage import open_store
 from rag_pipeline_tests.conftest import sample_pipeline
 

@@ -119,12 +119,14 @@ def test_only_an_unexpected_error_shows_its_stack(tmp_path, write_config, monkey
     assert "stack" not in capsys.readouterr().err
     config = write_config({"kb": write_tree(tmp_path / "kb", {"a.md": "# A\n\nSome text about refunds.\n"})})
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("a bug in the parse stage")
+    # A bug is a bug whatever its class: a ValueError or a KeyError in the code is not a data fault.
+    for bug in (RuntimeError("a bug in the parse stage"), ValueError("a bug's bad value"), KeyError("a bug's missing key")):
+        def broken(*args, error=bug, **kwargs):
+            raise error
 
-    monkeypatch.setattr(stages, "parse_source", broken)
-    [run] = ingest(config, instance)
-    err = capsys.readouterr().err
-    assert not run.success and "a bug in the parse stage" in run.error
-    assert "step parsed_documents failed with an unexpected RuntimeError; its stack, for a bug report" in err
-    assert 'File "' in err and "in broken" in err
+        monkeypatch.setattr(stages, "parse_source", broken)
+        [run] = ingest(config, instance, force=True)
+        err = capsys.readouterr().err
+        assert not run.success and str(bug.args[0]) in run.error
+        assert "step parsed_documents failed with an unexpected error" in err and type(bug).__name__ in err
+        assert 'File "' in err and "in broken" in err

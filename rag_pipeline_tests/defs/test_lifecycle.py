@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.cli.runner import ingest
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.ingestion.lifecycle import deletion_report, freshness_report
 from rag_pipeline.core.storage import open_store
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require

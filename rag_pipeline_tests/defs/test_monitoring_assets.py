@@ -1,5 +1,8 @@
 """production_sample and drift_report materialized for a day partition, twice: same sample, same report."""
 
+import json
+import re
+
 import dagster as dg
 
 from rag_pipeline.cli.runner import ingest, monitor
@@ -50,3 +53,47 @@ def test_a_day_without_traffic_fails_the_drift_step_with_the_reason(tmp_path, wr
     assert not run.success
     assert run.metadata["sampled_queries"] == 0  # the sample itself is recorded: zero queries that day
     assert "drift_report" in run.error and "holds 0 queries" in run.error and "query log" in run.error
+
+
+HOSTILE_QUERIES = ["<img src=x onerror=alert(1)> quarterly", "[link](javascript:alert(2)) payroll export",
+                   "| table | cell | breaker", "<script>alert(3)</script> vendor", "`code` *bold* # heading"]
+# A link or image other than our own embedded plots is live markup too.
+LIVE_MARKUP = re.compile(r"<script|<img|onerror\s*=|javascript:|(?<!\\)\]\((?!data:image/png;base64,)", re.I)
+
+
+def test_hostile_queries_are_escaped_wherever_dagster_renders_markdown(tmp_path, write_config):
+    # Production queries are typed by anyone: as drift candidates they reach the report (markdown, rendered
+    # by the UI) and the candidates tables (Dagster tables, shown by the UI as text).
+    root = tmp_path / "kb"
+    root.mkdir()
+    (root / "refunds.md").write_text("# Refunds\n\nRefunds are issued within 14 days.\n")
+    log = tmp_path / "query_log"
+    log.mkdir()
+    day = "2026-11-20"
+    lines = [{"timestamp": f"{day}T{8 + i % 10:02d}:{i:02d}:00Z", "query": q, "tenant": None}
+             for i, q in enumerate(HOSTILE_QUERIES * 4 + ["how long do refunds take", "refund window"] * 3)]
+    (log / f"{day}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = write_config({"kb": root}, golden_set=str(GOLDEN), monitoring={
+        "query_log": str(log), "start_date": "2026-11-10", "bootstrap_samples": 200, "candidates": 15})
+    instance = dg.DagsterInstance.ephemeral()
+    assert ingest(config, instance)[0].success
+    run = monitor(config, instance, day)
+    assert run.success, run.error
+    event = instance.get_latest_materialization_event(dg.AssetKey("drift_report"))
+    metadata = event.asset_materialization.metadata
+    markdown = {k: v.value for k, v in metadata.items() if isinstance(v, dg.MarkdownMetadataValue)}
+    assert {"report", "overview", "unseen_terms"} <= set(markdown)
+    for key, text in markdown.items():
+        found = LIVE_MARKUP.search(text)
+        assert not found, (key, text[max(found.start() - 200, 0):found.end() + 50])
+        for block in re.split(r"\n\s*\n", text):  # every table row keeps its columns
+            rows = [line for line in block.splitlines() if line.startswith("|")]
+            assert len({len(re.findall(r"(?<!\\)\|", row)) for row in rows}) <= 1, (key, block)
+    report = markdown["report"]
+    assert "&lt;img src=x onerror&#61;alert(1)&gt; quarterly" in report  # shown, escaped
+    assert "\\[link\\](javascript&#58;alert(2)) payroll export" in report
+    assert "\\| table \\| cell \\| breaker" in report
+    # The table view shows cells as text, so they hold the query as it was typed.
+    candidates = metadata["candidates"]
+    assert isinstance(candidates, dg.TableMetadataValue)
+    assert set(HOSTILE_QUERIES) <= {record.data["query"] for record in candidates.records}

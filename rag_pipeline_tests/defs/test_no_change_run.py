@@ -6,8 +6,8 @@ import os
 import dagster as dg
 import pytest
 
-from rag_pipeline.cli.outcomes import RUN_COUNTS
 from rag_pipeline.cli.runner import ingest
+from rag_pipeline.core.ingestion.source_runs import RUN_COUNTS
 from rag_pipeline_tests.conftest import write_tree
 
 PAGES = {f"p{i}.md": f"# Page {i}\n\nPage {i} explains topic number {i} in a few words.\n" for i in range(6)}

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 import yaml
 
-from rag_pipeline.cli.outcomes import SUMMARY_COLUMNS
+from rag_pipeline.core.ingestion.source_runs import SUMMARY_COLUMNS
 from rag_pipeline_tests.conftest import HTTPX_V023, HTTPX_V028, require
 from rag_pipeline_tests.e2e.cli import OFFLINE, run_cli
 

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder, resolve_model_path
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
+from rag_pipeline.core.embedding.model_folder import resolve_model_path
 from rag_pipeline.core.ingestion.inputs import walk_source
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.storage import duckdb_store
@@ -82,7 +83,7 @@ def test_the_types_to_parse_are_those_of_changed_new_files(tmp_path):
 def test_a_command_that_will_parse_starts_the_parser_with_those_types_warm(tmp_path, write_config):
     from rag_pipeline.cli.common import configured_store
     from rag_pipeline.cli.ingest import _start_early, _walks
-    from rag_pipeline.core.ingestion.embedding import make_embedder
+    from rag_pipeline.core.embedding.embedder import make_embedder
     from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parsers
     from rag_pipeline.core.ingestion.parsing import ParseJob
 

@@ -14,11 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rag_pipeline.config import PipelineConfig
-from rag_pipeline.core.evaluation.evaluate import EvalResult, run_golden_evaluation
-from rag_pipeline.core.evaluation.gates import GatePolicy, GateResult, compare, paired_significance
+from rag_pipeline.core.embedding.embedder import Embedder
+from rag_pipeline.core.errors import InputError
+from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
+from rag_pipeline.core.evaluation.gating.gates import GateResult, compare
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.significance import paired_significance
+from rag_pipeline.core.evaluation.scoring.results import EvalResult
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.render import table
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.storage import Store
 
 # Each component is the set of config fields an experiment may change together.
@@ -35,7 +39,7 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 }
 
 
-class BundleRefused(ValueError):
+class BundleRefused(InputError):
     """The candidate changes more than one component and bundles were not allowed."""
 
 
@@ -93,7 +97,7 @@ def run_experiment(
     diff = config_diff(baseline, candidate)
     touched = components_changed(diff)
     if not touched:
-        raise ValueError("the candidate config is identical to the baseline in every retrieval-relevant setting")
+        raise InputError("the candidate config is identical to the baseline in every retrieval-relevant setting")
     if len(touched) > 1 and not allow_bundle:
         raise BundleRefused(
             f"the candidate changes {len(touched)} components ({', '.join(touched)}): change one at a time, "

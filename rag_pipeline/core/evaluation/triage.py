@@ -42,23 +42,22 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.core.evaluation.golden import (
+from rag_pipeline.core.embedding.embedder import Embedder
+from rag_pipeline.core.evaluation.golden.cases import (
     BOOLEAN_VALUES,
     DEFAULT_SLICE,
     GoldenSet,
     GoldenSetError,
     default_split,
     file_revision,
-    golden_records,
-    load_golden_set,
     parse_boolean,
-    read_golden_lines,
 )
-from rag_pipeline.core.evaluation.holdout import HOLDOUT, withheld
+from rag_pipeline.core.evaluation.golden.holdout import HOLDOUT, withheld
+from rag_pipeline.core.evaluation.golden.lines import golden_records, read_golden_lines
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.files import write_text_atomically
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.fusion import rollup_documents
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
@@ -91,7 +90,7 @@ def _cosines(queries: Sequence[str], others: Sequence[str], embedder: Embedder) 
 def _human_disagreements(verdicts: Path) -> list[dict]:
     """Items where the deterministic grader and a person's verdict differ on some rubric (a
     verdicts file as in calibration.py; the question from its `question` field or the golden case)."""
-    from rag_pipeline.core.evaluation.calibration import deterministic_grader, load_verdicts
+    from rag_pipeline.core.evaluation.answers.calibration import deterministic_grader, load_verdicts
 
     items = []
     for row in load_verdicts(verdicts):

@@ -94,14 +94,14 @@ def _read_meta(
 
 def discover_files(
     source_id: str, root: Path, defaults: Mapping | None = None, exclude: Iterable[str] = (),
-    follow_symlinks: str = "within_root", max_file_bytes: int | None = None,
+    follow_symlinks: str = "within_root", max_file_bytes: int | None = None, allow_hard_links: bool = False,
 ) -> list[DiscoveredFile]:
     """Every name under `root`, in path order: supported documents, skipped and failed files alike.
 
     Sidecar metadata files are consumed by their document, not listed on their own. A file that
     cannot be read is a failed document of its own; the walk goes on.
     """
-    tree = SourceTree(source_id, root, follow_symlinks, max_file_bytes, exclude)
+    tree = SourceTree(source_id, root, follow_symlinks, max_file_bytes, exclude, allow_hard_links)
     entries, _ = tree.walk()
     return describe_entries(tree, entries, defaults or {})
 

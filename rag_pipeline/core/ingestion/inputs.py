@@ -52,7 +52,7 @@ def inputs_fingerprint(source: SourceConfig, files_digest: str, settings: str) -
 def source_tree(source: SourceConfig) -> SourceTree:
     """Safe access to a source's files, with its own link policy, size limit and exclusions."""
     return SourceTree(source.source_id, Path(source.path), source.follow_symlinks, source.limits.max_file_bytes,
-                      source.exclude)
+                      source.exclude, source.allow_hard_links)
 
 
 @dataclass(frozen=True)

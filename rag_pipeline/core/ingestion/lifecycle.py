@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from rag_pipeline.config import LifecycleConfig, SourceConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.ingestion import discovery
 from rag_pipeline.core.models import DiscoveredFile, ManifestDiff, SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.lexical import analyze
 from rag_pipeline.core.storage import Store, utcnow
 from rag_pipeline.core.storage.ledger import HighPoint
@@ -243,6 +243,6 @@ def _current_documents(source: SourceConfig) -> list[DiscoveredFile]:
                 for f in discovery.discover_beir_corpus(source.source_id, root, max_text_chars=source.limits.max_text_chars)]
     files = discovery.discover_files(
         source.source_id, root, source.defaults.model_dump(), source.exclude, source.follow_symlinks,
-        source.limits.max_file_bytes,
+        source.limits.max_file_bytes, source.allow_hard_links,
     )
     return [f for f in files if f.supported]

@@ -25,6 +25,13 @@ _BUFFER_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
 # Heading categories of unstructured; everything else is body content under the current heading.
 _TITLE_CATEGORIES = {"Title"}
 _DROP_CATEGORIES = {"PageBreak", "Image", "Header", "Footer", "PageNumber"}
+# A heading guessed from layout (a PDF's large text, no markup) nests under the one before it, at
+# most this deep; past it, it becomes the sibling of the deepest. Unbounded, a PDF whose every page
+# starts with a guessed heading gave page n a path of n headings: paths, and the breadcrumbs embedded
+# with every chunk, grew with the square of the pages (a 5,000-page PDF took the main process to 5 GB).
+MAX_GUESSED_HEADING_DEPTH = 6
+# Part of the parser version: a change to how headings are nested changes elements, so documents parse again.
+HEADINGS_VERSION = "1"
 
 
 class ParseError(Exception):
@@ -41,7 +48,8 @@ def parser_version() -> str:
     # Markdown and plain text are read by their structure (structural_text.py): its rules and the
     # Markdown parser's version are part of the string too.
     return (f"unstructured {importlib.metadata.version('unstructured')}; md fences {FENCES_VERSION}; "
-            f"md/txt structure {STRUCTURE_VERSION} (markdown-it-py {importlib.metadata.version('markdown-it-py')})")
+            f"md/txt structure {STRUCTURE_VERSION} (markdown-it-py {importlib.metadata.version('markdown-it-py')}); "
+            f"layout headings {HEADINGS_VERSION}")
 
 
 BEIR_PARSER = "beir-jsonl"
@@ -65,6 +73,8 @@ class ParseJob:
     max_text_chars: int | None = None
     # A zip-based document (.docx): the most its members may inflate to, as its directory declares.
     max_unpacked_bytes: int | None = None
+    # The most elements the document may have: checked in the worker, before they travel to the run.
+    max_elements: int | None = None
 
 
 def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> ParsedDocument:
@@ -113,6 +123,7 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
         elements = _to_elements(job.doc_id, [item.element for item in located], spans, line_offset)
         if not elements:
             raise ParseError("no text could be extracted: the file holds only markup")
+        _check_element_count(len(elements), job.max_elements)
         title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
         return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
     with _ParserMessages() as messages:
@@ -133,6 +144,7 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
             else "no text could be extracted: the document holds no text layer (a scanned image?) or only markup"
         )
     _check_text_length(sum(len(e.text) for e in elements), job.max_text_chars)
+    _check_element_count(len(elements), job.max_elements)
     if text is not None:
         # The decoded text (an HTML page whole; Markdown after its front matter, hence the offset).
         elements = locate_lines(elements, text.splitlines(), line_offset)
@@ -143,6 +155,12 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
 def _check_text_length(chars: int, limit: int | None) -> None:
     if limit is not None and chars > limit:
         raise ParseError(f"{chars:,} characters of text, over the {limit:,} limit (limits.max_text_chars)")
+
+
+def _check_element_count(count: int, limit: int | None) -> None:
+    if limit is not None and count > limit:
+        raise ParseError(f"{count:,} elements (headings, paragraphs, list items...), over the {limit:,} limit "
+                         "(limits.max_elements): split the document, or raise the source's limit")
 
 
 class _ParserMessages(logging.Handler):
@@ -287,8 +305,8 @@ def _to_elements(doc_id: str, raw_elements: Sequence, spans: Sequence[tuple[int 
         if category in _TITLE_CATEGORIES:
             depth = metadata.category_depth
             if depth is None:
-                # A heading guessed from layout (no markup): nest it under the current heading.
-                depth = stack[-1][0] + 1 if stack else 0
+                # A heading guessed from layout (no markup): nest it under the current heading, within bounds.
+                depth = min(stack[-1][0] + 1, MAX_GUESSED_HEADING_DEPTH - 1) if stack else 0
             while stack and stack[-1][0] >= depth:
                 stack.pop()
             heading_path = tuple(title for _, title in stack) + (text,)

@@ -2,7 +2,10 @@
 
 Links are resolved to real paths: one leaving the root is skipped with the reason, one inside is
 read once; loops, folder links, FIFOs and sockets are never opened, and a file is read only if it
-is still the regular file discovery saw, and no larger than the source's limit.
+is still the regular file discovery saw, and no larger than the source's limit. A file with more
+than one name (a hard link, `st_nlink > 1`) may have its other name outside the root, where
+anyone who can write there can change what is served: it is skipped with the reason unless the
+source allows hard links (`allow_hard_links: true`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from rag_pipeline.core.errors import UnavailableError
 
 # File types that unstructured parses for us; everything else is recorded as skipped.
 SUPPORTED_TYPES: dict[str, str] = {
@@ -30,7 +35,7 @@ SUPPORTED_TYPES: dict[str, str] = {
 SIDECAR_SUFFIX = ".meta.yaml"
 
 
-class SourceUnavailableError(RuntimeError):
+class SourceUnavailableError(UnavailableError):
     """The source cannot be trusted for this run (missing, unreadable, emptied, mass deletion).
 
     Raised before anything is written, so the index keeps serving its previous state.
@@ -78,9 +83,10 @@ class SourceTree:
 
     def __init__(
         self, source_id: str, root: Path, follow_symlinks: str = "within_root",
-        max_file_bytes: int | None = None, exclude: Iterable[str] = (),
+        max_file_bytes: int | None = None, exclude: Iterable[str] = (), allow_hard_links: bool = False,
     ) -> None:
         self.source_id = source_id
+        self.allow_hard_links = allow_hard_links
         self.configured_root = Path(root)
         self.follow_symlinks = follow_symlinks
         self.max_file_bytes = max_file_bytes
@@ -170,6 +176,8 @@ class SourceTree:
             return self._resolve_link(rel_path, path)
         if not stat.S_ISREG(st.st_mode):
             return TreeEntry(rel_path, None, skip_reason=f"not a regular file ({_file_kind(st.st_mode)}): never opened")
+        if st.st_nlink > 1 and not self.allow_hard_links:
+            return TreeEntry(rel_path, None, skip_reason=_hard_link_reason(rel_path, st.st_nlink))
         return self._sized(TreeEntry(rel_path, path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
 
     def _resolve_link(self, rel_path: str, path: Path) -> TreeEntry:
@@ -192,6 +200,9 @@ class SourceTree:
         if not stat.S_ISREG(st.st_mode):
             return TreeEntry(rel_path, None, link_target=target,
                              skip_reason=f"symbolic link to {_file_kind(st.st_mode)} {self._rel(real) or '.'}: not read")
+        if st.st_nlink > 1 and not self.allow_hard_links:
+            return TreeEntry(rel_path, None, link_target=target,
+                             skip_reason=_hard_link_reason(self._rel(real), st.st_nlink))
         return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                                      link_target=target))
 
@@ -250,6 +261,13 @@ def _is_document_name(rel_path: str) -> bool:
     """A name the walk treats as a document: not hidden, not a sidecar, of a supported type."""
     name, suffix = name_and_suffix(rel_path)
     return not name.startswith(".") and not name.endswith(SIDECAR_SUFFIX) and suffix.lower() in SUPPORTED_TYPES
+
+
+def _hard_link_reason(rel_path: str, links: int) -> str:
+    """Why a file with several names is not read, and how to allow it."""
+    return (f"{rel_path} is a hard link ({links} names for one file): its other names may lie outside the source "
+            "root, where whoever writes there changes what is served; not read. If every name of it is trusted, "
+            "set allow_hard_links: true on the source, or copy the file instead of linking it")
 
 
 def _file_kind(mode: int) -> str:

@@ -12,6 +12,7 @@ A document that fails a stage fails alone, with its reason in the ledger; the re
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import queue
@@ -25,6 +26,7 @@ import numpy as np
 
 from rag_pipeline.config import ChunkingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core import metadata
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion import discovery, inputs, source_tree
 from rag_pipeline.core.ingestion.chunking import chunk_document
@@ -40,7 +42,6 @@ from rag_pipeline.core.ingestion.reports import StageReport, ledger_entry
 from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.models import DiscoveredFile, StageFailure
 from rag_pipeline.core.progress import Progress
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.lexical import term_frequencies
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.staging import utcnow
@@ -159,7 +160,7 @@ def parse_source(
     again, and its failure stays on record in the ledger.
     """
     source_id = source.source_id
-    version = parser_for(source.kind)
+    version = attempt_version(source)
     todo = documents_to_parse(source, store)
     report = StageReport(source_id, "parsed")
     ledger: list[dict] = []
@@ -192,6 +193,13 @@ def parse_source(
     return report
 
 
+def attempt_version(source: SourceConfig) -> str:
+    """What a failed parse is recorded with: the parser and the source's limits, so that a document
+    refused by a limit is parsed again once the limit is raised (as its reason says to)."""
+    limits = hashlib.sha256(source.limits.model_dump_json().encode()).hexdigest()[:8]
+    return f"{parser_for(source.kind)}; limits {limits}"
+
+
 def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
     """Discovery rows whose content, metadata or parser differ from their parsed version (an
     upgraded parser may give other elements), except those that already failed with this content
@@ -201,7 +209,7 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
         parsed = store.staging.parsed_versions(source_id)
         failed = store.ledger.failures(source_id)
         rows = store.staging.discovery_rows(source_id)
-    version = parser_for(source.kind)
+    version, attempt = parser_for(source.kind), attempt_version(source)
     todo = []
     for row in rows:
         if not row["supported"] or row["error"]:
@@ -210,7 +218,7 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
             continue
         failure = failed.get(row["doc_id"])
         if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
-                and failure["parser_version"] == version:
+                and failure["parser_version"] == attempt:
             continue
         todo.append(row)
     return todo
@@ -306,7 +314,7 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
             raise ParseError("file changed between discovery and parsing; the next run picks up the new version")
         title = json.loads(row["meta_json"] or "{}").get("title")
         job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars,
-                       int(limits.max_unpacked_mb * 2**20))
+                       int(limits.max_unpacked_mb * 2**20), limits.max_elements)
         return parser.parse(job, limits.max_parse_seconds)
 
     return read_file
@@ -335,8 +343,13 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     for doc in store.staging.load_parsed(todo):
         done.advance()
         chunks = chunk_document(doc, source_id, config)
+        reason = None
         if not chunks:
             reason = "chunking produced no chunks (document has no body text)"
+        elif len(chunks) > source.limits.max_chunks:
+            reason = (f"{len(chunks):,} chunks, over the {source.limits.max_chunks:,} limit (limits.max_chunks): split "
+                      "the document, raise the source's limit, or chunk it in larger pieces (chunking.max_tokens)")
+        if reason is not None:
             report.failures.append(StageFailure(doc.doc_id, "chunked", reason))
             ledger.append(ledger_entry(doc.doc_id, source_id, doc.content_hash, "chunked", "failed", reason))
             continue

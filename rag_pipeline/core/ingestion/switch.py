@@ -14,12 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from rag_pipeline.config import SourceConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.lifecycle import deletion_report
 from rag_pipeline.core.ingestion.reports import IndexReport, ledger_entry
 from rag_pipeline.core.models import SearchFilters, StageFailure
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 

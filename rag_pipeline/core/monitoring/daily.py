@@ -7,17 +7,22 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from rag_pipeline.config import PipelineConfig
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.holdout import WITHHELD_QUESTION, withheld
+from rag_pipeline.config import ConfigError, PipelineConfig
+from rag_pipeline.core.embedding.embedder import Embedder
+from rag_pipeline.core.errors import DomainError
+from rag_pipeline.core.evaluation.golden.holdout import WITHHELD_QUESTION, withheld
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.monitoring import sampling
 from rag_pipeline.core.monitoring.drift import DriftReport, drift_report
 from rag_pipeline.core.monitoring.drift_plots import render, report_markdown
 from rag_pipeline.core.plots import markdown_image
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
+
+
+class MonitoringError(DomainError):
+    """A day that cannot be monitored yet (no sample, too few queries); the message says what to do."""
 
 
 def no_result_threshold(store: Store) -> tuple[float, str]:
@@ -38,7 +43,7 @@ def draw_sample(config: PipelineConfig, log: sampling.QueryLog, day: date) -> tu
 def sample_day(config: PipelineConfig, store: Store, embedder: Embedder, day: date) -> tuple[sampling.SampleReport, dict, sampling.QueryLog]:
     """Draw the day's deterministic sample, run it, store it; return the report, measures and log."""
     if config.monitoring.query_log is None:
-        raise ValueError("no monitoring.query_log configured in the pipeline config")
+        raise ConfigError("no monitoring.query_log configured in the pipeline config: name the folder of the query log")
     log = sampling.read_query_log(config.monitoring.query_log)
     in_window, sample = draw_sample(config, log, day)
     threshold, _ = no_result_threshold(store)
@@ -89,9 +94,9 @@ def drift_day(config: PipelineConfig, store: Store, embedder: Embedder, day: dat
     rows = store.records.sample_rows(day)
     sample_measures = next((m for m in store.records.monitoring_history("sample", day) if m["day"] == day), None)
     if sample_measures is None:
-        raise ValueError(f"no production sample for {day}: materialize production_sample for that day first")
+        raise MonitoringError(f"no production sample for {day}: materialize production_sample for that day first")
     if len(rows) < 2:
-        raise ValueError(
+        raise MonitoringError(
             f"the production sample of {day} holds {len(rows)} queries (window of {config.monitoring.days_back} days in "
             f"{config.monitoring.query_log}): too few to compare with the golden set; is the query log being written?"
         )

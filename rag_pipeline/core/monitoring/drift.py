@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rag_pipeline.core.evaluation.metrics import nearest_rank_quantile
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
 from rag_pipeline.core.retrieval.lexical import analyze, analyze_words
 from rag_pipeline.core.vectors import normalise_rows
 from rag_pipeline.core.verdicts import Table, Verdict
@@ -104,7 +105,7 @@ def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: i
     """
     m = len(golden_vectors)
     if m < 4:
-        raise ValueError(f"the golden set has {m} questions: at least 4 are needed to calibrate a drift threshold")
+        raise GoldenSetError(f"the golden set has {m} questions: at least 4 are needed to calibrate a drift threshold")
     bandwidth = bandwidth if bandwidth is not None else median_bandwidth(golden_vectors)
     kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / bandwidth)
     size = max(2, min(sample_size, m // 2))

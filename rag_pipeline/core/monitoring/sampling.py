@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+from rag_pipeline.config import ConfigError
 from rag_pipeline.core.bounded import bounded_lines, size_text
-from rag_pipeline.core.evaluation.metrics import nearest_rank_quantile
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.retrieval.fusion import rollup_documents
 from rag_pipeline.core.retrieval.retriever import Retriever
@@ -150,7 +151,7 @@ def read_query_log(folder: Path) -> QueryLog:
     log = QueryLog(queries=[])
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"query log folder {folder} does not exist (monitoring.query_log in the config)")
+        raise ConfigError(f"query log folder {folder} does not exist: fix monitoring.query_log in the config")
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = path.relative_to(folder).as_posix()
         if path.name.endswith(JSON_LINES_SUFFIXES):

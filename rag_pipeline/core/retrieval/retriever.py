@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rag_pipeline.config import RetrievalConfig
+from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.models import Hit, SearchFilters
-from rag_pipeline.core.retrieval.encoder import Embedder
 from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion, rollup_documents
 from rag_pipeline.core.retrieval.lexical import analyze, count_tokens
 from rag_pipeline.core.storage import Store

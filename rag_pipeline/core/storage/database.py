@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.core.storage.faults import named_fault
 from rag_pipeline.core.storage.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, SchemaError, create_statements
 
 if TYPE_CHECKING:  # imported where vectors are read: a command that reads rows only does not pay for numpy
@@ -26,7 +28,7 @@ BATCH_ROWS = 65_536
 BATCH_KINDS = {"int32": "int32", "int64": "int64", "float64": "float64", "vector": "float32"}
 
 
-class NoIndexError(ValueError):
+class NoIndexError(InputError):
     """A command that only reads (or must not create one) found no index where the config points."""
 
 
@@ -71,20 +73,45 @@ class Database(ABC):
         if self._held is not None:
             yield self._held
             return
-        connection = self._connect()
+        with self._naming_faults():
+            connection = self._connect()
         try:
-            self._ensure_schema(connection)
+            with self._naming_faults():
+                self._ensure_schema(connection)
         except BaseException:
             self._release(connection)
             raise
         if self._in_session:
             self._held = connection  # the session's first call: later ones share it, its end releases it
-            yield connection
+            with self._naming_faults():
+                yield connection
             return
         try:
-            yield connection
+            with self._naming_faults():
+                yield connection
         finally:
             self._release(connection)
+
+    @contextmanager
+    def _naming_faults(self) -> Iterator[None]:
+        """A full disk or a damaged index file raised inside becomes its sentence (NoSpaceError,
+        DamagedIndexError, naming this database); any other error passes as it is."""
+        try:
+            yield
+        except Exception as error:
+            named = named_fault(error, self.describe(), file_based=self.dialect == "duckdb")
+            if named is None:
+                raise
+            raise named from error
+
+    def _rollback_after(self, connection, error: BaseException) -> None:
+        """Roll back after `error`, which stays the error raised: an engine that aborted the
+        transaction itself (DuckDB after a failed write or commit) refuses the rollback ("cannot
+        rollback - no transaction is active"), and that must not hide why the transaction failed."""
+        try:
+            self._rollback(connection)
+        except Exception as rollback_error:  # noqa: BLE001 - the first error is the one to report
+            error.add_note(f"(the rollback after it failed too: {rollback_error})")
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -118,8 +145,8 @@ class Database(ABC):
             try:
                 yield connection
                 self._commit(connection)
-            except BaseException:
-                self._rollback(connection)
+            except BaseException as error:
+                self._rollback_after(connection, error)
                 raise
             finally:
                 self._active = None
@@ -166,8 +193,8 @@ class Database(ABC):
             self._run(connection, "DELETE FROM schema_version", ())
             self._run(connection, "INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
             self._commit(connection)
-        except BaseException:
-            self._rollback(connection)
+        except BaseException as error:
+            self._rollback_after(connection, error)
             raise
 
     def _check_readable(self, connection) -> None:

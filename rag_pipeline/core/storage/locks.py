@@ -19,8 +19,11 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rag_pipeline.core.errors import UnavailableError
+from rag_pipeline.core.storage.faults import named_fault
 
-class SourceBusyError(RuntimeError):
+
+class SourceBusyError(UnavailableError):
     """Another process kept the source's ingestion lock for longer than we agreed to wait."""
 
 
@@ -33,8 +36,14 @@ def lock_path(database: Path, source_id: str) -> Path:
 def exclusive_source(database: Path, source_id: str, timeout_s: float = 1800.0, poll_s: float = 0.5) -> Iterator[None]:
     """Hold the ingestion lock of `source_id` in `database`; wait up to `timeout_s` for it."""
     path = lock_path(database, source_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Unbuffered: a write that finds the disk full fails where it is made, not again at every
+        # later seek and at close, each time hiding the first.
+        handle = open(path, "a+b", buffering=0)  # noqa: SIM115 - closed below, after the lock is released
+    except OSError as error:
+        raise (named_fault(error, path.parent) or error) from error
+    with handle:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -43,22 +52,21 @@ def exclusive_source(database: Path, source_id: str, timeout_s: float = 1800.0, 
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     handle.seek(0)
-                    holder = handle.read().strip() or "an unknown process"
+                    holder = handle.read().decode(errors="replace").strip() or "an unknown process"
                     raise SourceBusyError(
                         f"source {source_id!r} is being ingested by {holder} (lock {path}); waited {timeout_s:.0f} s. "
                         "Wait for that run to finish, or stop it; the lock is released when its process exits."
                     ) from None
                 time.sleep(poll_s)
         try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()} since {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n")
-            handle.flush()
+            handle.truncate(0)
+            try:
+                handle.write(f"pid {os.getpid()} since {datetime.now(timezone.utc).isoformat(timespec='seconds')}\n".encode())
+            except OSError as error:
+                raise (named_fault(error, path.parent) or error) from error
             yield
         finally:
-            handle.seek(0)
-            handle.truncate()
-            handle.flush()
+            handle.truncate(0)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 

@@ -23,6 +23,7 @@ from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.database import BATCH_KINDS, BATCH_ROWS, Database
 from rag_pipeline.core.storage.locks import SourceBusyError
 from rag_pipeline.core.storage.schema import column_types
+from rag_pipeline.core.storage.store import StoreConfigError
 from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE
 
 _PLACEHOLDER = re.compile(r"\?")
@@ -41,7 +42,7 @@ class PostgresDatabase(Database):
                  read_only: bool = False, create: bool = True) -> None:
         super().__init__(read_only, create)
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
-            raise ValueError(f"storage.pg_schema {schema!r}: use lower-case letters, digits and _")
+            raise StoreConfigError(f"storage.pg_schema {schema!r}: use lower-case letters, digits and _")
         self.dsn = dsn
         self.schema = schema
         self.vector_index = vector_index

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import date
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import columns
@@ -40,7 +41,7 @@ class Records:
     def evaluation_summary(self, eval_id: str) -> dict:
         summary = self.db.value("SELECT summary FROM eval_runs WHERE eval_id = ?", [eval_id])
         if summary is None:
-            raise KeyError(f"no evaluation {eval_id!r} in {self.db.describe()}")
+            raise InputError(f"no evaluation {eval_id!r} in {self.db.describe()}: `rag-pipeline eval` prints the id of each evaluation it stores, and its report names it")
         return json.loads(summary)
 
     def evaluation_record(self, eval_id: str) -> dict:

@@ -8,6 +8,8 @@ transaction, and a newer one is refused (an older rag_pipeline must not write in
 
 from __future__ import annotations
 
+from rag_pipeline.core.errors import UnavailableError
+
 SCHEMA_VERSION = 5
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
@@ -209,5 +211,5 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 
-class SchemaError(RuntimeError):
+class SchemaError(UnavailableError):
     """The database cannot be used by this version of rag_pipeline."""

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.ledger import Ledger
 from rag_pipeline.core.storage.records import Records
@@ -54,7 +55,7 @@ class Store:
         self.db.close()
 
 
-class StoreConfigError(ValueError):
+class StoreConfigError(InputError):
     """The storage config cannot be used as it is (a missing DSN, say)."""
 
 

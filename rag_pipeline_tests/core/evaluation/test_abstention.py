@@ -10,10 +10,12 @@ import pytest
 from scipy.optimize import minimize
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig
-from rag_pipeline.core.evaluation import abstention, abstention_features
-from rag_pipeline.core.evaluation.answers import ExtractiveGenerator, make_generator
-from rag_pipeline.core.evaluation.evaluate import EVAL_DEPTH, case_filters, evaluate
-from rag_pipeline.core.evaluation.golden import load_golden_set
+from rag_pipeline.core.evaluation.answers import abstention
+from rag_pipeline.core.evaluation.answers import features as abstention_features
+from rag_pipeline.core.evaluation.answers.generators import ExtractiveGenerator, make_generator
+from rag_pipeline.core.evaluation.evaluate import evaluate
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring.ranking import EVAL_DEPTH, case_filters
 from rag_pipeline.core.models import Hit
 from rag_pipeline.core.retrieval.retriever import Retriever
 

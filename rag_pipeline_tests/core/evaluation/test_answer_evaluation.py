@@ -3,11 +3,13 @@
 import pytest
 
 from rag_pipeline.config import AnswersConfig, RetrievalConfig, load_config
-from rag_pipeline.core.evaluation.answers import make_generator
-from rag_pipeline.core.evaluation.calibration import calibrate, deterministic_grader, load_verdicts
+from rag_pipeline.core.evaluation.answers.calibration import calibrate, deterministic_grader, load_verdicts
+from rag_pipeline.core.evaluation.answers.generators import make_generator
 from rag_pipeline.core.evaluation.evaluate import evaluate
-from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig, compare, load_policy
-from rag_pipeline.core.evaluation.golden import load_golden_set
+from rag_pipeline.core.evaluation.gating.gates import compare
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy, load_policy
+from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
@@ -72,7 +74,7 @@ def test_a_grader_over_its_false_pass_budget_cannot_gate(tmp_path):
 
 
 def test_a_broken_endpoint_errors_cases_and_the_evaluation_goes_on(sample_index, tmp_path):
-    from rag_pipeline.core.evaluation.answers import OpenAICompatibleGenerator
+    from rag_pipeline.core.evaluation.answers.generators import OpenAICompatibleGenerator
     from rag_pipeline_tests.core.evaluation.test_answers import PROMPT, _ChatServer, _reply
 
     config, store, embedder = sample_index
@@ -96,8 +98,8 @@ def test_a_broken_endpoint_errors_cases_and_the_evaluation_goes_on(sample_index,
 def test_on_the_sample_corpus_an_invented_number_and_an_outside_citation_fail(answered, sample_index):
     import re
 
-    from rag_pipeline.core.evaluation.answer_checks import check_answer
-    from rag_pipeline.core.evaluation.answers import Answer, parse_citations
+    from rag_pipeline.core.evaluation.answers.checks import check_answer
+    from rag_pipeline.core.evaluation.answers.generators import Answer, parse_citations
 
     _, store, _ = sample_index
     row = next(r for r in answered.cases
@@ -121,8 +123,8 @@ def test_on_the_sample_corpus_an_invented_number_and_an_outside_citation_fail(an
 def test_prohibited_claims_are_checked_in_the_evaluation_and_listed_in_the_report(sample_index, answered):
     import dataclasses
 
-    from rag_pipeline.core.evaluation.answers import split_sentences
-    from rag_pipeline.core.evaluation.report import render_markdown
+    from rag_pipeline.core.evaluation.answers.generators import split_sentences
+    from rag_pipeline.core.evaluation.gating.report import render_markdown
 
     config, store, embedder = sample_index
     # A claim the generator does make (its own first sentence, citations removed), and one it does not.

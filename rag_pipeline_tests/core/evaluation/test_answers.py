@@ -7,13 +7,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from rag_pipeline.config import PROJECT_ROOT
-from rag_pipeline.core.evaluation.answer_checks import (
+from rag_pipeline.core.evaluation.answers.checks import (
     abstention_table,
     check_answer,
     prohibited_claims_made,
     quantities,
 )
-from rag_pipeline.core.evaluation.answers import (
+from rag_pipeline.core.evaluation.answers.generators import (
     ABSTENTION,
     Answer,
     ExtractiveGenerator,
@@ -31,7 +31,7 @@ CONTEXT_TEXT = {h.chunk_id: h.text for h in CONTEXT}
 
 
 def _answer(text: str, abstained: bool = False) -> Answer:
-    from rag_pipeline.core.evaluation.answers import parse_citations
+    from rag_pipeline.core.evaluation.answers.generators import parse_citations
 
     return Answer(text, parse_citations(text), abstained, "test")
 
@@ -226,7 +226,7 @@ def test_malformed_json_and_timeouts_make_the_case_errored_not_the_run(chat):
 
 
 def test_llm_claim_judge_decides_claim_support_when_configured(chat):
-    from rag_pipeline.core.evaluation.answers import ChatClient, LLMClaimJudge
+    from rag_pipeline.core.evaluation.answers.generators import ChatClient, LLMClaimJudge
 
     server = chat([(200, _reply("Yes."), {}), (200, _reply("no"), {})])
     judge = LLMClaimJudge(ChatClient(server.url, "judge-model", max_retries=0))

@@ -2,9 +2,11 @@
 
 import xml.etree.ElementTree as ET
 
-from rag_pipeline.core.evaluation.baselines import BaselineComparison, gate_text
-from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig, compare
-from rag_pipeline.core.evaluation.junit import write_junit
+from rag_pipeline.core.evaluation.gating.baselines import BaselineComparison, gate_text
+from rag_pipeline.core.evaluation.gating.gates import compare
+from rag_pipeline.core.evaluation.gating.junit import write_junit
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig
 from rag_pipeline.core.render import Markdown, text_table
 
 POLICY = GatePolicy(headline_metrics=("recall_at_5",), tolerance={"recall_at_5": 0.01},

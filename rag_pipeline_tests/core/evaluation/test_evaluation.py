@@ -7,16 +7,13 @@ import pytest
 import pytrec_eval
 
 from rag_pipeline.config import RetrievalConfig
-from rag_pipeline.core.evaluation.abstention import calibrate_threshold
-from rag_pipeline.core.evaluation.evaluate import (
-    EVAL_DEPTH,
-    LATENCY_SAMPLE,
-    CaseResult,
-    case_filters,
-    evaluate,
-)
-from rag_pipeline.core.evaluation.golden import GoldenCase, GoldSpan, load_golden_set
-from rag_pipeline.core.evaluation.spans import span_hit
+from rag_pipeline.core.evaluation.answers.abstention import calibrate_threshold
+from rag_pipeline.core.evaluation.evaluate import evaluate
+from rag_pipeline.core.evaluation.golden.cases import GoldenCase, GoldSpan
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring.ranking import EVAL_DEPTH, LATENCY_SAMPLE, case_filters
+from rag_pipeline.core.evaluation.scoring.results import CaseResult
+from rag_pipeline.core.evaluation.scoring.spans import span_hit
 from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion, rollup_documents
 from rag_pipeline.core.retrieval.retriever import Retriever

@@ -2,9 +2,10 @@
 
 import json
 
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.evaluation.experiments import render_log, run_experiment
-from rag_pipeline.core.evaluation.gates import GatePolicy, SignificanceConfig
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig
 from rag_pipeline.core.storage import duckdb_store
 
 PAGE = """# Travel policy

@@ -11,14 +11,16 @@ import pytest
 import pytrec_eval
 
 from rag_pipeline.config import RetrievalConfig
-from rag_pipeline.core.evaluation import golden as golden_module
-from rag_pipeline.core.evaluation.doc_refs import Resolver
+from rag_pipeline.core.bounded import InputTooLargeError
 from rag_pipeline.core.evaluation.evaluate import evaluate
-from rag_pipeline.core.evaluation.external_runs import score_run
-from rag_pipeline.core.evaluation.golden import GoldenSetError, InputTooLargeError, load_golden_set
-from rag_pipeline.core.evaluation.golden_formats import import_cases, import_from_store
-from rag_pipeline.core.evaluation.ragas_export import export_ragas
-from rag_pipeline.core.evaluation.run_files import RunFileError, decreasing_scores, read_run, write_qrels, write_trec_run
+from rag_pipeline.core.evaluation.golden import lines as golden_lines
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError
+from rag_pipeline.core.evaluation.golden.doc_refs import Resolver
+from rag_pipeline.core.evaluation.golden.formats import import_cases, import_from_store
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring.external_runs import score_run
+from rag_pipeline.core.evaluation.scoring.ragas_export import export_ragas
+from rag_pipeline.core.evaluation.scoring.run_files import RunFileError, decreasing_scores, read_run, write_qrels, write_trec_run
 from rag_pipeline.core.retrieval.retriever import Retriever
 
 ON_CALL = "handbook:engineering/on-call.md"
@@ -118,12 +120,12 @@ def test_a_question_asked_twice_with_other_labels_is_a_warning_naming_both_lines
 
 
 def test_imports_are_read_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(golden_module, "MAX_GOLDEN_LINE_BYTES", 1000)
+    monkeypatch.setattr(golden_lines, "MAX_GOLDEN_LINE_BYTES", 1000)
     path = tmp_path / "cases.jsonl"
     path.write_text(json.dumps({"question": "q?", "reference": "x" * 5000, "gold_docs": [REFUNDS]}) + "\n")
     with pytest.raises(GoldenSetError, match=r"cases.jsonl line 1: line longer than 1,000 bytes"):
         import_cases(path, "handwritten", DOCS)
-    monkeypatch.setattr("rag_pipeline.core.evaluation.dataset_records.MAX_IMPORT_FILE_BYTES", 100)
+    monkeypatch.setattr("rag_pipeline.core.evaluation.golden.dataset_records.MAX_IMPORT_FILE_BYTES", 100)
     small = tmp_path / "small.csv"
     small.write_text("question,reference,gold_docs\n" + "q?,r.,helpcenter:refunds.html\n" * 10)
     size = small.stat().st_size

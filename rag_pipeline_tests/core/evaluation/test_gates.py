@@ -13,16 +13,9 @@ from rag_pipeline.core.evaluation.experiments import (
     config_diff,
     run_experiment,
 )
-from rag_pipeline.core.evaluation.gates import (
-    GatePolicy,
-    SignificanceConfig,
-    compare,
-    gate_reasons,
-    load_policy,
-    minimum_detectable_effect,
-    paired_significance,
-    render_gate,
-)
+from rag_pipeline.core.evaluation.gating.gates import compare, gate_reasons, render_gate
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy, load_policy
+from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig, minimum_detectable_effect, paired_significance
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
 POLICY = GatePolicy(

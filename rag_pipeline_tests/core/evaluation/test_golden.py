@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from rag_pipeline.core.evaluation.golden import GoldenSetError, file_revision, load_golden_set
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError, file_revision
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
 

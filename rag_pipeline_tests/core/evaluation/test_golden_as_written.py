@@ -7,13 +7,11 @@ from collections import Counter
 
 import pytest
 
-from rag_pipeline.core.evaluation import golden as golden_module
-from rag_pipeline.core.evaluation.golden import (
-    GoldenSetError,
-    InputTooLargeError,
-    default_split,
-    load_golden_set,
-)
+from rag_pipeline.core.bounded import InputTooLargeError
+from rag_pipeline.core.evaluation.golden import lines as golden_lines
+from rag_pipeline.core.evaluation.golden import validation as golden_validation
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError, default_split
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 
 # What the ledger of a team's docs site holds: the source `starlette` has its root at `docs/`.
 KNOWN = {
@@ -108,7 +106,7 @@ def test_a_default_split_is_never_holdout(tmp_path):
 
 
 def test_a_line_over_its_bound_is_an_error_of_that_line_and_the_rest_is_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(golden_module, "MAX_GOLDEN_LINE_BYTES", 2000)
+    monkeypatch.setattr(golden_lines, "MAX_GOLDEN_LINE_BYTES", 2000)
     path = tmp_path / "golden.jsonl"
     huge = json.dumps(_case("big", ["routing.md"], reference="x" * 50_000))
     path.write_text(json.dumps(_case("a", ["routing.md"])) + "\n" + huge + "\n" + json.dumps(_case("c", ["nope.md"])) + "\n")
@@ -126,21 +124,21 @@ def test_a_file_over_its_bound_is_refused_before_it_is_parsed(tmp_path):
     with path.open("wb") as handle:
         for _ in range(10):
             handle.write(line * 100_000)
-    assert path.stat().st_size > golden_module.MAX_GOLDEN_FILE_BYTES
+    assert path.stat().st_size > golden_lines.MAX_GOLDEN_FILE_BYTES
     with pytest.raises(InputTooLargeError) as excinfo:
         load_golden_set(path, known_documents=KNOWN)
-    assert str(path) in str(excinfo.value) and f"{golden_module.MAX_GOLDEN_FILE_BYTES:,}-byte bound" in str(excinfo.value)
+    assert str(path) in str(excinfo.value) and f"{golden_lines.MAX_GOLDEN_FILE_BYTES:,}-byte bound" in str(excinfo.value)
 
 
 def test_too_many_cases_are_refused_at_the_line_past_the_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(golden_module, "MAX_GOLDEN_CASES", 50)
+    monkeypatch.setattr(golden_validation, "MAX_GOLDEN_CASES", 50)
     path = _write(tmp_path, [_case(f"q{i}", ["routing.md"]) for i in range(80)])
     with pytest.raises(InputTooLargeError, match=r"golden.jsonl line 51: more than 50 cases"):
         load_golden_set(path, known_documents=KNOWN)
 
 
 def test_problems_listed_stop_at_their_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(golden_module, "MAX_REPORTED_PROBLEMS", 5)
+    monkeypatch.setattr(golden_validation, "MAX_REPORTED_PROBLEMS", 5)
     path = _write(tmp_path, [_case(f"q{i}", ["nope.md"]) for i in range(40)])
     with pytest.raises(GoldenSetError) as excinfo:
         load_golden_set(path, known_documents=KNOWN)

@@ -9,11 +9,12 @@ from collections import Counter
 import pytest
 
 from rag_pipeline.config import AnswersConfig, ChunkingConfig, LifecycleConfig, RetrievalConfig, SourceConfig
-from rag_pipeline.core.evaluation.answers import make_generator
+from rag_pipeline.core.evaluation.answers.generators import make_generator
 from rag_pipeline.core.evaluation.evaluate import evaluate
-from rag_pipeline.core.evaluation.golden import SPLITS, GoldenSet, GoldenSetError, default_split, load_golden_set
-from rag_pipeline.core.evaluation.golden_formats import import_cases, import_from_store, known_documents
-from rag_pipeline.core.evaluation.ragas_export import export_ragas
+from rag_pipeline.core.evaluation.golden.cases import SPLITS, GoldenSet, GoldenSetError, default_split
+from rag_pipeline.core.evaluation.golden.formats import import_cases, import_from_store, known_documents
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
+from rag_pipeline.core.evaluation.scoring.ragas_export import export_ragas
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline_tests.conftest import write_tree
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from rag_pipeline.core.evaluation.golden import load_golden_set
-from rag_pipeline.core.evaluation.holdout import HoldoutError, release_from_holdout
+from rag_pipeline.core.evaluation.golden.holdout import HoldoutError, release_from_holdout
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 
 
 def _case(case_id: str, split: str) -> str:

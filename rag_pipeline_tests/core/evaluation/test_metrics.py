@@ -5,7 +5,7 @@ import random
 import pytest
 import pytrec_eval
 
-from rag_pipeline.core.evaluation import metrics
+from rag_pipeline.core.evaluation.scoring import metrics
 
 # Our key -> pytrec_eval measure name.
 TREC_NAMES = {

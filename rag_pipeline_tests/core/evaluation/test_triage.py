@@ -8,9 +8,10 @@ import json
 import pytest
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig
-from rag_pipeline.core.evaluation.golden import GoldenSetError, load_golden_set
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
+from rag_pipeline.core.evaluation.golden.cases import GoldenSetError
+from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.evaluation.triage import accept_reviewed, build_queue
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import duckdb_store
@@ -172,7 +173,7 @@ def test_accept_defaults_what_the_loader_defaults_and_lists_undecided_items(tmp_
     assert "undecided: 2 item(s) without a decision (accept | reject), left in the queue: item00000003, item00000004" \
         in result.summary()
     cases = {c.id: c for c in load_golden_set(golden).cases}
-    from rag_pipeline.core.evaluation.golden import default_split
+    from rag_pipeline.core.evaluation.golden.cases import default_split
 
     bike = cases["tri-item00000001"]
     assert bike.slice == "general" and bike.split == default_split(bike.id) != "holdout"

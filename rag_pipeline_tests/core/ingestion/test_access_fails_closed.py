@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from rag_pipeline.config import EmbeddingConfig
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline_tests.conftest import BACKENDS, make_store
 from tools.access_probes import CALLERS, FIELDS, ODD_VALUES, SOURCE_DEFAULTS, WHERE, run_probes
 

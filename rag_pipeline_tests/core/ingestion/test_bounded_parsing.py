@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,12 +21,13 @@ import pytest
 from docx import Document
 
 from rag_pipeline.config import ChunkingConfig, DocumentLimits, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, shared_parsers
-from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob
+from rag_pipeline.core.ingestion.parsing import MAX_GUESSED_HEADING_DEPTH, ParseError, ParseJob
 from rag_pipeline.core.ingestion.stages import discover_source, ingest_source, parse_source
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline_tests.conftest import write_tree
+from rag_pipeline_tests.many_pages import many_page_pdf
 
 pytestmark = pytest.mark.slow
 MB = 2**20
@@ -116,7 +119,7 @@ def _source_with(tmp_path: Path, bomb: Path, limits: DocumentLimits) -> SourceCo
         "faq.md": "# FAQ\n\nProxies are configured on the transport, not on the client.\n",
     })
     _word_file(root / "notes.docx", "Version 2 moves retries to the transport and drops the old setting.")
-    os.link(bomb, root / "bomb.docx")
+    shutil.copyfile(bomb, root / "bomb.docx")  # a copy: a hard link is skipped unless the source allows it
     return SourceConfig(name="docs", path=root, limits=limits)
 
 
@@ -217,6 +220,47 @@ def test_a_file_over_its_types_size_limit_is_refused_unread(tmp_path):
     parser = ParserProcess()
     assert parse_source(source, store, "r2", parser=parser).counts["parse_failed"] == 1
     assert parser.pid is None
+
+
+def test_a_pdf_of_many_pages_parses_to_bounded_heading_paths():
+    # Every page starts with a heading guessed from its layout: unbounded, page n's path held n headings.
+    pages = 400
+    parser = ParserProcess()
+    try:
+        doc = parser.parse(ParseJob("s:long.pdf", "long.pdf", "pdf", many_page_pdf(pages), "h"), 300)
+    finally:
+        parser.close()
+    assert len(doc.elements) == 2 * pages
+    assert max(len(e.heading_path) for e in doc.elements) == MAX_GUESSED_HEADING_DEPTH
+    last = doc.elements[-1]
+    assert last.heading_path[-1] == f"Section {pages}" and last.page_number == pages
+    assert sum(len(e.heading_path) for e in doc.elements) <= 2 * pages * MAX_GUESSED_HEADING_DEPTH
+
+
+def test_a_document_over_its_element_or_chunk_limit_fails_alone(tmp_path):
+    root = write_tree(tmp_path / "docs", {"guide.md": "# Guide\n\nInstall the client, then set a timeout.\n",
+                                          "list.md": "# List\n\n" + "".join(f"- item {i}\n" for i in range(300))})
+    (root / "long.pdf").write_bytes(many_page_pdf(200))
+    source = SourceConfig(name="docs", path=root, limits=DocumentLimits(max_elements=250))
+    store = duckdb_store(tmp_path / "index.duckdb")
+    embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
+    reports = ingest_source(source, store, embedder, ChunkingConfig(), LifecycleConfig(), "r1")
+    failures = {f.doc_id: f.reason for f in reports["parsed"].failures}
+    assert failures == {
+        "docs:long.pdf": "400 elements (headings, paragraphs, list items...), over the 250 limit (limits.max_elements): "
+                         "split the document, or raise the source's limit",
+        "docs:list.md": "301 elements (headings, paragraphs, list items...), over the 250 limit (limits.max_elements): "
+                        "split the document, or raise the source's limit"}
+    assert _served(store) == {"docs:guide.md"}
+    # The element limit raised (as its reason says), list.md is parsed again; over the chunk limit, the PDF fails
+    # when chunked, alone.
+    source = SourceConfig(name="docs", path=root, limits=DocumentLimits(max_chunks=20))
+    reports = ingest_source(source, store, embedder, ChunkingConfig(), LifecycleConfig(), "r2")
+    (failure,) = reports["chunked"].failures
+    assert failure.doc_id == "docs:long.pdf"
+    assert re.fullmatch(r"\d\d chunks, over the 20 limit \(limits.max_chunks\): split the document, raise the source's "
+                        r"limit, or chunk it in larger pieces \(chunking.max_tokens\)", failure.reason), failure.reason
+    assert _served(store) == {"docs:guide.md", "docs:list.md"}
 
 
 # A process that starts a parser worker (from its main thread, or another), prints the worker's

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.ingestion.discovery import SourceUnavailableError
-from rag_pipeline.core.ingestion.embedding import make_embedder
 from rag_pipeline.core.ingestion.lifecycle import mass_deletion_refusal
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import ManifestDiff

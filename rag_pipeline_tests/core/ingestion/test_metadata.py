@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rag_pipeline.core.ingestion.discovery import discover_files
@@ -82,3 +84,34 @@ def test_a_sidecar_over_its_limit_is_an_error_of_its_document(tmp_path):
     files = {f.rel_path: f for f in discover_files("s", tmp_path)}
     assert "sidecar a.md.meta.yaml is 256 KB, over the 256 KB limit for metadata: not read" in files["a.md"].error
     assert files["b.md"].error is None
+
+
+def test_a_control_character_in_metadata_fails_its_document_alone(tmp_path):
+    # An ESC from a pasted terminal colour code, a BEL: YAML's reader refuses them before parsing.
+    write_tree(tmp_path, {
+        "colour.md": "---\ntitle: T\ntenant: \x1b[31macme\x1b[0m\n---\n# A\n\ntext\n",
+        "bell.html": "<html><body><p>x</p></body></html>",
+        "bell.html.meta.yaml": "title: Bell\nroles: [employee\x07]\n",
+        "fine.md": "---\ntitle: Fine\n---\n# B\n\ntext\n",
+    })
+    files = {f.rel_path: f for f in discover_files("s", tmp_path, ACME_INTERNAL)}
+    assert files["colour.md"].error == (
+        "metadata: front matter holds the control character U+001B (ESC) at line 3, column 9, which YAML cannot "
+        "read: delete it (a terminal colour code pasted with the text?) and run again")
+    assert ("sidecar bell.html.meta.yaml holds the control character U+0007 (BEL) at line 2, column 17"
+            in files["bell.html"].error)
+    assert files["fine.md"].error is None and files["fine.md"].meta.title == "Fine"
+    # A document whose metadata failed is read again next time: none of them is carried over.
+    assert files["colour.md"].stat_key is None and files["bell.html"].stat_key is None
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("a: 1\nb: x\x00y\n", "U+0000 (NUL) at line 2, column 5"),
+    ("\x7f: 1\n", "U+007F (DEL) at line 1, column 1"),
+    ("a: '\ufffe'\n", "the character U+FFFE at line 1, column 5"),
+])
+def test_a_character_yaml_cannot_read_is_named_with_its_line(text, where):
+    from rag_pipeline.core.metadata import load_mapping
+
+    with pytest.raises(ValueError, match=f"^sidecar x holds .*{re.escape(where)}, which YAML cannot read: delete it"):
+        load_mapping(text, "sidecar x")

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from rag_pipeline.config import PROJECT_ROOT, ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.ingestion.inputs import current_fingerprint
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.storage import duckdb_store

@@ -1,8 +1,8 @@
 """A new parser version parses the same bytes again and chunks them again; nothing else runs twice."""
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.ingestion import parsing, stages
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline_tests.conftest import write_tree
 

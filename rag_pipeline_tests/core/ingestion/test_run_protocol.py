@@ -9,9 +9,9 @@ from rag_pipeline.config import (
     LifecycleConfig,
     SourceConfig,
 )
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.ingestion import stages
 from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
 from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline.core.storage.schema import SCHEMA_VERSION

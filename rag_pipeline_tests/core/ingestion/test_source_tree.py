@@ -131,3 +131,31 @@ def test_unreadable_folders_are_reported_not_fatal(tmp_path, monkeypatch):
     entries, unreadable = tree.walk()
     assert [e.rel_path for e in entries] == ["open/a.md"]
     assert unreadable == ["closed"]
+
+
+def test_a_file_with_several_names_is_skipped_unless_the_source_allows_hard_links(tmp_path):
+    root, outside = tmp_path / "src", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.md").write_text("# Secret\n\nwritten from outside the root\n")
+    os.link(outside / "secret.md", root / "linked.md")
+    os.symlink("linked.md", root / "alias.md")
+    (root / "page.html").write_text("<html><body><h1>P</h1><p>text</p></body></html>")
+    (outside / "meta.yaml").write_text("tenant: acme\n")
+    os.link(outside / "meta.yaml", root / "page.html.meta.yaml")
+    (root / "plain.md").write_text("# Plain\n\none name only\n")
+    files = {f.rel_path: f for f in discover_files("s", root)}
+    assert not files["linked.md"].supported
+    assert files["linked.md"].skip_reason.startswith(
+        "linked.md is a hard link (2 names for one file): its other names may lie outside the source root")
+    assert "set allow_hard_links: true on the source" in files["linked.md"].skip_reason
+    assert not files["alias.md"].supported and "linked.md is a hard link" in files["alias.md"].skip_reason
+    assert "page.html.meta.yaml is a hard link" in files["page.html"].error and files["page.html"].meta.tenant is None
+    assert files["plain.md"].supported and files["plain.md"].error is None
+    with pytest.raises(DocumentReadError, match="hard link"):
+        SourceTree("s", root).read("linked.md")
+    # Allowed explicitly: each name is read (the symbolic link once, as the file is read under its own path).
+    allowed = {f.rel_path: f for f in discover_files("s", root, allow_hard_links=True)}
+    assert allowed["linked.md"].supported and allowed["linked.md"].error is None
+    assert allowed["page.html"].error is None and allowed["page.html"].meta.tenant == "acme"
+    assert "read under its own path" in allowed["alias.md"].skip_reason

@@ -7,7 +7,7 @@ from datetime import date, timedelta
 import pytest
 
 from rag_pipeline.config import load_config
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.monitoring import sampling
 from rag_pipeline.core.monitoring.daily import draw_sample, golden_drift
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rag_pipeline.config import load_config
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
-from rag_pipeline.core.ingestion.embedding import make_embedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline_tests.conftest import BACKENDS, SAMPLE_CONFIG, make_store
 

@@ -2,7 +2,7 @@
 edited document, a missing cache row or a changed vector is named as a difference."""
 
 from rag_pipeline.config import EmbeddingConfig
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline.core.storage.contents import compare_contents, content_differences, served_contents

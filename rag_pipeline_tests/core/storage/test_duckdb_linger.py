@@ -123,7 +123,7 @@ def test_a_one_page_edit_runs_every_stage_on_one_connection(tmp_path, connects, 
     parse, chunks, vectors, the switch with its probes) opens the file once; by default the
     linger is LINGER_SECONDS, and a gap longer than that (a long parse) costs one connect."""
     from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-    from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+    from rag_pipeline.core.embedding.hashing import HashingEmbedder
     from rag_pipeline.core.ingestion.stages import ingest_source
     from rag_pipeline_tests.conftest import write_tree
 

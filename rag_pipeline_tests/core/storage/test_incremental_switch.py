@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import make_embedder
+from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline_tests.conftest import BACKENDS, make_store, write_tree
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage import NoIndexError, Store

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-from rag_pipeline.core.ingestion.embedding import HashingEmbedder
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
+from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.ingestion.stages import ingest_source
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage import SourceBusyError, Store
@@ -163,7 +164,7 @@ def test_records_round_trip(store, tmp_path):
     })
     [row] = store.records.experiment_log()
     assert row["config_diff"] == {"chunking.size": [400, 200]} and row["worst_slice_delta"] == -0.02
-    with pytest.raises(KeyError, match="no evaluation 'missing'"):
+    with pytest.raises(InputError, match="no evaluation 'missing'"):
         store.records.evaluation_summary("missing")
 
 

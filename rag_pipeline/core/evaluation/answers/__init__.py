@@ -1,0 +1,1 @@
+"""Answers: generators, the checks of an answer, abstention, and grader calibration."""

@@ -1,0 +1,1 @@
+"""Scoring retrieval: metrics of one query, the per-case results and their aggregates, run files."""
