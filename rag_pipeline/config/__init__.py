@@ -5,7 +5,13 @@ The file is `data/pipeline.yaml` by default, or the path in the environment vari
 config works from any working directory. An invalid file fails at load with the field and reason.
 """
 
-from rag_pipeline.config.loading import config_path_from_env, load_config, parse_source_overrides, with_overlay
+from rag_pipeline.config.loading import (
+    as_written,
+    config_path_from_env,
+    load_config,
+    parse_source_overrides,
+    with_overlay,
+)
 from rag_pipeline.config.sections import (
     CONFIG_ENV_VAR,
     DEFAULT_CONFIG_PATH,
@@ -34,6 +40,6 @@ __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "DEFAULT_MODEL", "MAX_CONFIG_BYTES", "PROJECT_ROOT", "AnswersConfig",
     "AutomationConfig", "ChunkingConfig", "ConfigError", "DocumentLimits", "EmbeddingConfig", "EvaluationConfig",
     "LifecycleConfig", "MonitoringConfig", "PipelineConfig", "RetrievalConfig", "SourceConfig", "SourceDefaults",
-    "StorageConfig", "TypeSizeLimits", "config_path_from_env", "load_config", "parse_source_overrides",
+    "StorageConfig", "TypeSizeLimits", "as_written", "config_path_from_env", "load_config", "parse_source_overrides",
     "slugify_source_id", "with_overlay",
 ]

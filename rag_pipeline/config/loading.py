@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rag_pipeline.config.sections import (
     CONFIG_ENV_VAR,
@@ -18,7 +18,7 @@ from rag_pipeline.config.sections import (
     PipelineConfig,
     StorageConfig,
 )
-from rag_pipeline.core.metadata import load_mapping
+from rag_pipeline.core.metadata import load_mapping, yaml_problem
 
 
 def _resolve_paths(raw: dict, base: Path) -> dict:
@@ -89,23 +89,54 @@ def parse_source_overrides(values: list[str] | tuple[str, ...]) -> dict[str, str
 def with_overlay(config: PipelineConfig, assignments: list[str] | tuple[str, ...] = (),
                  overlay_file: Path | str | None = None) -> PipelineConfig:
     """The config with an overlay YAML file and `section.key=value` assignments merged on top
-    (an experiment's baseline and candidate)."""
-    raw = config.model_dump(mode="json", exclude={"config_path"})
+    (an experiment's baseline and candidate).
+
+    An overlay means what the same keys written into the config file would mean: it is merged
+    into what the file says (`as_written`, never the defaults filled in, which a fail-closed
+    validator may refuse to read back, e.g. `tenant: null`), its relative paths resolve against
+    the config file's folder, and the result is validated whole. ConfigError names the key."""
+    what = _overlay_name(assignments, overlay_file)
     updates: dict = _read_yaml(Path(overlay_file), "experiment overlay") if overlay_file else {}
     for assignment in assignments:
-        key, sep, value = assignment.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. chunking.strategy=fixed")
-        node = updates
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value)
+        _assign(updates, assignment)
+    merged = _deep_merge(as_written(config), updates)
+    base = config.config_path.parent if config.config_path else Path.cwd()
     try:
-        return PipelineConfig.model_validate(_deep_merge(raw, updates)).model_copy(update={"config_path": config.config_path})
+        overlaid = PipelineConfig.model_validate(_resolve_paths(merged, base))
     except ValidationError as exc:
         fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid experiment overlay ({overlay_file or '--set'}): {fields}") from exc
+        raise ConfigError(f"invalid experiment overlay ({what}): {fields}") from exc
+    return overlaid.model_copy(update={"config_path": config.config_path})
+
+
+def as_written(model: BaseModel) -> dict:
+    """The fields of a settings model that were given (by its file, or set in code since), as JSON
+    values: validated again, they give an equal model, whatever the defaults of the others are."""
+    return model.model_dump(mode="json", exclude_unset=True)
+
+
+def _overlay_name(assignments: list[str] | tuple[str, ...], overlay_file: Path | str | None) -> str:
+    named = [str(overlay_file)] if overlay_file else []
+    return ", ".join(named + [f"--set {assignment}" for assignment in assignments]) or "empty"
+
+
+def _assign(updates: dict, assignment: str) -> None:
+    """Write one `section.key=value` (the value read as YAML) into the nested `updates`."""
+    key, sep, value = assignment.partition("=")
+    parts = key.split(".")
+    if not sep or not all(part.strip() for part in parts):
+        raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. chunking.strategy=fixed")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {assignment!r}: the value is not valid YAML: {yaml_problem(exc)}") from exc
+    node = updates
+    for depth, part in enumerate(parts[:-1]):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {assignment!r}: {'.'.join(parts[:depth + 1])} is given a value of its own, "
+                              "so it has no keys to set")
+    node[parts[-1]] = parsed
 
 
 def _deep_merge(base: dict, updates: dict) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from rag_pipeline.config import ConfigError, EmbeddingConfig, PipelineConfig, StorageConfig, load_config
+from rag_pipeline.config import ConfigError, EmbeddingConfig, PipelineConfig, StorageConfig, as_written, load_config
 from rag_pipeline.core.embedding.embedder import Embedder, make_embedder
 from rag_pipeline.core.storage import Store, open_store
 
@@ -73,9 +73,13 @@ EmbeddingFields = launchpad_fields(EmbeddingConfig)
 
 
 def _section(section: type[BaseModel], fields: dg.Config, resource: str):
-    """The config section of a resource's fields, validated by the section itself."""
+    """The config section of a resource's fields, validated by the section itself.
+
+    Only the settings that differ from their defaults are handed back: Dagster's config system fills
+    in every default, and a section may refuse a default given explicitly (as SourceDefaults refuses
+    `tenant: null`); for a section that validated once, an absent setting means its default."""
     try:
-        return section.model_validate(fields.model_dump())
+        return section.model_validate(fields.model_dump(exclude_defaults=True))
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"resource {resource!r}: {problems}") from None
@@ -88,7 +92,7 @@ class StoreResource(dg.ConfigurableResource):
 
     @classmethod
     def from_config(cls, storage: StorageConfig) -> StoreResource:
-        return cls(storage=StorageFields(**storage.model_dump(mode="json")))
+        return cls(storage=StorageFields(**as_written(storage)))
 
     def get(self) -> Store:
         return _store_for(_section(StorageConfig, self.storage, "store"))
@@ -107,7 +111,7 @@ class EmbedderResource(dg.ConfigurableResource):
 
     @classmethod
     def from_config(cls, embedding: EmbeddingConfig) -> EmbedderResource:
-        return cls(embedding=EmbeddingFields(**embedding.model_dump(mode="json")))
+        return cls(embedding=EmbeddingFields(**as_written(embedding)))
 
     def get(self) -> Embedder:
         return embedder_for(_section(EmbeddingConfig, self.embedding, "embedder"))

@@ -2,11 +2,19 @@
 its schema, and the section validates them on use."""
 
 import dagster as dg
+import pydantic
 import pytest
 
 from rag_pipeline.config import ConfigError, EmbeddingConfig, StorageConfig
 from rag_pipeline.core.embedding.embedder import make_embedder
-from rag_pipeline.defs.resources import EmbedderResource, StorageFields, StoreResource, resources_for
+from rag_pipeline.defs.resources import (
+    EmbedderResource,
+    StorageFields,
+    StoreResource,
+    _section,
+    launchpad_fields,
+    resources_for,
+)
 
 
 def test_store_and_embedder_come_from_the_config_as_given(tmp_path, write_config):
@@ -54,3 +62,34 @@ def test_a_launchpad_run_config_reaches_the_store(tmp_path, write_config):
     result = dg.materialize([where], resources={"store": StoreResource.from_config(config.storage)},
                             run_config={"resources": {"store": {"config": {"storage": {"path": str(target)}}}}})
     assert str(target) in result.output_for_node("where")
+
+
+def test_a_section_reads_back_as_the_same_settings(tmp_path, write_config):
+    # What the file gave, and what code changed since, are the resource's values; the rest are defaults.
+    config = write_config({"docs": tmp_path}, embedding={"kind": "hashing", "dimension": 64},
+                          storage={"path": str(tmp_path / "index.duckdb"), "memory_search": False})
+    storage = config.storage.model_copy(update={"hnsw_m": 24})
+    store, embedder = StoreResource.from_config(storage), EmbedderResource.from_config(config.embedding)
+    assert store.storage.model_fields_set == {"path", "memory_search", "hnsw_m"}
+    assert embedder.embedding.model_fields_set == {"kind", "dimension"}
+    assert _section(StorageConfig, store.storage, "store") == storage
+    assert _section(EmbeddingConfig, embedder.embedding, "embedder") == config.embedding
+
+
+def test_a_section_that_refuses_its_own_default_given_explicitly_still_reads_back():
+    """As SourceDefaults refuses `tenant: null` (its default) when a file writes it: the launchpad
+    fills every default in, and the section must read the result back."""
+
+    class Access(pydantic.BaseModel):
+        tenant: str | None = None
+
+        @pydantic.model_validator(mode="before")
+        @classmethod
+        def _no_explicit_null(cls, raw: object) -> object:
+            if isinstance(raw, dict) and "tenant" in raw and raw["tenant"] is None:
+                raise ValueError("tenant is null")
+            return raw
+
+    fields = launchpad_fields(Access)
+    assert _section(Access, fields(), "access") == Access()
+    assert _section(Access, fields(tenant="acme"), "access") == Access(tenant="acme")

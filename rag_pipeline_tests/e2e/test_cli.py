@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rag_pipeline.config import PROJECT_ROOT
@@ -113,6 +114,19 @@ def test_dagster_definitions_validate_with_the_workspace():
         capture_output=True, text=True, cwd=PROJECT_ROOT, env=env, timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("assignment", "named"), [
+    ("chunking.max_tokenz=80", "chunking.max_tokenz: Extra inputs are not permitted"),
+    ("chunking.max_tokens=eighty", "chunking.max_tokens: Input should be a valid integer"),
+    ("chunking.max_tokens", "expected section.key=value"),
+])
+def test_an_experiment_overlay_the_config_would_refuse_is_a_usage_error_naming_the_key(tmp_path, assignment, named):
+    config = _config(tmp_path, {"a": _docs(tmp_path / "a", 1, "a")})
+    out = _cli("experiment", "--config", str(config), "--set", assignment, "--hypothesis", "h")
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert named in out.stderr and "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "pipeline.yaml"], "nothing run, nothing created"
 
 
 def test_calibrate_reports_the_grader_and_refuses_it_over_budget():

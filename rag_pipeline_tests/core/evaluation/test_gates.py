@@ -202,3 +202,13 @@ def test_one_component_at_a_time():
     assert components_changed(diff) == ["chunking", "retrieval mode"]
     with pytest.raises(BundleRefused, match="2 components"):
         run_experiment(base, both, None, base.golden_set, POLICY, "h", lambda c: None)
+
+
+def test_the_false_alarm_benchmark_copies_the_policy_with_only_its_budget_changed(tmp_path):
+    from benchmarks.gate_false_alarms import with_latency_budget
+
+    policy_path = SAMPLE_CONFIG.parent / "gate_policy.yaml"
+    copy = with_latency_budget(policy_path, 105.0, tmp_path / "policy.yaml")
+    # The copy lives elsewhere: its grader_verdicts still names the sample's file.
+    assert load_policy(copy) == load_policy(policy_path).model_copy(update={"latency_budget_p95_ms": 105.0})
+    assert load_policy(copy).grader_verdicts.is_file()
