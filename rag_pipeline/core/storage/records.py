@@ -101,6 +101,17 @@ class Records:
 
     # ---- baselines and experiments ---------------------------------------------------------
 
+    def evaluated_manifests(self, since) -> dict[str, set[str]]:
+        """Source -> the manifest hashes it served for a baseline's evaluation or any evaluation since
+        `since` (what index-state retention must keep)."""
+        rows = self.db.rows("SELECT index_state FROM eval_runs WHERE created_at >= ? OR eval_id IN "
+                            "(SELECT eval_id FROM baselines)", [since])
+        measured: dict[str, set[str]] = {}
+        for (index_state,) in rows:
+            for source_id, manifest_hash in json.loads(index_state or "{}").items():
+                measured.setdefault(source_id, set()).add(manifest_hash)
+        return measured
+
     def baseline(self, revision: str, suite: str = "full") -> str | None:
         """The promoted baseline evaluation of a golden revision and suite, if any."""
         return self.db.value("SELECT eval_id FROM baselines WHERE revision = ? AND suite = ? "
