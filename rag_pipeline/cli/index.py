@@ -102,6 +102,18 @@ def cmd_index_unpin(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index_forget(args: argparse.Namespace) -> int:
+    """Remove every kept version of a document from history (what is served is the ingestion's to change)."""
+    config, _ = load_args(args)
+    store = configured_store(config, create=False)
+    with store.transaction():
+        forgotten = store.states.forget_document(args.doc)
+    served = any(d["doc_id"] == args.doc for s in config.source_ids for d in store.served.indexed_documents(s))
+    print(f"forgot {forgotten} kept version(s) of {printable(args.doc)}"
+          + ("; it is still served: delete it from its source and ingest, or `index disable` its source" if served else ""))
+    return 0
+
+
 def _tell_dagster(source_id: str, what: str) -> None:
     """Say it where the on-call person looks: an observation of the source's search_index partition."""
     import dagster as dg
@@ -114,5 +126,5 @@ def _tell_dagster(source_id: str, what: str) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     commands = {"list": cmd_index_list, "restore": cmd_index_restore, "disable": cmd_index_disable,
-                "unpin": cmd_index_unpin, "enable": cmd_index_unpin}
+                "unpin": cmd_index_unpin, "enable": cmd_index_unpin, "forget": cmd_index_forget}
     return commands[args.index_command](args)

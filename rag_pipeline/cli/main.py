@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     disable = index_sub.add_parser("disable", help="serve nothing of a source until `index enable` (a leak, a poisoned source)")
     unpin = index_sub.add_parser("unpin", help="let a pinned source follow its files again")
     enable = index_sub.add_parser("enable", help="let a disabled source follow its files again")
+    forget = index_sub.add_parser("forget", help="remove a document from every kept state's history at once (a leak, "
+                                                 "a legal removal); the states that served it can no longer be restored")
+    forget.add_argument("--config")
+    forget.add_argument("--doc", required=True, metavar="DOC_ID", help="the document id, source:path")
+    forget.set_defaults(func=_command("index.cmd_index"), source=None)
     for command in (listing, restore, disable, unpin, enable):
         command.add_argument("--config")
         command.add_argument("--source", dest="index_source", required=True, metavar="SOURCE", help="the source's name")

@@ -166,3 +166,14 @@ def test_the_ui_jobs_restore_and_unpin(night_after):
     assert defs.resolve_job_def("unpin_source").execute_in_process(
         instance=instance, run_config={"ops": {"follow_files": {"config": {"source": "kb", "by": "ops"}}}}).success
     assert open_store(config.storage, read_only=True).states.pinned("kb") is None
+
+
+def test_a_forgotten_document_leaves_history_and_its_states_cannot_be_restored(night_after):
+    config, _ = night_after
+    said = _ok("index", "forget", "--config", str(config), "--doc", "kb:sso.md")
+    assert "forgot 1 kept version(s) of kb:sso.md" in said
+    store = open_store(load_config(config).storage, read_only=True)
+    assert not store.db.rows("SELECT 1 FROM history_chunks WHERE doc_id = 'kb:sso.md'")
+    done = run_cli("index", "restore", "--config", str(config), "--source", "kb", "--to", "baseline", "--by", "a",
+                   "--reason", "r")
+    assert done.returncode == 2 and "cannot be served again" in done.stderr
