@@ -214,6 +214,11 @@ class LifecycleConfig(_Strict):
     mass_delete_window_days: float = Field(default=7.0, ge=0)
     allow_mass_delete: bool = False
     max_staleness_hours: float = Field(default=24.0, gt=0)
+    # Index states kept per source (`rag-pipeline index list`, `index restore`): its latest
+    # `keep_states`, every state of the last `keep_state_days` days, the served one, a pinned one and
+    # each one a baseline or an evaluation of those days measured. 0: replaced rows are not kept.
+    keep_states: int = Field(default=30, ge=0)
+    keep_state_days: float = Field(default=30.0, ge=0)
 
 
 class MonitoringConfig(_Strict):

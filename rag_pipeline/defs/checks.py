@@ -57,6 +57,13 @@ CHECKS: dict[str, CheckDoc] = {
         "metadata, parser error, over a limit); lists each with its stage and reason.",
         severity=dg.AssetCheckSeverity.WARN, plot_numbers=False,
     ),
+    "served_as_configured": CheckDoc(
+        "search_index",
+        "Warns while the source is pinned to an earlier index state or disabled (`rag-pipeline index restore` or "
+        "`disable`, or the UI's jobs of the same name): who did it, when and why. Ingestion then leaves its served "
+        "rows alone until `index unpin` or `index enable`.",
+        severity=dg.AssetCheckSeverity.WARN, plot_numbers=False,
+    ),
     "golden_labels_current": CheckDoc(
         "golden_set",
         "Every gold document of the revision is indexed and every span pinned to a content hash still has "

@@ -1,15 +1,19 @@
 """Ingestion assets, one partition per source: discover, parse, chunk, embed, then the verified switch."""
 
+from collections.abc import Iterator
+
 import dagster as dg
 
 from rag_pipeline.core import render
 from rag_pipeline.core.ingestion import stages, switch
+from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.inputs import settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.core.ingestion.reports import StageReport
 from rag_pipeline.core.outcomes import Status, StepOutcome
 from rag_pipeline.core.storage import Store
+from rag_pipeline.core.verdicts import Verdict
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
@@ -108,13 +112,19 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     with explained(context, lambda: _served_state(db, context.partition_key)):
         config = settings.load()
         source = config.source(context.partition_key)
-        report = switch.index_source(source, db, embedder.get(), context.run.run_id)
+        model = embedder.get()
+        report = switch.index_source(source, db, model, context.run.run_id, config.lifecycle,
+                                     settings_fingerprint(config.chunking, model.identity))
+        if report.pinned:
+            yield from _left_alone(context, db, source.source_id, report)
+            return
         # All four are evaluated whether the switch committed or not: a refused switch leaves the
         # previous version served, and freshness and failed documents say what that means.
         proofs = [checks.result("coverage", report.coverage.verdict()),
                   checks.result("deletions_propagated", report.deletions.verdict()),
                   checks.result("sources_fresh", freshness_report(db, source, config.lifecycle.max_staleness_hours).verdict()),
-                  checks.result("no_failed_documents", report.coverage.failed_documents_verdict(context.run.run_id))]
+                  checks.result("no_failed_documents", report.coverage.failed_documents_verdict(context.run.run_id)),
+                  checks.result("served_as_configured", Verdict(True, "served from the source's files, as configured"))]
     failed = len(report.coverage.failed)
     if failed:
         # The runs list shows tags: a green run with failed documents is visible there, not only in its log.
@@ -129,8 +139,26 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
             allow_retries=False,
         )
     failures = {"failed_documents": table(report.coverage.failed, ["doc_id", "stage", "reason", "since"])} if failed else {}
-    yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id), **failures)
+    yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id),
+                        index_state=report.state or "", **failures)
     yield from proofs
+
+
+def _left_alone(context: dg.AssetExecutionContext, db: Store, source_id: str, report) -> Iterator:
+    """A pinned or disabled source: its served rows are those of the state it was given, proven when
+    that state was first served; the run says so and changes nothing."""
+    context.log.warning(render.printable(report.pinned))
+    pin = db.states.pinned(source_id)
+    not_again = Verdict(True, f"not proven again: {report.pinned}; its served documents were proven when that state was "
+                              "first served")
+    yield dg.MaterializeResult(metadata={"pinned": dg.MetadataValue.text(report.pinned),
+                                         "index_state": dg.MetadataValue.text(pin.state_id if pin else ""),
+                                         "manifest_hash": db.served.manifest_hash(source_id), **outcome()})
+    coverage = coverage_report(db, source_id)
+    yield from [checks.result("coverage", not_again), checks.result("deletions_propagated", not_again),
+                checks.result("sources_fresh", not_again),
+                checks.result("no_failed_documents", coverage.failed_documents_verdict(context.run.run_id)),
+                checks.result("served_as_configured", Verdict(False, report.pinned))]
 
 
 ingestion_assets = [source_documents, parsed_documents, document_chunks, chunk_embeddings, search_index]

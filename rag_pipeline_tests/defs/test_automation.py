@@ -109,7 +109,8 @@ def test_definitions_list_the_sensors_schedule_and_jobs(two_sources):
     assert {s.name for s in defs.sensors} == {"source_change_sensor", "golden_eval_sensor", "monitoring_after_evaluation"}
     assert {s.name for s in defs.schedules} == {"nightly_full_suite"}
     # (defs.get_repository_def() would leave Dagster's global load context bound to a test instance.)
-    assert {j.name for j in defs.jobs} == {"ingest_sources", "evaluate_golden_revision", "purge_removed_sources", "monitor_production"}
+    assert {j.name for j in defs.jobs} == {"ingest_sources", "evaluate_golden_revision", "purge_removed_sources", "monitor_production",
+                                           "restore_index_state", "disable_source", "unpin_source"}
 
 
 def test_the_nightly_monitoring_samples_the_last_complete_day():

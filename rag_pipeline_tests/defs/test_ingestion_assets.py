@@ -40,7 +40,8 @@ def _run(httpx_run, force: bool = False):
 def test_first_run_makes_every_page_queryable_and_reports_skips(httpx_run):
     first = httpx_run["first"]
     assert first.success, first.error
-    assert first.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True}
+    assert first.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True,
+                            "served_as_configured": True}
     assert first.counts["discovered"] == 13
     assert first.counts["parsed"] == 13 and first.counts["indexed"] == 13 and first.counts["queryable"] == 13
     assert first.counts["embedded"] > 13 and first.failures == []

@@ -53,7 +53,8 @@ def test_discovery_reports_the_real_diff(upgraded):
 def test_all_checks_pass_after_the_change(upgraded):
     run = upgraded["second"]
     assert run.success, run.error
-    assert run.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True}
+    assert run.checks == {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True,
+                            "served_as_configured": True}
     assert run.counts["probed"] == 22  # 11 added + 11 changed, each proven by a search
     assert run.counts["queryable"] == 23  # every page of 0.28.1
 

@@ -72,4 +72,4 @@ def test_failed_documents_are_a_warn_check_and_a_warning_each(setup):
 def test_every_check_is_declared_with_the_definitions(write_config, tmp_path):
     defs = build_definitions(write_config({"kb": tmp_path}))
     specs = {k.name for k in defs.resolve_asset_graph().asset_check_keys if k.asset_key == search_index.key}
-    assert specs == {"coverage", "deletions_propagated", "sources_fresh", "no_failed_documents"}
+    assert specs == {"coverage", "deletions_propagated", "sources_fresh", "no_failed_documents", "served_as_configured"}

@@ -156,7 +156,15 @@ SYNOPSIS_RUNS = {
                ("golden import {out}/ragas-import.jsonl --config {config} --out {out}/imported.jsonl", 0)],
     "import-beir": [("import-beir {out}/beir --name tiny --out {out}/beir-golden.jsonl", 0)],
     "demo": [("demo --config {config}", 0)],
+    # Last: they change what is served. The baseline promoted above measured `handbook`; `--at` a
+    # date far ahead measures every source's latest state again, without serving anything new.
+    "index": [("index list --config {config} --source handbook", 0),
+              ("index restore --config {config} --source handbook --to baseline --by docs-test --reason 'the synopsis'", 0),
+              ("index unpin --config {config} --source handbook", 0),
+              ("index disable --config {config} --source handbook --by docs-test --reason 'the synopsis'", 0),
+              ("index enable --config {config} --source handbook", 0)],
 }
+SYNOPSIS_RUNS["eval"].append(("eval --config {config} --at 2100-01-01 --json", 0))
 RAGAS_RECORD = {"user_input": "when did the Dublin office open?", "reference": "In 2020.",
                 "reference_contexts": ["We were founded in 2017 in Amsterdam, opened our Dublin office in 2020 and "
                                        "our Austin office in 2022."]}
@@ -394,6 +402,8 @@ def test_the_command_line_synopsis(sample):
     assert '"gold_docs": ["handbook:welcome.md"]' in (Path(values["out"]) / "imported.jsonl").read_text()
     assert (Path(values["out"]) / "beir-golden.jsonl").read_text().count("\n") == 1
     assert "demo succeeded" in results["demo"][0].stdout
+    assert "pinned to state" in results["index"][1].stdout and "follows its files again" in results["index"][4].stdout
+    assert json.loads(results["eval"][-1].stdout)["at"]["handbook"].startswith("handbook@")
 
 
 @pytest.mark.slow

@@ -113,7 +113,8 @@ def test_a_kill_leaves_one_release_and_the_next_run_converges(point, embedder, i
     # Killed after its commit, the run left nothing to do: the next one finds the committed inputs
     # and evaluates the checks that depend on the store without running.
     expected_checks = {"coverage": True, "no_failed_documents": True} if report["not_run"] else \
-        {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True}
+        {"coverage": True, "deletions_propagated": True, "sources_fresh": True, "no_failed_documents": True,
+         "served_as_configured": True}
     assert report["checks"] == expected_checks
     assert (report["not_run"] is not None) == (point == "switch:committed"), report["not_run"]
     assert (report["discovered"], report["queryable"], report["failed"]) == (23, 23, 0)

@@ -145,7 +145,7 @@ def test_the_drift_report_embeds_its_plot(ui):
 
 def test_every_asset_and_check_explains_itself(ui):
     checks = _checks(ui)
-    assert set(checks) == {"coverage", "deletions_propagated", "sources_fresh", "no_failed_documents",
+    assert set(checks) == {"coverage", "deletions_propagated", "sources_fresh", "no_failed_documents", "served_as_configured",
                            "golden_labels_current", "gate_vs_baseline", "drift_within_threshold"}
     for name, check in checks.items():
         assert len(check["description"] or "") > 40, name

@@ -31,11 +31,15 @@ class IndexReport(StageReport):
     switched: bool = False
     coverage: CoverageReport | None = None
     deletions: DeletionReport | None = None
+    # The state the switch recorded (`storage/states.py`), or None.
+    state: str | None = None
+    # Why the served rows were left alone: the source is pinned to a state or disabled (a sentence).
+    pinned: str | None = None
 
     @property
     def refusal(self) -> str | None:
         """Why the switch was refused (None when it committed)."""
-        if self.switched:
+        if self.switched or self.pinned:
             return None
         reasons = []
         if self.coverage is not None and not self.coverage.passed:

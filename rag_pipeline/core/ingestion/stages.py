@@ -430,7 +430,8 @@ def ingest_source(
         "parsed": lambda: parse_source(source, store, run_id),
         "chunked": lambda: chunk_source(source, store, chunking, run_id),
         "embedded": lambda: embed_source(source.source_id, store, embedder, run_id),
-        "indexed": lambda: index_source(source, store, embedder, run_id),
+        "indexed": lambda: index_source(source, store, embedder, run_id, lifecycle,
+                                        inputs.settings_fingerprint(chunking, embedder.identity)),
     }
     reports = {}
     for name, stage in stages.items():

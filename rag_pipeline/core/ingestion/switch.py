@@ -10,10 +10,11 @@ never a record that disagrees with what is served.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 import numpy as np
 
-from rag_pipeline.config import SourceConfig
+from rag_pipeline.config import LifecycleConfig, SourceConfig
 from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion.coverage import coverage_report
@@ -22,6 +23,7 @@ from rag_pipeline.core.ingestion.reports import IndexReport, ledger_entry
 from rag_pipeline.core.models import SearchFilters, StageFailure
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
+from rag_pipeline.core.storage.staging import utcnow
 
 # A document is queryable when a search with its own opening text finds it this high.
 QUERYABLE_TOP_K = 10
@@ -31,7 +33,8 @@ class _Refused(Exception):
     """Rolls the switch back: a proof failed."""
 
 
-def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id: str) -> IndexReport:
+def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id: str,
+                 lifecycle: LifecycleConfig | None = None, settings: str = "") -> IndexReport:
     """The switch: serve the source's staged state only if it is proven, in one transaction.
 
     Inside the transaction: the served rows are replaced, every served document whose current
@@ -40,17 +43,24 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     committed manifest; then coverage and deletion propagation are proven on that state. Both
     pass: commit. Either fails: roll back (the previous version stays served, the refusal is
     recorded with the source). The ledger is reconciled with what is served, not with what an
-    earlier run believed, so a run after any kill converges.
+    earlier run believed, so a run after any kill converges. What is served becomes the source's
+    next index state (`settings`: what shaped it besides its files), older states are pruned as
+    `lifecycle` says, and a source pinned to a state (or disabled) is left alone.
     """
     source_id = source.source_id
+    lifecycle = lifecycle or LifecycleConfig()
     report = IndexReport(source_id, "indexed")
+    pin = store.states.pinned(source_id)
+    if pin is not None:
+        report.pinned = pin.sentence()
+        return report
     leaving = store.served.leaving_documents(source_id)
     try:
         with store.transaction():
             kill_point("switch:begin")
             before = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
             store.served.record_tombstones(source_id, leaving, run_id)
-            counts = store.served.replace_served(source_id, embedder.identity)
+            counts = store.served.replace_served(source_id, embedder.identity, keep_history=lifecycle.keep_states > 0)
             kill_point("switch:replaced")
             ledger, probed, failures, served = _reconcile_ledger(store, source_id, before)
             store.ledger.record(ledger, run_id)
@@ -64,6 +74,7 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
             store.ledger.record_served(source_id, run_id, len(served))
+            report.state = _record_state(store, source_id, run_id, settings, embedder.identity, lifecycle)
             kill_point("switch:verified")
         report.switched = True
         kill_point("switch:committed")
@@ -87,6 +98,17 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     }
     report.details = {"removed": sorted(set(before) - after)}
     return report
+
+
+def _record_state(store: Store, source_id: str, run_id: str, settings: str, model: str,
+                  lifecycle: LifecycleConfig) -> str:
+    """Record what the source now serves as its next state, and prune the states retention lets go."""
+    state = store.states.record(source_id, run_id, "switch", settings, model, store.served.manifest_hash(source_id))
+    since = utcnow() - timedelta(days=lifecycle.keep_state_days)
+    measured = store.records.evaluated_manifests(since).get(source_id, set())
+    keep = [s.state_id for s in store.states.list(source_id) if s.manifest_hash in measured]
+    store.states.prune(source_id, lifecycle.keep_states, since, keep)
+    return state.state_id
 
 
 def _reconcile_ledger(

@@ -151,6 +151,21 @@ class Database(ABC):
             finally:
                 self._active = None
 
+    @contextmanager
+    def scratch(self) -> Iterator:
+        """A transaction that is always rolled back: what the index would answer if it were changed
+        (a past state, a counterfactual), read and then forgotten. Not inside another transaction."""
+        if self._active is not None:
+            raise RuntimeError("a scratch transaction cannot be opened inside another transaction")
+        with self.connection() as connection:
+            self._begin(connection)
+            self._active = connection
+            try:
+                yield connection
+            finally:
+                self._active = None
+                self._rollback(connection)
+
     def _ensure_schema(self, connection) -> None:
         if not self._prepared:
             if self.read_only or not self.create:

@@ -101,6 +101,30 @@ class Records:
 
     # ---- baselines and experiments ---------------------------------------------------------
 
+    def evaluated_manifests(self, since) -> dict[str, set[str]]:
+        """Source -> the manifest hashes it served for a baseline's evaluation or any evaluation since
+        `since` (what index-state retention must keep)."""
+        rows = self.db.rows("SELECT index_state FROM eval_runs WHERE created_at >= ? OR eval_id IN "
+                            "(SELECT eval_id FROM baselines)", [since])
+        measured: dict[str, set[str]] = {}
+        for (index_state,) in rows:
+            for source_id, manifest_hash in json.loads(index_state or "{}").items():
+                measured.setdefault(source_id, set()).add(manifest_hash)
+        return measured
+
+    def evaluations_measured(self, source_id: str) -> list[dict]:
+        """Every evaluation's id, time and the manifest hash it measured of the source, oldest first."""
+        rows = self.db.rows("SELECT eval_id, created_at, index_state FROM eval_runs ORDER BY created_at")
+        return [{"eval_id": eval_id, "created_at": created_at, "manifest_hash": json.loads(state or "{}").get(source_id)}
+                for eval_id, created_at, state in rows]
+
+    def evaluations_of(self, index_state: dict[str, str], config_fingerprint: str | None = None) -> list[str]:
+        """Ids of the evaluations that measured exactly this index state (source -> manifest hash),
+        with this config when given, newest first."""
+        rows = self.db.rows("SELECT eval_id, index_state, config_fingerprint FROM eval_runs ORDER BY created_at DESC")
+        return [eval_id for eval_id, state, fingerprint in rows
+                if json.loads(state or "{}") == index_state and config_fingerprint in (None, fingerprint)]
+
     def baseline(self, revision: str, suite: str = "full") -> str | None:
         """The promoted baseline evaluation of a golden revision and suite, if any."""
         return self.db.value("SELECT eval_id FROM baselines WHERE revision = ? AND suite = ? "

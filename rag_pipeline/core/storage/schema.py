@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -30,6 +30,13 @@ _CHUNK = [
 # Access and lifecycle metadata, copied from the parsed document to its served rows.
 _ACCESS = [("tenant", _TEXT), ("visibility", _TEXT), ("roles", _TEXTS), ("status", _TEXT), ("effective_date", _DATE)]
 
+# A served document's row (its version kept apart in `history_documents`).
+_HISTORY_DOCUMENT = [
+    ("doc_id", _TEXT), ("source_id", _TEXT), ("rel_path", _TEXT), ("title", _TEXT), ("file_type", _TEXT),
+    ("content_hash", _TEXT), *_ACCESS, ("supersedes", _TEXT), ("superseded_by", _TEXT),
+    ("parser_version", _TEXT), ("chunk_count", _INT), ("indexed_at", _TS),
+]
+
 TABLES: dict[str, list[tuple[str, str]]] = {
     # Staging: what the stages write, never read by search.
     "discovery": _DISCOVERY,
@@ -46,11 +53,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "embedding_cache": [("identity", _TEXT), ("text_hash", _TEXT), ("created_at", _TS), ("vector", _VECTOR)],
     # The committed manifest and the served index: changed only by the switch.
     "manifest": _DISCOVERY,
-    "documents": [
-        ("doc_id", _TEXT), ("source_id", _TEXT), ("rel_path", _TEXT), ("title", _TEXT), ("file_type", _TEXT),
-        ("content_hash", _TEXT), *_ACCESS, ("supersedes", _TEXT), ("superseded_by", _TEXT),
-        ("parser_version", _TEXT), ("chunk_count", _INT), ("indexed_at", _TS),
-    ],
+    "documents": [*_HISTORY_DOCUMENT, ("version", _TEXT)],
     "chunks": [*_CHUNK, *_ACCESS, ("lex_len", _INT)],
     "vectors": [("chunk_id", _TEXT), ("source_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
     "postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
@@ -62,6 +65,24 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "tombstones": [
         ("doc_id", _TEXT), ("source_id", _TEXT), ("title", _TEXT), ("opening_text", _TEXT), ("text_hashes", _TEXTS),
         ("deleted_at", _TS), ("run_id", _TEXT),
+    ],
+    # Index states (`states.py`): every served state of a source, numbered per source (`seq`); the
+    # document versions each state served, as spans of states (a document served unchanged across
+    # a hundred states is one row); the rows of versions no longer served that a retained state
+    # needs (never searched); and the sources pinned to a state or disabled, by whom and why.
+    "index_states": [
+        ("source_id", _TEXT), ("seq", _INT), ("state_id", _TEXT), ("created_at", _TS), ("run_id", _TEXT),
+        ("origin", _TEXT), ("manifest_hash", _TEXT), ("digest", _TEXT), ("documents", _INT), ("chunks", _INT),
+        ("settings", _TEXT), ("model", _TEXT), ("revision", _TEXT), ("note", _TEXT),
+    ],
+    "served_spans": [("source_id", _TEXT), ("doc_id", _TEXT), ("version", _TEXT), ("first_seq", _INT), ("last_seq", _INT)],
+    "history_documents": [("version", _TEXT), *_HISTORY_DOCUMENT],
+    "history_chunks": [("version", _TEXT), *_CHUNK, *_ACCESS, ("lex_len", _INT)],
+    "history_vectors": [("version", _TEXT), ("chunk_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
+    "history_postings": [("version", _TEXT), ("chunk_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
+    "source_pins": [
+        ("source_id", _TEXT), ("kind", _TEXT), ("state_id", _TEXT), ("pinned_by", _TEXT), ("reason", _TEXT),
+        ("pinned_at", _TS),
     ],
     # The record of every document and stage, and of every switch.
     "ledger": [
@@ -121,6 +142,9 @@ INDEXES = {
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
     "served_history": ["source_id, recorded_at"],
     "eval_cases": ["eval_id"], "eval_scores": ["eval_id"],
+    "index_states": ["source_id, seq"], "served_spans": ["source_id, doc_id", "version"],
+    "history_documents": ["version"], "history_chunks": ["version", "chunk_id"], "history_vectors": ["version"],
+    "history_postings": ["version"],
 }
 
 # Keys that concurrent writers must never duplicate (unique indexes in PostgreSQL; DuckDB has one
@@ -131,6 +155,7 @@ UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
 SOURCE_TABLES = (
     "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
     "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs", "served_history",
+    "index_states", "served_spans", "source_pins",
 )
 # Tables holding something of a document (checked by the deletion proof).
 DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
@@ -207,6 +232,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: (
         "ALTER TABLE discovery ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
         "ALTER TABLE manifest ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
+    ),
+    # 5 -> 6: index states. A served document's version (its rows' identity, `states.py`), given to
+    # the documents already served by the first switch or restore that records a state.
+    5: (
+        "ALTER TABLE documents ADD COLUMN IF NOT EXISTS version VARCHAR",
     ),
 }
 

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rag_pipeline.core.storage import history
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import CHUNK_TABLES, DOCUMENT_TABLES, SOURCE_TABLES, columns
 from rag_pipeline.core.storage.staging import unused_by_staged, utcnow
@@ -80,7 +81,7 @@ class ServedIndex:
 
     # ---- the switch ------------------------------------------------------------------------
 
-    def replace_served(self, source_id: str, identity: str) -> dict[str, int]:
+    def replace_served(self, source_id: str, identity: str, keep_history: bool = True) -> dict[str, int]:
         """Replace the served rows of one source with its staged state (call inside a transaction).
 
         A document is published when its staged version is the one discovery found (same content
@@ -90,7 +91,9 @@ class ServedIndex:
 
         Only documents whose served rows differ from what they would become are rewritten (a
         one-document edit rewrites one document, not the source): a ready document whose
-        served row, chunks and vectors equal its staged state (`_UNCHANGED`) keeps them.
+        served row, chunks and vectors equal its staged state (`_UNCHANGED`) keeps them. The rows
+        of a replaced or removed document go to history first (`keep_history`: index states can then
+        serve them again).
         """
         db = self.db
         with db.transaction():
@@ -127,6 +130,9 @@ class ServedIndex:
                 return (f"{table}.source_id = ? AND NOT EXISTS (SELECT 1 FROM keep_old k WHERE k.doc_id = {table}.doc_id) "
                         f"AND NOT EXISTS (SELECT 1 FROM unchanged u WHERE u.doc_id = {table}.doc_id)")
 
+            if keep_history:
+                history.archive_leaving(db, source_id, f"SELECT doc_id FROM documents WHERE {replaced('documents')}",
+                                        [source_id])
             for table in ("postings", "vectors"):
                 db.execute(f"DELETE FROM {table} WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE {replaced('chunks')})",
                            [source_id])
@@ -137,7 +143,8 @@ class ServedIndex:
                 INSERT INTO documents ({", ".join(columns("documents"))})
                 SELECT p.doc_id, p.source_id, m.rel_path, p.title, m.file_type, p.content_hash,
                        p.tenant, p.visibility, p.roles, p.status, p.effective_date, p.supersedes, p.superseded_by,
-                       p.parser_version, (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = p.doc_id), ?
+                       p.parser_version, (SELECT count(*) FROM staged_chunks s WHERE s.doc_id = p.doc_id), ?,
+                       NULL  -- its version, stamped once its chunks and vectors are in (history.stamp_versions)
                 FROM parsed_docs p JOIN fresh USING (doc_id) JOIN discovery m USING (doc_id)
                 """,
                 [utcnow()],
@@ -165,6 +172,7 @@ class ServedIndex:
                 "INSERT INTO postings (chunk_id, source_id, term, tf) SELECT p.chunk_id, p.source_id, p.term, p.tf "
                 "FROM staged_postings p JOIN staged_chunks s USING (chunk_id) JOIN fresh USING (doc_id)"
             )
+            history.stamp_versions(db, source_id)
             mark_changed(db, source_id)
             indexed, kept = db.value("SELECT count(*) FROM ready"), db.value("SELECT count(*) FROM keep_old")
             rewritten = db.value("SELECT count(*) FROM fresh")
@@ -311,6 +319,7 @@ class ServedIndex:
         """Remove everything of a source (it left the config); the ledger keeps its history."""
         with self.db.transaction():
             hashes = [r[0] for r in self.db.rows("SELECT text_hash FROM staged_chunks WHERE source_id = ?", [source_id])]
+            history.forget_source(self.db, source_id)
             # Its served_versions row goes too: what is served has changed for every in-memory copy.
             for table in SOURCE_TABLES:
                 self.db.execute(f"DELETE FROM {table} WHERE source_id = ?", [source_id])

@@ -94,6 +94,10 @@ class Staging:
             self.db.execute("DELETE FROM source_inputs WHERE source_id = ?", [source_id])
             self.db.insert("source_inputs", columns("source_inputs"), [(source_id, fingerprint, committed)])
 
+    def forget_committed_inputs(self, source_id: str) -> None:
+        """The next run of the source runs whatever its files say (its served rows no longer follow them)."""
+        self.db.execute("UPDATE source_inputs SET committed = NULL WHERE source_id = ?", [source_id])
+
     def committed_inputs(self, source_id: str) -> str | None:
         """The inputs' fingerprint of the last committed switch of the source, if any."""
         return self.db.value("SELECT committed FROM source_inputs WHERE source_id = ?", [source_id])

@@ -5,6 +5,7 @@
     store.search    dense and BM25 search over the served index, filters in the SQL
     store.ledger    every document's stages with reasons; every source's switches
     store.records   evaluations, baselines, experiments, golden snapshots, production samples
+    store.states    every served state of each source, its history, restores and pins
 
 All SQL lives in this package. `open_store` builds a store from the storage config, so the CLI,
 the runner and the Dagster resources all get theirs the same way.
@@ -12,6 +13,7 @@ the runner and the Dagster resources all get theirs the same way.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -23,6 +25,7 @@ from rag_pipeline.core.storage.records import Records
 from rag_pipeline.core.storage.search import Search
 from rag_pipeline.core.storage.served import ServedIndex
 from rag_pipeline.core.storage.staging import Staging
+from rag_pipeline.core.storage.states import IndexStates
 
 
 class Store:
@@ -33,12 +36,22 @@ class Store:
         self.search = Search(db, memory_search, memory_max_chunks)
         self.ledger = Ledger(db)
         self.records = Records(db)
+        self.states = IndexStates(db)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """Every store call inside the block commits together, or not at all."""
         with self.db.transaction():
             yield
+
+    @contextmanager
+    def scratch(self) -> Iterator[Store]:
+        """This store inside a transaction that is always rolled back, searching the database itself
+        (the in-memory copy serves what is committed): change it, ask it, and the change is gone."""
+        with self.db.scratch():
+            view = copy.copy(self)
+            view.search = self.search.in_database()
+            yield view
 
     def source_lock(self, source_id: str, timeout_s: float = 1800.0) -> AbstractContextManager:
         """Held for a whole ingestion of one source (a file lock, or a PostgreSQL advisory lock)."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from rag_pipeline.core.evaluation.gating.gates import GateResult, check_budgets, compare, gate_reasons, render_gate
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.golden.cases import file_revision
 from rag_pipeline.core.evaluation.golden.lines import golden_lines
 from rag_pipeline.core.evaluation.golden.suites import FULL
 from rag_pipeline.core.render import inline, printable
@@ -66,6 +68,14 @@ def promotion_verdict(eval_id: str, revision: str) -> Verdict:
     """`gate_vs_baseline` right after a promotion: the evaluation is the baseline, so it passes against itself."""
     return Verdict(True, f"{eval_id} is now the promoted baseline of golden revision {revision}; later evaluations "
                          "of this revision are gated against it", markdown={"baseline_eval": inline(eval_id)})
+
+
+def baseline_index_state(store: Store, golden_set: Path | None) -> dict[str, str] | None:
+    """What the promoted baseline of the golden file's revision measured (source -> manifest hash), or None."""
+    if golden_set is None or not Path(golden_set).is_file():
+        return None
+    eval_id = store.records.baseline(file_revision(Path(golden_set)))
+    return store.records.evaluation_summary(eval_id).get("index_state") if eval_id else None
 
 
 def compare_with_baseline(
