@@ -7,11 +7,12 @@ import dagster as dg
 from rag_pipeline.core import render
 from rag_pipeline.core.ingestion import stages, switch
 from rag_pipeline.core.ingestion.coverage import coverage_report
-from rag_pipeline.core.ingestion.inputs import settings_fingerprint
+from rag_pipeline.core.ingestion.inputs import chunking_fingerprint, settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.core.ingestion.reports import StageReport
 from rag_pipeline.core.outcomes import Status, StepOutcome
+from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict
 from rag_pipeline.defs import checks
@@ -82,13 +83,15 @@ def parsed_documents(
 
 @dg.asset(deps=[parsed_documents], kinds={"python", "duckdb"}, **_common)
 def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource) -> dg.MaterializeResult:
-    """Chunks of the configured strategy for documents whose content or chunking changed."""
+    """Chunks of the configured strategy, with their BM25 postings, for documents whose content,
+    chunking or lexical analyzer changed."""
     with explained(context, lambda: _served_state(store.get(), context.partition_key)):
         config = settings.load()
         source = config.source(context.partition_key)
         report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id, progress=context.log.info)
     chunking = source.effective_chunking(config.chunking)
-    return _materialized(context, report, strategy=chunking.strategy, chunking_fingerprint=chunking.fingerprint())
+    return _materialized(context, report, strategy=chunking.strategy, chunking_fingerprint=chunking_fingerprint(chunking),
+                         analyzer=analyzer_identity())
 
 
 @dg.asset(deps=[document_chunks], kinds={"pytorch", "duckdb"}, **_common)

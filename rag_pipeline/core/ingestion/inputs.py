@@ -2,8 +2,8 @@
 
 The fingerprint covers every name under the source root with its size, modification time and
 what discovery would say of it without reading it (a link's target, a skip reason, an error),
-the folders that could not be listed, the source's settings, the chunking settings, the
-embedder's identity (model weights included) and the parser's version. Discovery stages it; the
+the folders that could not be listed, the source's settings, the chunking settings, the lexical
+analyzer's identity, the embedder's identity (model weights included) and the parser's version. Discovery stages it; the
 switch commits it with the manifest. A run whose fresh fingerprint equals the committed one, and
 whose source's last switch was not refused, has nothing to do: the command line then skips the
 source's run (a change of content that keeps a file's size and modification time to the
@@ -22,12 +22,20 @@ from pathlib import Path
 from rag_pipeline.config import ChunkingConfig, SourceConfig
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.core.ingestion.source_tree import SUPPORTED_TYPES, SourceTree, TreeEntry
+from rag_pipeline.core.retrieval.lexical import analyzer_identity
 
 
 def settings_fingerprint(chunking: ChunkingConfig, embedder_identity: str) -> str:
-    """What shapes a source's chunks and vectors besides its files."""
-    payload = {"chunking": chunking.model_dump(mode="json"), "embedder": embedder_identity, "parser": parser_version()}
+    """What shapes a source's chunks, postings and vectors besides its files."""
+    payload = {"chunking": chunking.model_dump(mode="json"), "analyzer": analyzer_identity(),
+               "embedder": embedder_identity, "parser": parser_version()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def chunking_fingerprint(chunking: ChunkingConfig) -> str:
+    """What a staged chunk and its postings were made with: the chunking settings and the lexical
+    analyzer. A staged document whose fingerprint differs is chunked and posted again."""
+    return hashlib.sha256(f"{chunking.fingerprint()}|{analyzer_identity()}".encode()).hexdigest()[:16]
 
 
 def tree_digest(entries: Sequence[TreeEntry], unreadable: Sequence[str]) -> str:

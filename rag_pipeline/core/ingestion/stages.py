@@ -322,10 +322,11 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
 
 def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str,
                  progress: Callable[[str], None] | None = None) -> StageReport:
-    """(Re)chunk documents whose parsed content or the chunking settings changed; drop deleted ones."""
+    """(Re)chunk and post documents whose parsed content, the chunking settings or the lexical
+    analyzer changed; drop deleted ones."""
     source_id = source.source_id
     config = source.effective_chunking(config)
-    fingerprint = config.fingerprint()
+    fingerprint = inputs.chunking_fingerprint(config)
     with store.db.session():
         current = {r["doc_id"] for r in store.staging.discovery_rows(source_id, ("doc_id", "supported")) if r["supported"]}
         parsed = {doc_id: (content_hash, meta)

@@ -21,6 +21,7 @@ from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.lifecycle import deletion_report
 from rag_pipeline.core.ingestion.reports import IndexReport, ledger_entry
 from rag_pipeline.core.models import SearchFilters, StageFailure
+from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
 from rag_pipeline.core.storage.staging import utcnow
@@ -60,7 +61,8 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             kill_point("switch:begin")
             before = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
             store.served.record_tombstones(source_id, leaving, run_id)
-            counts = store.served.replace_served(source_id, embedder.identity, keep_history=lifecycle.keep_states > 0)
+            counts = store.served.replace_served(source_id, embedder.identity, keep_history=lifecycle.keep_states > 0,
+                                                 analyzer=analyzer_identity())
             kill_point("switch:replaced")
             ledger, probed, failures, served = _reconcile_ledger(store, source_id, before)
             store.ledger.record(ledger, run_id)

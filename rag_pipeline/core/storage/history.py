@@ -1,8 +1,8 @@
 """The rows of document versions no longer served, kept for the index states that served them.
 
 A served document's `version` is a hash of everything its served rows hold (the document row, each
-chunk's id, text hash, heading path, lines and page, and the embedding identity of its vectors), so
-equal versions mean equal rows. When a version leaves the served index (replaced or deleted), its
+chunk's id, text hash, heading path, lines and page, the analyzer of its postings, and the embedding
+identity of its vectors), so equal versions mean equal rows. When a version leaves the served index (replaced or deleted), its
 rows are copied to the `history_*` tables, which nothing searches; a restore copies them back.
 """
 
@@ -20,7 +20,7 @@ _FIELDS = ("d.doc_id", "d.rel_path", "d.title", "d.file_type", "d.content_hash",
            "d.superseded_by", "d.parser_version")
 _CHUNK_FIELDS = ("c.chunk_id", "c.text_hash", "array_to_string(c.heading_path, '/')", "c.title",
                  "CAST(c.line_start AS VARCHAR)", "CAST(c.line_end AS VARCHAR)", "CAST(c.page_number AS VARCHAR)",
-                 "CAST(c.token_count AS VARCHAR)", "c.tenant", "c.visibility", "c.status")
+                 "CAST(c.token_count AS VARCHAR)", "c.tenant", "c.visibility", "c.status", "c.analyzer")
 
 
 def _joined(fields: Sequence[str], separator: str) -> str:

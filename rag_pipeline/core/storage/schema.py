@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -54,7 +54,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     # The committed manifest and the served index: changed only by the switch.
     "manifest": _DISCOVERY,
     "documents": [*_HISTORY_DOCUMENT, ("version", _TEXT)],
-    "chunks": [*_CHUNK, *_ACCESS, ("lex_len", _INT)],
+    # `analyzer`: the lexical analyzer its postings were made with (lexical.analyzer_identity).
+    "chunks": [*_CHUNK, *_ACCESS, ("lex_len", _INT), ("analyzer", _TEXT)],
     "vectors": [("chunk_id", _TEXT), ("source_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
     "postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
     # The fingerprint of a source's inputs (names, sizes, times, settings) seen by the latest
@@ -77,7 +78,7 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     ],
     "served_spans": [("source_id", _TEXT), ("doc_id", _TEXT), ("version", _TEXT), ("first_seq", _INT), ("last_seq", _INT)],
     "history_documents": [("version", _TEXT), *_HISTORY_DOCUMENT],
-    "history_chunks": [("version", _TEXT), *_CHUNK, *_ACCESS, ("lex_len", _INT)],
+    "history_chunks": [("version", _TEXT), *_CHUNK, *_ACCESS, ("lex_len", _INT), ("analyzer", _TEXT)],
     "history_vectors": [("version", _TEXT), ("chunk_id", _TEXT), ("identity", _TEXT), ("vector", _VECTOR)],
     "history_postings": [("version", _TEXT), ("chunk_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
     "source_pins": [
@@ -237,6 +238,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # the documents already served by the first switch or restore that records a state.
     5: (
         "ALTER TABLE documents ADD COLUMN IF NOT EXISTS version VARCHAR",
+    ),
+    # 6 -> 7: the analyzer a served chunk's postings were made with. Rows served before have none,
+    # so the next run of their source posts them again with the current analyzer.
+    6: (
+        "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS analyzer VARCHAR",
+        "ALTER TABLE history_chunks ADD COLUMN IF NOT EXISTS analyzer VARCHAR",
     ),
 }
 

@@ -49,7 +49,8 @@ def document_version(document: dict) -> tuple:
 # the document row equals its parsed and discovered state, it has as many chunks as are staged,
 # and every staged chunk has a served chunk equal in every staged column with a vector of this
 # embedding identity (the vector is the cache's for that identity and text hash). Postings and
-# `lex_len` follow from a chunk's text, so equal texts mean equal postings. Parameters: source, identity.
+# `lex_len` follow from a chunk's text and the analyzer, so equal texts posted by the same analyzer
+# mean equal postings. Parameters: source, identity, analyzer.
 _SAME = "IS NOT DISTINCT FROM"
 _UNCHANGED = f"""
 SELECT r.doc_id FROM ready r
@@ -71,7 +72,7 @@ WHERE d.source_id = ? AND d.content_hash = p.content_hash
         AND c.ordinal = s.ordinal AND c.title {_SAME} s.title AND c.heading_path {_SAME} s.heading_path
         AND c.text = s.text AND c.embed_text = s.embed_text AND c.text_hash = s.text_hash
         AND c.token_count {_SAME} s.token_count AND c.line_start {_SAME} s.line_start
-        AND c.line_end {_SAME} s.line_end AND c.page_number {_SAME} s.page_number))
+        AND c.line_end {_SAME} s.line_end AND c.page_number {_SAME} s.page_number AND c.analyzer {_SAME} ?))
 """
 
 
@@ -81,7 +82,8 @@ class ServedIndex:
 
     # ---- the switch ------------------------------------------------------------------------
 
-    def replace_served(self, source_id: str, identity: str, keep_history: bool = True) -> dict[str, int]:
+    def replace_served(self, source_id: str, identity: str, keep_history: bool = True,
+                       analyzer: str | None = None) -> dict[str, int]:
         """Replace the served rows of one source with its staged state (call inside a transaction).
 
         A document is published when its staged version is the one discovery found (same content
@@ -93,7 +95,8 @@ class ServedIndex:
         one-document edit rewrites one document, not the source): a ready document whose
         served row, chunks and vectors equal its staged state (`_UNCHANGED`) keeps them. The rows
         of a replaced or removed document go to history first (`keep_history`: index states can then
-        serve them again).
+        serve them again). `analyzer`: what the staged postings were made with, recorded with each
+        chunk; a chunk served with another analyzer is rewritten even when its text is the same.
         """
         db = self.db
         with db.transaction():
@@ -121,7 +124,7 @@ class ServedIndex:
                 [source_id, source_id],
             )
             db.execute("DROP TABLE IF EXISTS unchanged")
-            db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED}", [source_id, identity])
+            db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED}", [source_id, identity, analyzer])
             db.execute("DROP TABLE IF EXISTS fresh")
             db.execute("CREATE TEMP TABLE fresh AS SELECT r.doc_id FROM ready r "
                        "WHERE NOT EXISTS (SELECT 1 FROM unchanged u WHERE u.doc_id = r.doc_id)")
@@ -155,9 +158,10 @@ class ServedIndex:
                 SELECT s.chunk_id, s.doc_id, s.source_id, s.ordinal, s.title, s.heading_path, s.text, s.embed_text,
                        s.text_hash, s.token_count, s.line_start, s.line_end, s.page_number,
                        d.tenant, d.visibility, d.roles, d.status, d.effective_date,
-                       (SELECT coalesce(sum(tf), 0) FROM staged_postings p WHERE p.chunk_id = s.chunk_id)
+                       (SELECT coalesce(sum(tf), 0) FROM staged_postings p WHERE p.chunk_id = s.chunk_id), ?
                 FROM staged_chunks s JOIN fresh USING (doc_id) JOIN documents d USING (doc_id)
-                """
+                """,
+                [analyzer],
             )
             db.execute(
                 """
