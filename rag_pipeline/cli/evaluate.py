@@ -25,7 +25,8 @@ from rag_pipeline.core.render import printable, printable_lines
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Ingest (incrementally) the configured sources, or read another system's run; measure the golden
-    set (metrics, report, traces, requested files); then gate against the promoted baseline."""
+    set (metrics, report, traces, requested files); then gate against the promoted baseline (another
+    system's run: compared with it, gated only with --gate)."""
     from rag_pipeline.cli.runner import evaluate_golden, ingest
 
     config, overrides = load_args(args) if args.run or args.at else load_args_with_sources(args)
@@ -35,6 +36,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _eval_at(config, args)
     if args.run and not Path(args.run).is_file():
         raise ConfigError(f"run file {args.run} does not exist")
+    gated = args.gate or not (args.no_gate or args.run)
     with dagster_instance() as instance:
         runs = [] if args.run else ingest(config, instance, overrides=overrides)
         if not all(r.success for r in runs) and not args.json:
@@ -43,7 +45,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return INTERRUPTED_EXIT
         golden = _checked_golden(config)  # a bad golden file is named here, line by line (exit 2)
         evaluation = evaluate_golden(config, instance, args.mode, overrides=overrides, suite=args.subset,
-                                     run_file=str(Path(args.run).resolve()) if args.run else None, gate=not args.no_gate)
+                                     run_file=str(Path(args.run).resolve()) if args.run else None, gate=gated)
     if not evaluation.measured:
         print(f"error: evaluation failed: {printable_lines(evaluation.error)}", file=sys.stderr)
         return evaluation.exit_code
@@ -51,7 +53,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     eval_id = evaluation.summary["eval_id"]
     files = _write_eval_files(args, golden, store, eval_id)
     comparison = None
-    if not args.no_gate:
+    if gated or args.run:  # another system's run is compared with the baseline, even when not gated
         from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline
 
         comparison = compare_with_baseline(store, eval_id, gate_policy(config, None))
@@ -59,21 +61,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from rag_pipeline.core.evaluation.gating.junit import write_junit
 
         files["junit_xml"] = str(write_junit(Path(args.junit_xml), eval_id, store.records.case_rows(eval_id),
-                                             evaluation.summary.get("report_k", config.evaluation.report_k), comparison,
-                                             gated=not args.no_gate))
-    regression = comparison is not None and comparison.gate is not None and not comparison.gate.passed
+                                             evaluation.summary.get("report_k", config.evaluation.report_k),
+                                             comparison if gated else None, gated=gated))
+    regression = gated and comparison is not None and comparison.gate is not None and not comparison.gate.passed
     ingestion_ok = all(r.success for r in runs)
     code = EXIT_REGRESSION if regression or not ingestion_ok or evaluation.error else EXIT_PASS
     if args.json:
         keys = ("eval_id", "revision", "suite", "mode", "config_fingerprint", "index_state", "report_k", "overall",
                 "weighted", "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold",
-                "stale_cases")
+                "stale_cases", "external_run")
         print_json({**{k: evaluation.summary.get(k) for k in keys}, "report": evaluation.report, "files": files,
-                    "gate": _gate_json(comparison, gated=not args.no_gate), "exit_code": code})
+                    "gate": _gate_json(comparison, gated=gated, run=bool(args.run)), "exit_code": code})
     else:
         _print_measurement(evaluation, store, files)
         print()
-        if args.no_gate:
+        if not gated and args.run:
+            print(_compared_text(comparison))
+        elif not gated:
             print("gate: not gated (--no-gate): measured only")
         else:
             from rag_pipeline.core.evaluation.gating.baselines import gate_text
@@ -139,11 +143,15 @@ def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
     """What was measured, before any verdict: the golden set, the metrics table, the failed cases at
     the report's k, and where the report and files are."""
     from rag_pipeline.core.evaluation.gating.report import slice_text
+    from rag_pipeline.core.evaluation.scoring.results import gold_rank_text
+    from rag_pipeline.core.evaluation.scoring.run_files import describe_run
 
     summary = evaluation.summary
     print(printable_lines(evaluation.golden_summary))
-    if summary.get("mode") == "run":
-        print(f"scored another system's run (config fingerprint {summary['config_fingerprint'][:12]}: the run file's hash)")
+    external = summary.get("external_run")
+    if external:
+        print(f"scored another system's run, not this index: {printable(describe_run(external))} (config fingerprint "
+              f"{summary['config_fingerprint'][:12]}: the run file's hash)")
     print()
     print(slice_text(summary))
     k = summary.get("report_k", 5)
@@ -151,7 +159,7 @@ def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
     print(f"\nfailed cases at k={k} (no gold document in the top {k}, or a forbidden one retrieved): {len(failed)}"
           + ("" if failed else " (none)"))
     for row in failed[:10]:
-        rank = row["first_gold_rank"] or "not in top 100"
+        rank = gold_rank_text(row["first_gold_rank"], len(row["ranked_docs"] or []), "listed" if external else "retrieved")
         print(f"  {printable(row['case_id'])} [{printable(row['slice'])}] first gold rank {rank}; top {k}: "
               + (printable(", ".join((row["ranked_docs"] or [])[:k])) or "nothing retrieved"))
     if len(failed) > 10:
@@ -161,9 +169,28 @@ def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
         print(f"{name.replace('_', ' ')}: {path}")
 
 
-def _gate_json(comparison, gated: bool) -> dict:
+def _compared_text(comparison) -> str:
+    """Another system's run beside this index's baseline, as information: the metric table, no verdict."""
+    head = ("gate: not gated: another system's run is measured and compared with this index's baseline, never "
+            "judged by it (pass --gate to gate it)")
+    if comparison is None or comparison.gate is None or not comparison.gate.deltas:
+        reason = comparison.missing_reason if comparison is not None else "no baseline"
+        return f"{head}\ncompared with: nothing ({printable(reason)})"
+    from rag_pipeline.core.evaluation.gating.gates import render_gate
+
+    table = render_gate(comparison.gate, terminal=True).split("\n\n")[0]
+    return f"{head}\ncompared with {printable(comparison.against)} (candidate = the run):\n{table}"
+
+
+def _gate_json(comparison, gated: bool, run: bool = False) -> dict:
     if not gated:
-        return {"verdict": "not gated"}
+        if not run:
+            return {"verdict": "not gated", "reason": "--no-gate"}
+        deltas = [{"metric": d.metric, "baseline": d.baseline, "run": d.candidate, "delta": d.delta,
+                   "ci_low": d.ci_low, "ci_high": d.ci_high, "p_value": d.p_value}
+                  for d in (comparison.gate.deltas if comparison is not None and comparison.gate is not None else [])]
+        return {"verdict": "not gated", "reason": "another system's run: compared, gated only with --gate",
+                "baseline": comparison.baseline_id if comparison is not None else None, "compared": deltas}
     if comparison is None or comparison.gate is None:
         return {"verdict": "no baseline", "reason": comparison.missing_reason if comparison else None}
     gate = comparison.gate

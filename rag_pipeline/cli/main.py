@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser(
         "eval", help="ingest, evaluate retrieval on a golden set, then gate against the promoted baseline",
         description="Measures first (metrics table, report, traces, the files asked for), then gates. Exit codes: "
-                    "0 no regression (also: no baseline yet, not better, an inconclusive drop, --no-gate); "
+                    "0 no regression (also: no baseline yet, not better, an inconclusive drop, --no-gate, another "
+                    "system's run without --gate); "
                     "1 a regression, or a failed run; 2 a usage or config error (flags, config, golden file, run file).")
     common(evaluate)
     evaluate.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
@@ -71,7 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                               "case and per gate rule")
     evaluate.add_argument("--run", metavar="FILE", help="score another system's retrieval instead of this index: a TREC "
                                                         "run or JSONL of ranked document ids per case (no ingestion)")
-    evaluate.add_argument("--no-gate", action="store_true", help="measure only: no gate, exit 0 unless a run failed")
+    gating = evaluate.add_mutually_exclusive_group()
+    gating.add_argument("--no-gate", action="store_true", help="measure only: no gate, exit 0 unless a run failed")
+    gating.add_argument("--gate", action="store_true", help="with --run: gate the other system's run against this "
+                                                            "index's promoted baseline (without it, the run is measured "
+                                                            "and compared, never gated); this index is always gated")
     evaluate.add_argument("--at", metavar="STATE|DATE", help="measure a past index state again instead (a state id of "
                                                              "`index list`, or a date or date-time: every source as it was "
                                                              "then); nothing served changes, nothing is stored or gated")

@@ -13,6 +13,7 @@ from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revisi
 from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.evaluation.scoring.external_runs import evaluate_run_file
 from rag_pipeline.core.evaluation.scoring.results import headline_numbers
+from rag_pipeline.core.evaluation.scoring.run_files import describe_run
 from rag_pipeline.core.faults import hold_point
 from rag_pipeline.core.outcomes import Status, StepOutcome
 from rag_pipeline.core.plots import markdown_image
@@ -34,10 +35,12 @@ class GoldenEvalConfig(dg.Config):
     mode: str = ""
     # `full` (every case) or `pr` (the fast slice-stratified subset, evaluation.pr_subset_size).
     suite: str = "full"
-    # Another system's rankings to score instead of this index's (a TREC or JSONL run file).
+    # Another system's rankings to score instead of this index's (a TREC or JSONL run file); the
+    # command line gates such a run only with `--gate`, and passes `gate: false` otherwise.
     run_file: str = ""
-    # False: measure only; the gate check then warns that it did not gate.
-    gate: bool = True
+    # False: measure only; the gate check then warns that it did not gate. Unset: this index is
+    # gated, another system's run is not.
+    gate: bool | None = None
 
 
 def _golden_file(settings: PipelineSettings, store: StoreResource, revision: str) -> Path:
@@ -95,6 +98,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         "mode": result.mode,
         "suite": f"{result.suite} ({len(result.cases)} cases)",
         "config_fingerprint": result.config_fingerprint,
+        **({"external_run": render.printable(describe_run(result.external_run))} if result.external_run else {}),
         "index_state": dg.MetadataValue.json(result.index_state),
         # The night in one table: what each source served this evaluation, and which documents failed.
         "sources": table(source_rows(db, pipeline.source_ids), ["source", "queryable_documents", "failed_documents", "failed"]),
@@ -109,8 +113,8 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         **outcome(),
     })
     # After the materialization: a failed gate never hides what was measured.
-    if not config.gate:
-        yield checks.result("gate_vs_baseline", not_gated_verdict())
+    if not (config.gate if config.gate is not None else not config.run_file):
+        yield checks.result("gate_vs_baseline", not_gated_verdict(result.external_run))
         return
     comparison = report.comparison
     yield checks.result("gate_vs_baseline", comparison.verdict())

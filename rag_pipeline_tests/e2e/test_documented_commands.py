@@ -141,7 +141,9 @@ SYNOPSIS_RUNS = {
                 "--fail-on-document-errors", 0)],
     "eval": [("eval --config {config} --golden {data}/golden/golden_set.jsonl --mode hybrid --subset full "
               "--trec-run {out}/run.trec --junit-xml {out}/eval.xml --json", 0),
-             ("eval --config {config} --run {out}/run.trec --subset pr --no-gate", 0)],
+             ("eval --config {config} --run {out}/run.trec --subset pr --no-gate", 0),
+             # Another system's run gated against the baseline: this index's own run, so no regression.
+             ("eval --config {config} --run {out}/run.trec --gate", 0)],
     "search": [("search 'how many vacation days do I get' --config {config} --tenant acme --roles employee,support "
                 "--status published,superseded --mode bm25 --k 3 --json", 0)],
     "gate": [("gate --config {config} --baseline {eval_id} --candidate {eval_id} --policy {data}/gate_policy.yaml", 0)],

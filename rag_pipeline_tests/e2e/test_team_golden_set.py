@@ -154,7 +154,7 @@ def test_another_systems_run_is_scored_and_gated_without_ingesting(team):
     report = json.loads(out.stdout)
     assert report["mode"] == "run" and report["overall"]["recall_at_5"] == 1.0 and report["overall"]["mrr_at_10"] == 1.0
     assert report["unanswerable"]["abstain_rate"] == 1.0, "a case the run left out abstained"
-    assert report["gate"] == {"verdict": "not gated"}
+    assert report["gate"]["verdict"] == "not gated" and report["external_run"]["file"] == "service.jsonl"
     out = _cli(team, "eval", "--run", str(team / "missing.jsonl"))
     assert out.returncode == 2 and "run file" in out.stderr
     # A run file with bad lines: refused inside the evaluation's run, still a usage error, each line named.
@@ -163,6 +163,42 @@ def test_another_systems_run_is_scored_and_gated_without_ingesting(team):
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "bad.trec line 1: score 'high' is not a number" in out.stderr
     assert "bad.trec line 2: expected 6 fields" in out.stderr and "RunFileError" not in out.stderr
+
+
+def test_a_vendors_run_is_compared_with_our_baseline_and_gated_only_when_asked(team):
+    assert _cli(team, "ingest").returncode == 0
+    measured = json.loads(_cli(team, "eval", "--json", "--no-gate").stdout)["eval_id"]
+    assert _cli(team, "promote", "--eval", measured).returncode == 0  # a baseline of this index, whichever
+    # A vendor's search, tagged with its name: ten documents a case, the gold page at rank 8 or not at all.
+    others = [name for name, _, _ in TOPICS]
+    lines = []
+    for i, (name, _, _) in enumerate(TOPICS):
+        listed = [o for o in others if o != name][i % 5: i % 5 + 10]
+        if i % 2:
+            listed[7] = name
+        lines += [f"q-{name} Q0 web:{doc}.md {rank} {20 - rank}.5 vendor-x" for rank, doc in enumerate(listed, start=1)]
+    (team / "vendor.trec").write_text("\n".join(lines) + "\n")
+
+    out = _cli(team, "eval", "--run", str(team / "vendor.trec"))
+    text = out.stdout
+    assert out.returncode == 0, text[-3000:] + out.stderr[-3000:]
+    assert "scored another system's run, not this index: vendor.trec (TREC, tag vendor-x)" in text
+    assert "gate: not gated: another system's run is measured and compared with this index's baseline" in text
+    assert "REGRESSION" not in text and "verdict:" not in text
+    compared = text.split("compared with baseline ", 1)[1]
+    assert "(candidate = the run)" in compared and "recall_at_5" in compared
+    # Ranks to the depth the run has: it lists ten documents a case, not a hundred.
+    assert "first gold rank not in the top 10 listed" in text and "top 100" not in text
+    assert "first gold rank 8;" in text
+    report = (team / text.split("report: ", 1)[1].split("\n", 1)[0]).read_text()
+    assert "- another system's run, not this index: vendor.trec (TREC, tag vendor-x)" in report
+    assert "not in the top 10 listed" in report
+
+    out = _cli(team, "eval", "--run", str(team / "vendor.trec"), "--gate")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "verdict: REGRESSION" in out.stdout and "vendor.trec (TREC, tag vendor-x)" in out.stdout
+    out = _cli(team, "eval", "--run", str(team / "vendor.trec"), "--gate", "--no-gate")
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr
 
 
 def test_a_bad_golden_file_exits_2_with_one_line_per_problem(team, tmp_path):

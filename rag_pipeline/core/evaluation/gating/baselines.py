@@ -58,8 +58,15 @@ class BaselineComparison:
         return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
 
 
-def not_gated_verdict() -> Verdict:
-    """`gate_vs_baseline` of an evaluation that only measured (`eval --no-gate`): a warning, never a pass."""
+def not_gated_verdict(external_run: dict | None = None) -> Verdict:
+    """`gate_vs_baseline` of an evaluation that was not gated: a warning, never a pass. It only measured
+    (`eval --no-gate`), or it scored another system's run (`eval --run` without `--gate`)."""
+    if external_run:
+        from rag_pipeline.core.evaluation.scoring.run_files import describe_run
+
+        return Verdict(False, f"not gated: another system's run ({describe_run(external_run)}) is measured and "
+                              "compared with this index's baseline, never judged by it (eval --run FILE --gate gates it)",
+                       severity="WARN")
     return Verdict(False, "not gated: this evaluation only measured (eval --no-gate); gate it with `rag-pipeline gate`",
                    severity="WARN")
 

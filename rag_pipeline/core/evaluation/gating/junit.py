@@ -83,7 +83,8 @@ def gate_suite(root: ET.Element, comparison: BaselineComparison | None, gated: b
     """The gate's rules against the baseline."""
     suite = ET.SubElement(root, "testsuite", name="gate")
     if not gated:
-        _case(suite, "gate", "gate", "skipped", "not gated: this evaluation only measured (--no-gate)")
+        _case(suite, "gate", "gate", "skipped", "not gated: this evaluation only measured (--no-gate, or another "
+                                                 "system's run without --gate)")
     elif comparison is None or comparison.gate is None:
         reason = comparison.missing_reason if comparison is not None else "no baseline"
         _case(suite, "gate", "gate", "skipped", f"nothing to compare with: {reason}")

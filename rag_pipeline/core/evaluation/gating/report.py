@@ -15,7 +15,8 @@ from rag_pipeline.core.evaluation.gating.baselines import BaselineComparison, co
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
 from rag_pipeline.core.evaluation.gating.slice_plot import slice_comparison
 from rag_pipeline.core.evaluation.golden.holdout import withheld
-from rag_pipeline.core.evaluation.scoring.results import DEFAULT_REPORT_K, EvalResult
+from rag_pipeline.core.evaluation.scoring.results import DEFAULT_REPORT_K, EvalResult, gold_rank_text
+from rag_pipeline.core.evaluation.scoring.run_files import describe_run
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.core.render import Markdown, inline, number, safe_json, table, text_table
 from rag_pipeline.core.storage import Store
@@ -61,10 +62,6 @@ def slice_text(summary: Mapping) -> str:
     return text_table(rows, columns)
 
 
-def _rank(rank: int | None) -> str:
-    return str(rank) if rank else "not in top 100"
-
-
 def shown_failures(result: EvalResult) -> tuple[list, int]:
     """(failed cases that may be shown, number of failed holdout cases: counted, never listed)."""
     failed = [c for c in result.cases if c.failed]
@@ -72,11 +69,17 @@ def shown_failures(result: EvalResult) -> tuple[list, int]:
     return shown, len(failed) - len(shown)
 
 
+def _ranked_verb(result: EvalResult) -> str:
+    """Another system's run lists its documents; this index retrieves them."""
+    return "listed" if result.external_run else "retrieved"
+
+
 def failed_cases_table(result: EvalResult, limit: int = 50) -> str:
     """The failed cases at the report's k: no gold document in the top k, or a forbidden one retrieved."""
     failed, held = shown_failures(result)
     rows = [
-        {"case": c.case.id, "slice": c.case.slice, "first gold rank": _rank(c.first_gold_rank), "gold": c.case.gold_docs,
+        {"case": c.case.id, "slice": c.case.slice, "gold": c.case.gold_docs,
+         "first gold rank": gold_rank_text(c.first_gold_rank, len(c.ranked_docs), _ranked_verb(result)),
          f"top {result.report_k} retrieved": c.ranked_docs[:result.report_k], "forbidden retrieved": c.forbidden_retrieved}
         for c in failed
     ]
@@ -166,6 +169,8 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         f"- golden-set revision: {inline(result.revision)} · suite: {inline(result.suite)} ({len(result.cases)} cases) · "
         f"mode: {inline(result.mode)} · config fingerprint: "
         f"{inline(result.config_fingerprint)}",
+        *([f"- another system's run, not this index: {inline(describe_run(result.external_run))}"]
+          if result.external_run else []),
         "- index state: " + ", ".join(f"{inline(s)}={inline(h)}" for s, h in sorted(result.index_state.items())),
         f"- no-result threshold: {number(result.no_result_threshold, 4)} ({inline(result.threshold_source)})",
         f"- latency: p50 {number(result.latency['p50_latency_ms'], 1)} ms, p95 {number(result.latency['p95_latency_ms'], 1)} "

@@ -2,7 +2,9 @@
 vendor's search, a run made last year, read from a run file (run_files.py).
 
 Every golden case gets the run's ranking (none when the run left it out: a miss), the same
-metrics (metrics.py), slices, splits, report and gate as an evaluation of the index. Unanswerable
+metrics (metrics.py), slices, splits and report as an evaluation of the index; the evaluation
+keeps whose run it is (the file's name and tags) and is gated against this index's baseline only
+when asked (`eval --run FILE --gate`). Unanswerable
 cases count as abstained when the run ranked nothing for them or said `abstained: true`. The
 run's answers are kept with the traces (so `golden export-ragas` hands them to RAGAS); they are
 not graded here. Latency comes from the run's `latency_ms` where it gives one.
@@ -66,7 +68,8 @@ def score_run(golden: GoldenSet, run: ExternalRun, index_state: Mapping[str, str
             report_k=report_k,
         ))
     return EvalResult(golden.revision, RUN_MODE, run_fingerprint(run.path), dict(index_state), rows, math.nan,
-                      ABSTENTION_RULE, **aggregate(rows, math.nan), suite=suite, report_k=report_k)
+                      ABSTENTION_RULE, **aggregate(rows, math.nan), suite=suite, report_k=report_k,
+                      external_run=run.identity())
 
 
 def evaluate_run_file(golden_path: Path, run_path: Path, store: Store, source_ids: list[str], suite: str = FULL,

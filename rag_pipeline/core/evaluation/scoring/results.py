@@ -84,6 +84,8 @@ class EvalResult:
     suite: str = FULL
     report_k: int = DEFAULT_REPORT_K
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
+    # Another system's run (mode `run`): its file's name, format and tags (`ExternalRun.identity`).
+    external_run: dict | None = None
 
     @property
     def eval_id(self) -> str:
@@ -98,9 +100,17 @@ class EvalResult:
             "unanswerable": self.unanswerable, "latency": self.latency, "answers": self.answers,
             "abstention": self.abstention,
             "no_result_threshold": self.no_result_threshold, "threshold_source": self.threshold_source,
-            "report_k": self.report_k,
+            "report_k": self.report_k, "external_run": self.external_run,
             "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs and not withheld(c.case)},
         }
+
+
+def gold_rank_text(rank: int | None, listed: int, verb: str = "listed") -> str:
+    """A case's first gold rank in words, to the depth its ranking has: `7`, `not in the top 10
+    listed` (a run that lists 10 documents), `nothing retrieved`."""
+    if rank:
+        return str(rank)
+    return f"not in the top {listed} {verb}" if listed else f"nothing {verb}"
 
 
 def headline_numbers(result: EvalResult) -> dict[str, float]:

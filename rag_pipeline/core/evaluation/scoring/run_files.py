@@ -15,7 +15,11 @@ In (`read_run`), another system's ranking of the golden questions, either
 - JSON Lines: one object per case, `id` (or `case_id`, `qid`, `query_id`; or the `question`
   itself, matched to a golden question), the ranked documents in `ranked_docs` (or `doc_ids`,
   `documents`, `retrieved`, `contexts_ids`) as ids or objects with `doc_id` / `id` and `score`,
-  optionally `scores`, `answer`, `abstained` and `latency_ms`.
+  optionally `scores`, `answer`, `abstained`, `latency_ms` and `tag` (the system's name).
+
+The run's tags (the TREC tag column, the JSONL `tag` fields) say whose run it is: they are kept
+(the first MAX_RUN_TAGS distinct ones, with the count of all) and named with the run file in the
+report and on the terminal.
 
 Document references in a run are resolved like golden references (doc_refs.py): ids as they are,
 paths relative to a source's root or the repository to ids. Reading is streamed and bounded: a
@@ -42,6 +46,9 @@ MAX_RUN_LINE_BYTES = 4 * 1024 * 1024
 # Documents kept per case: the metrics look at 100 (Recall@100).
 MAX_RUN_DEPTH = 100
 MAX_RUN_PROBLEMS = 20
+MAX_RUN_TAGS = 5
+# Distinct tags counted at most (a run with a tag per line must not hold them all in memory).
+MAX_COUNTED_TAGS = 1000
 _ID_KEYS = ("id", "case_id", "qid", "query_id")
 _RANKING_KEYS = ("ranked_docs", "doc_ids", "documents", "retrieved", "contexts_ids")
 
@@ -105,10 +112,27 @@ class ExternalRun:
     # Queries of the run that are no golden case (ignored), and document references kept as written.
     unknown_queries: list[str] = field(default_factory=list)
     unresolved_docs: dict[str, str] = field(default_factory=dict)
+    # The run's distinct tags in the order met (the first MAX_RUN_TAGS) and how many there were
+    # (up to MAX_COUNTED_TAGS).
+    tags: list[str] = field(default_factory=list)
+    tag_count: int = 0
+    seen_tags: set[str] = field(default_factory=set, repr=False)
+
+    def add_tag(self, tag: object) -> None:
+        if (isinstance(tag, str) and tag.strip() and tag.strip() not in self.seen_tags
+                and len(self.seen_tags) < MAX_COUNTED_TAGS):
+            self.seen_tags.add(tag.strip())
+            self.tag_count += 1
+            if len(self.tags) < MAX_RUN_TAGS:
+                self.tags.append(tag.strip())
+
+    def identity(self) -> dict:
+        """Whose run this is: the file's name, its format and its tags (stored with the evaluation)."""
+        return {"file": self.path.name, "format": self.format, "tags": list(self.tags), "tag_count": self.tag_count}
 
     def summary(self, cases: Sequence[GoldenCase]) -> str:
         missing = [c.id for c in cases if c.id not in self.rankings and c.id not in self.abstained]
-        parts = [f"run {self.path.name} ({self.format}): {len(self.rankings)} of {len(cases)} cases ranked"]
+        parts = [f"run {describe_run(self.identity())}: {len(self.rankings)} of {len(cases)} cases ranked"]
         if missing:
             parts.append(f"{len(missing)} case(s) absent from the run, scored as retrieving nothing (e.g. {missing[0]})")
         if self.unknown_queries:
@@ -121,6 +145,15 @@ class ExternalRun:
         if self.answers:
             parts.append(f"{len(self.answers)} answer(s) kept with the traces")
         return " | ".join(parts)
+
+
+def describe_run(identity: Mapping) -> str:
+    """`run.trec (TREC, tag vendor-x)`: whose run an evaluation scored, from `ExternalRun.identity()`."""
+    tags = list(identity.get("tags") or [])
+    more = int(identity.get("tag_count") or len(tags)) - len(tags)
+    named = ("tag " if len(tags) == 1 else "tags ") + ", ".join(tags) + (f" and {more} more" if more > 0 else "")
+    kind = {"trec": "TREC", "jsonl": "JSON Lines"}.get(str(identity.get("format")), str(identity.get("format")))
+    return f"{identity.get('file')} ({kind}, {named if tags else 'no tag'})"
 
 
 def read_run(path: Path | str, cases: Sequence[GoldenCase], resolver: Resolver | None = None) -> ExternalRun:
@@ -179,7 +212,8 @@ def _read_trec(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: l
             if _problem(problems, run.path, number, f"expected 6 fields `qid Q0 docid rank score tag`, got {len(fields)}"):
                 return
             continue
-        qid, _, doc_id, _, score_text, _ = fields
+        qid, _, doc_id, _, score_text, tag = fields
+        run.add_tag(tag)
         try:
             score = float(score_text)
         except ValueError:
@@ -241,6 +275,7 @@ def _read_jsonl(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: 
                 return
             continue
         run.rankings[case_id] = ranking[:MAX_RUN_DEPTH]
+        run.add_tag(record.get("tag"))
         if isinstance(record.get("answer"), str) and record["answer"].strip():
             run.answers[case_id] = record["answer"]
         if isinstance(record.get("abstained"), bool):
