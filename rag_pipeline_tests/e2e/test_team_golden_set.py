@@ -201,6 +201,22 @@ def test_a_vendors_run_is_compared_with_our_baseline_and_gated_only_when_asked(t
     assert out.returncode == 2 and "not allowed with argument" in out.stderr
 
 
+def test_a_ragas_export_of_the_teams_cases_comes_back_with_their_ids_slices_and_splits(team, tmp_path):
+    assert _cli(team, "ingest").returncode == 0
+    rows = [{"user_input": f"what does the {words} do?", "reference": text, "source_doc": f"docs/{name}.md",
+             "synthesizer_name": "single_hop_specific_query_synthesizer",
+             "metadata": {"id": f"q-{name}", "slice": "features", "split": "dev"} if i else {}}
+            for i, (name, words, text) in enumerate(TOPICS[:3])]
+    (tmp_path / "ragas.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _cli(team, "golden", "import", str(tmp_path / "ragas.jsonl"), "--out", str(tmp_path / "imported.jsonl"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert ("id: 2 from metadata.id, 1 generated from the file name and question | slice: 2 from metadata.slice, "
+            "1 from field synthesizer_name | split: 2 from metadata.split, 1 left to the loader's default") in out.stdout
+    written = [json.loads(line) for line in (tmp_path / "imported.jsonl").read_text().splitlines()]
+    assert [(c["id"], c["slice"], c.get("split")) for c in written[1:]] == [("q-routing", "features", "dev"),
+                                                                           ("q-testing", "features", "dev")]
+
+
 def test_a_bad_golden_file_exits_2_with_one_line_per_problem(team, tmp_path):
     bad = tmp_path / "golden.jsonl"
     bad.write_text(json.dumps({"id": "a", "question": "q?", "reference": "r.", "gold_docs": ["docs/midleware.md"]}) + "\n"

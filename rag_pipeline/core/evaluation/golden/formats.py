@@ -28,12 +28,15 @@ left out unless it names its gold documents another way.
 
 In every shape the hand-written gold keys are honoured, and our own fields (`id`, `slice`,
 `split`, `weight`, `tenant`, `roles`, `answerable`, `forbidden_docs`, `gold_spans`) are copied
-as they are, to be validated when the file is written (`answerable` may also be one of the
+as they are, from the top level or else from RAGAS's `metadata` or DeepEval's
+`additional_metadata` object (record_fields.py), to be validated when the file is written (`answerable` may also be one of the
 strings "true", "false", "yes", "no", in any case; any other value leaves the record out). An
 unanswerable case is written `answerable: false` at the top level, or inside RAGAS's `metadata`
 or DeepEval's `additional_metadata` object; it needs no reference and no gold. A case without
-`id` gets `<file stem>-<first 10 hex digits of sha256(question)>`; `slice` and `split`, when
-absent, are left to the loader's documented defaults.
+`id` gets `<file stem>-<first 10 hex digits of sha256(question)>`; a RAGAS case without `slice`
+takes its `synthesizer_name` or `evolution_type`; `slice` and `split`, when still absent, are
+left to the loader's documented defaults. The summary says where the cases' ids, slices and
+splits came from.
 
 References are resolved against the known documents by the resolver shared with the golden-file
 loader (doc_refs.py: ids, chunk ids, file names and paths, context texts).
@@ -51,7 +54,6 @@ error naming it.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -64,18 +66,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rag_pipeline.core.errors import InputError
-from rag_pipeline.core.evaluation.golden.cases import BOOLEAN_VALUES, GoldenSetError, parse_boolean
+from rag_pipeline.core.evaluation.golden.cases import BOOLEAN_VALUES, GoldenSetError
 from rag_pipeline.core.evaluation.golden.dataset_records import read_records
 
 # The resolver is shared with the golden-file loader and other systems' runs; its names stay importable here.
 from rag_pipeline.core.evaluation.golden.doc_refs import ContextMatcher, Resolver, known_documents  # noqa: F401
+from rag_pipeline.core.evaluation.golden.record_fields import metadata_objects, origin_summary, team_fields
+from rag_pipeline.core.evaluation.golden.record_fields import texts as _texts
 from rag_pipeline.core.evaluation.golden.validation import validate_cases
 
 if TYPE_CHECKING:
     from rag_pipeline.core.storage import Store
 
 SHAPES = ("ragas", "deepeval", "handwritten", "auto")
-_OURS = ("id", "slice", "split", "weight", "tenant", "roles", "answerable", "forbidden_docs", "gold_spans")
 _ID_KEYS = ("gold_pids", "expected_document_ids", "gold_docs")
 _FILE_KEYS = ("source_doc", "source_docs", "file")
 # The tested system's retrieved contexts: its output, never gold (see the module docstring).
@@ -86,8 +89,6 @@ _GENERATOR_COLUMNS = ("evolution_type", "episode_done")
 _ANSWER_COLUMNS = ("answer", "response", "actual_output")
 # Keys of a source document's metadata that name its file (LangChain `source`, LlamaIndex `file_path`).
 _METADATA_FILE_KEYS = ("source", "file_path", "filename", "file_name")
-# Objects some tools keep per-record metadata in, where `answerable` may be written.
-_METADATA_OBJECTS = ("metadata", "additional_metadata")
 _QUESTION = {"ragas": ("user_input", "question"), "deepeval": ("input",),
              "handwritten": ("question", "query", "input", "user_input")}
 _REFERENCE = {"ragas": ("reference", "ground_truth", "ground_truths"), "deepeval": ("expected_output",),
@@ -132,6 +133,8 @@ class ImportResult:
     left_out: list[LeftOut] = field(default_factory=list)
     # Problems that do not stop a case: the same question asked twice with other labels.
     warnings: list[str] = field(default_factory=list)
+    # (field, where it came from) -> cases written: `("slice", "metadata.slice")` (record_fields.py).
+    origins: Counter = field(default_factory=Counter)
     # The input line of each case in `cases`, so that a problem names the line a person can fix.
     lines: list[int] = field(default_factory=list)
     # Document id -> skip reason (None for a document) of every document ever seen, when known
@@ -172,6 +175,7 @@ class ImportResult:
                  f"references: {len(self.mapped_by)} mapped"
                  + (" (" + ", ".join(f"{n} {how}" for how, n in ways.most_common()) + ")" if ways else "")
                  + f", {len(self.unmapped)} unmapped"]
+        parts += origin_summary(self.origins)
         if self.left_out:
             parts.append(f"left out {len(self.left_out)}")
         if self.warnings:
@@ -205,26 +209,6 @@ def _short(text: str, limit: int = 80) -> str:
 
 
 # ---- reading records ---------------------------------------------------------------------------
-
-
-def _texts(value: Any) -> list[str]:
-    """A list of non-empty texts from a list, a JSON or Python list literal, or one text."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        stripped = value.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            for parse in (json.loads, ast.literal_eval):
-                try:
-                    parsed = parse(stripped)
-                except (ValueError, SyntaxError):
-                    continue
-                if isinstance(parsed, list):
-                    return _texts(parsed)
-        return [stripped] if stripped else []
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _texts(v)]
-    return [str(value)]
 
 
 def detect_shape(records: Sequence[tuple[int, dict]], container: str | None = None) -> str:
@@ -307,47 +291,6 @@ def _first(record: Mapping[str, Any], keys: Iterable[str]) -> tuple[str | None, 
     return None, None
 
 
-def _our_field(name: str, value: Any) -> Any:
-    """Our own fields as the file gave them; CSV strings turned into booleans, numbers and lists
-    (an `answerable` that is no boolean is left as it is, for `_convert` to refuse)."""
-    if name == "answerable":
-        parsed = parse_boolean(value)
-        return value if parsed is None else parsed
-    if not isinstance(value, str):
-        return value
-    if name == "weight":
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    if name in ("roles", "forbidden_docs"):
-        return _texts(value)
-    if name == "gold_spans":
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _metadata_objects(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The record's metadata objects (RAGAS `metadata`, DeepEval `additional_metadata`), as mappings;
-    a JSON text (a CSV cell) is parsed, a list of them (RAGAS 0.1: one per source document) flattened."""
-    found: list[Mapping[str, Any]] = []
-    for key in _METADATA_OBJECTS:
-        value = record.get(key)
-        if isinstance(value, str) and value.strip()[:1] in ("{", "["):
-            for parse in (json.loads, ast.literal_eval):
-                try:
-                    value = parse(value)
-                    break
-                except (ValueError, SyntaxError):
-                    continue
-        items = value if isinstance(value, list) else [value]
-        found += [item for item in items if isinstance(item, Mapping)]
-    return found
-
-
 def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: ImportResult, stem: str,
              file_name: str, seen: Mapping[str, int], generated: bool = False) -> dict | None:
     """One record as a case, or None (then listed in `left_out`); references go to `result`.
@@ -356,12 +299,8 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
     reference_key, reference = _first(record, _REFERENCE[shape])
     question = " ".join(_texts(question)) if question is not None else ""
     reference = "\n".join(_texts(reference)) if reference is not None else ""
-    metadata = _metadata_objects(record)
-    ours = {k: _our_field(k, record[k]) for k in _OURS if record.get(k) not in (None, "", [])}
-    if "answerable" not in ours:
-        nested = next((m["answerable"] for m in metadata if m.get("answerable") not in (None, "")), None)
-        if nested is not None:
-            ours["answerable"] = _our_field("answerable", nested)
+    metadata = [item for _, item, _ in metadata_objects(record)]
+    ours, origins = team_fields(record)
     given_id = str(ours.pop("id", "")).strip()
     case_id = given_id or f"{stem}-{hashlib.sha256(question.encode()).hexdigest()[:10]}"
     if given_id and given_id in seen:
@@ -426,7 +365,7 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
                if retrieved else "answerable, but it names no gold document or context")
         result.left_out.append(LeftOut(line, case_id, why))
         return None
-    _, slice_name = _first(record, ("synthesizer_name", "evolution_type")) if shape == "ragas" else (None, None)
+    slice_key, slice_name = _first(record, ("synthesizer_name", "evolution_type")) if shape == "ragas" else (None, None)
     provenance = f"imported from {file_name} line {line} (shape {shape}"
     provenance += (f", reference from {reference_key}" if reference_key else ", no reference") + (
         f", gold from {', '.join(gold_from)}" if gold_from else "") + ")"
@@ -436,7 +375,9 @@ def _convert(record: dict, line: int, shape: str, resolver: Resolver, result: Im
     if reference:
         case["reference"] = reference
     if slice_name and "slice" not in ours:
-        case["slice"] = str(slice_name)
+        case["slice"], origins["slice"] = str(slice_name), str(slice_key)
+    origins.setdefault("id", "id" if given_id else "generated")
+    result.origins.update((name, origins.get(name, "default")) for name in ("id", "slice", "split"))
     return case | ours | {"provenance": provenance}
 
 
