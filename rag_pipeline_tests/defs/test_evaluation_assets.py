@@ -179,7 +179,8 @@ def test_a_new_golden_revision_is_gated_against_the_previous_baseline(setup, tmp
     assert not promoted, text
     assert f"gated against baseline {first.summary['eval_id']} of the previous golden revision {first.revision}" in text
     assert "on the 3 case(s) the two revisions share unchanged" in text  # q1, q3, q4; q2 changed, q5 is new
-    assert "WARN (inconclusive): mrr_at_10 1.0000 -> " in text and "2 cases)" in text
+    assert "WARN (inconclusive): mrr_at_10 1.0000 -> " in text and "over 2 cases: fell by" in text
+    assert "INCONCLUSIVE (2 cases cannot tell this drop from noise" in text
     assert store.records.baseline(regressed.revision) is None
 
     # Mended, the same revision's first evaluation becomes its baseline without having to win.

@@ -114,9 +114,10 @@ def test_a_team_corpus_measured_gated_regressed_and_reported(team):
     text = out.stdout
     # Measured first: the table and the failed cases, then the gate's reasons in plain text.
     assert text.index("success_at_5") < text.index("failed cases at k=5") < text.index("gate: candidate")
-    regression = next(line for line in text.splitlines() if line.startswith("REGRESSION recall_at_5 "))
-    assert " -> " in regression and "95% CI [" in regression and "p=0.000" in regression
-    assert regression.endswith(f"dropped significantly beyond its tolerance 0.02 [baseline {baseline_id}]")
+    regression = next(line for line in text.splitlines() if line.startswith("recall_at_5 ") and "REGRESSION" in line)
+    assert " -> " in regression and ": fell by " in regression and "(95% CI -" in regression
+    assert regression.endswith(f"; significant at p < 0.001; tolerance 0.02: REGRESSION (the whole interval lies beyond "
+                               f"the tolerance) [baseline {baseline_id}]")
     assert "WARNING p95 latency" in text and "warns, never fails" in text
     assert "verdict: REGRESSION" in text
     assert "&gt;" not in text and "&#" not in text and "\\|" not in text, "plain text, no markdown or HTML escapes"

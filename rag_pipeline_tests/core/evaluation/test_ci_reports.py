@@ -85,10 +85,11 @@ def test_the_gate_as_plain_text_names_values_interval_p_and_the_baseline():
     text = gate_text(_comparison([0.0] * 20 + [1.0] * 20))
     lines = text.split("\n")
     assert lines[0] == "gate: candidate cand-1 against baseline base-1"
-    assert lines[1].split() == ["metric", "baseline", "candidate", "delta", "95%", "CI", "p", "MDE", "cases"]
-    regression = next(line for line in lines if line.startswith("REGRESSION"))
-    assert regression.startswith("REGRESSION recall_at_5 1.0000 -> 0.5000 (-0.5000, 95% CI [")
-    assert regression.endswith("[baseline base-1]")
+    assert lines[1].split() == ["metric", "baseline", "candidate", "delta", "95%", "CI", "p", "MDE", "cases", "outcome"]
+    regression = next(line for line in lines if line.startswith("recall_at_5 1.0000"))
+    assert regression.startswith("recall_at_5 1.0000 -> 0.5000 over 40 cases: fell by 0.500 (95% CI -0.")
+    assert regression.endswith("significant at p < 0.001; tolerance 0.01: REGRESSION (the whole interval lies beyond "
+                               "the tolerance) [baseline base-1]")
     assert lines[-2:] == ["verdict: REGRESSION", "decision: keep baseline (1 regression(s), above)"]
     none = gate_text(BaselineComparison("cand-1", "r", None, None, "no full-suite baseline for revision r"))
     assert none.startswith("gate: no full-suite baseline for revision r: nothing to compare with, so no regression")

@@ -10,8 +10,10 @@ difference over cases, its interval and its significance. Every rule has a three
   promotion, but it is not a regression;
 - **pass**: no drop beyond the tolerance.
 
-Headline metrics and protected slices follow these rules (a protected slice over its own cases,
-with the slice metric's tolerance); a drop on another slice only warns. A forbidden document
+Headline metrics (each with its tolerance, else the policy's default) and protected slices follow
+these rules (a protected slice over its own cases, with the protected-slice tolerance); a drop on
+another slice only warns. Each rule is stated in words that cannot read as contradictory: the
+change, its interval, whether it is significant at its p, the tolerance, and the outcome. A forbidden document
 retrieved where the baseline retrieved none is a fact, not an estimate: always an ERROR.
 Promotion needs a significant gain of at least `min_gain` on a headline metric and no ERROR or
 inconclusive drop.
@@ -204,29 +206,36 @@ def _check_grader(result: GateResult, policy: GatePolicy) -> None:
 
 def _check_headlines(result: GateResult, policy: GatePolicy) -> None:
     for d in result.deltas:
-        tolerance = policy.tolerance.get(d.metric, 0.0)
+        tolerance = policy.headline_tolerance(d.metric)
         outcome = three_way(d, tolerance)
         result.add(d.metric, outcome, _drop_message(d.metric, d, tolerance, outcome, result.alpha))
 
 
 def _drop_message(name: str, d: Delta, tolerance: float, outcome: Outcome, alpha: float) -> str:
-    """What a rule found, in words a person can act on."""
+    """A rule as a person reads it: `recall_at_5 0.8125 -> 0.6875 over 32 cases: fell by 0.125 (95% CI
+    -0.219 to -0.031); significant at p = 0.012; tolerance 0.02: REGRESSION`."""
     if d.cases == 0:
         return f"{name}: no case scored in both evaluations"
-    text = f"{name} {d.describe(alpha)}"
+    text = f"{name} {d.baseline:.4f} -> {d.candidate:.4f} over {d.cases} cases: {d.describe(alpha)}"
     if outcome == "regression":
-        return f"{text}: dropped significantly beyond its tolerance {tolerance:g}"
+        return f"{text}; tolerance {_amount(tolerance)}: REGRESSION (the whole interval lies beyond the tolerance)"
     if outcome == "inconclusive":
+        reaches = ", which the interval reaches into" if d.p_value < alpha else ""
         mde = f"about {d.mde:.3f}" if not math.isnan(d.mde) else "not estimable"
-        return (f"{text}: dropped beyond its tolerance {tolerance:g}, but not significantly (inconclusive); "
-                f"the smallest drop {d.cases} cases can detect is {mde}")
-    return f"{text}: within its tolerance {tolerance:g}" if d.delta < 0 else text
+        return (f"{text}; tolerance {_amount(tolerance)}{reaches}: INCONCLUSIVE ({d.cases} cases cannot tell this drop "
+                f"from noise; the smallest drop they detect is {mde})")
+    return f"{text}; tolerance {_amount(tolerance)}: PASS" + (" (within the tolerance)" if d.delta < 0 else "")
+
+
+def _amount(value: float) -> str:
+    """A tolerance as written in a policy: `0.02`, `0.00`, `0.005`."""
+    return f"{value:.2f}" if round(value, 2) == value else f"{value:g}"
 
 
 def _check_slices(result: GateResult, baseline: Mapping, candidate: Mapping, policy: GatePolicy,
                   shared: Sequence[str]) -> None:
     metric = policy.slice_metric
-    tolerance = policy.tolerance.get(metric, 0.0)
+    tolerance = policy.slice_tolerance()
     slices = candidate.get("case_slices") or {}
     for name, base_values in baseline["by_slice"].items():
         cand_values = candidate["by_slice"].get(name, {})
@@ -332,13 +341,15 @@ def render_gate(result: GateResult, terminal: bool = False) -> str:
     """The gate's tables and verdict as markdown, shown in Dagster; `terminal`: plain text for the
     command line and CI logs (aligned columns, `->`, never `-&gt;`)."""
     ci = f"{1 - result.alpha:.0%} CI"
+    outcomes = {r.rule: r.outcome for r in result.rules}
+    # The interval as "low to high" beside its outcome: "[-0.0577, +0.0000]" next to p 0.720 read as a contradiction.
     metric_rows = [
         (d.metric, Markdown(f"{d.baseline:.4f}"), Markdown(f"{d.candidate:.4f}"), Markdown(f"{d.delta:+.4f}"),
-         Markdown(f"[{d.ci_low:+.4f}, {d.ci_high:+.4f}]"), Markdown(f"{d.p_value:.3f}"),
-         Markdown("–" if math.isnan(d.mde) else f"{d.mde:.3f}"), d.cases)
+         Markdown(f"{d.ci_low:+.4f} to {d.ci_high:+.4f}"), Markdown(f"{d.p_value:.3f}"),
+         Markdown("–" if math.isnan(d.mde) else f"{d.mde:.3f}"), d.cases, outcomes.get(d.metric, "").upper())
         for d in result.deltas
     ]
-    columns = ["metric", "baseline", "candidate", "delta", ci, "p", "MDE", "cases"]
+    columns = ["metric", "baseline", "candidate", "delta", ci, "p", "MDE", "cases", "outcome"]
     render = (lambda rows, cols: text_table(rows, cols)) if terminal else (lambda rows, cols: table(rows, cols, limit=None))
     lines = [render(metric_rows, columns)] if metric_rows else []
     if result.slice_deltas:
@@ -357,4 +368,6 @@ def gate_reasons(result: GateResult, baseline_id: str | None) -> list[str]:
     baseline's evaluation id; plain text."""
     against = f" [baseline {baseline_id}]" if baseline_id else ""
     labels = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE", "warn": "WARNING"}
-    return [f"{labels[r.outcome]} {printable(r.message)}{against}" for r in result.rules if r.outcome != "pass"]
+    # A metric's rule states its outcome itself ("...; tolerance 0.02: REGRESSION"): said once.
+    return [(printable(r.message) if f": {labels[r.outcome]}" in r.message else f"{labels[r.outcome]} {printable(r.message)}")
+            + against for r in result.rules if r.outcome != "pass"]

@@ -44,9 +44,20 @@ class Delta:
         return self.candidate - self.baseline
 
     def describe(self, alpha: float) -> str:
-        """`0.8125 -> 0.6875 (-0.1250, 95% CI [-0.2188, -0.0312], p=0.012, 32 cases)`."""
-        return (f"{self.baseline:.4f} -> {self.candidate:.4f} ({self.delta:+.4f}, {1 - alpha:.0%} CI "
-                f"[{self.ci_low:+.4f}, {self.ci_high:+.4f}], p={self.p_value:.3f}, {self.cases} cases)")
+        """The change in words that cannot read as contradictory: `fell by 0.125 (95% CI -0.219 to
+        -0.031); significant at p = 0.012`. The interval and p say the same thing: an interval that
+        reaches 0 goes with "not significant"."""
+        change = "unchanged" if self.delta == 0 else f"{'fell' if self.delta < 0 else 'rose'} by {abs(self.delta):.3f}"
+        significant = "significant" if self.p_value < alpha else "not significant"
+        return (f"{change} ({1 - alpha:.0%} CI {self.ci_low:+.3f} to {self.ci_high:+.3f}); "
+                f"{significant} at {p_text(self.p_value)}")
+
+
+def p_text(p_value: float) -> str:
+    """`p = 0.012`, `p < 0.001` (a bootstrap of a few thousand samples cannot say less)."""
+    if math.isnan(p_value):
+        return "p = –"
+    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
 
 
 def paired_significance(
