@@ -13,6 +13,9 @@ from rag_pipeline.core.render import printable
 if TYPE_CHECKING:  # the runner imports Dagster: only commands that run something pay for it
     from rag_pipeline.cli.runner import MonitorRun
 
+# Refused query-log lines printed one by one (the asset's table and the drift report hold more).
+SHOWN_REFUSED = 10
+
 
 def day_range(config: PipelineConfig, today: date | None = None) -> tuple[date, date]:
     """The first and last day partitions (as `defs/partitions.daily_partitions` makes them: from
@@ -61,6 +64,15 @@ def print_monitoring(run: MonitorRun) -> None:
           f"superseded hits {m.get('superseded_hit_share', 0.0):.2f} | stale hits {m.get('stale_hit_share', 0.0):.2f}")
     print(f"drift: MMD² {m['mmd2_distance']:.4f} against the golden-calibrated threshold {m['drift_threshold']:.4f}: "
           + ("DRIFT (WARN)" if run.drifted else "within threshold"))
+    refused = int(m.get("malformed_lines", 0))
+    if refused:
+        named = [r.data for r in m["malformed"].records if ":" in str(r.data["where"])] if "malformed" in m else []
+        print(f"\nquery-log lines refused, left out of the sample: {refused}")
+        for row in named[:SHOWN_REFUSED]:
+            print(f"  {printable(str(row['where']))}: {printable(str(row['reason']))}")
+        if refused > len(named[:SHOWN_REFUSED]):
+            print(f"  ... and {refused - len(named[:SHOWN_REFUSED])} more (the drift report names the first "
+                  f"{len(named)})")
     print("\ncandidates for new golden cases:")
     for record in m["candidates"].records:
         row = record.data
@@ -76,8 +88,10 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     with dagster_instance() as instance:
         run = monitor(config, instance, day)
     if args.json:
+        refused = [r.data for r in run.metadata["malformed"].records] if "malformed" in run.metadata else []
         print_json({"day": day, "success": run.success, "checks": run.checks, "error": run.error,
-                    "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))}})
+                    "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))},
+                    "refused_lines": refused})
     else:
         print(f"== production monitoring, day {day}")
         print_monitoring(run)

@@ -11,6 +11,7 @@ import dagster as dg
 from rag_pipeline.core import render
 from rag_pipeline.core.faults import hold_point
 from rag_pipeline.core.monitoring.daily import drift_day, sample_day
+from rag_pipeline.core.monitoring.sampling import refused_lines
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_trigger
@@ -36,7 +37,11 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
         with explained(context):
             report, measures, log = sample_day(settings.load(), store.get(), embedder.get(),
                                                date.fromisoformat(context.partition_key))
-        malformed = [{"where": f"{m['file']}:{m['line']}", "reason": m["reason"]} for m in log.malformed]
+        # Named by file, line and reason, the first ones; the rest counted in a last row.
+        malformed = refused_lines(log)
+        if len(log.malformed) > len(malformed):
+            malformed.append({"where": f"and {len(log.malformed) - len(malformed)} more",
+                              "reason": f"{len(log.malformed)} lines refused in all (malformed_lines)"})
         return dg.MaterializeResult(metadata={
             **numbers(measures),
             "malformed": table(malformed, ["where", "reason"]),

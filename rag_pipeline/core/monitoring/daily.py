@@ -10,6 +10,7 @@ from pathlib import Path
 from rag_pipeline.config import ConfigError, PipelineConfig
 from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.errors import DomainError
+from rag_pipeline.core.evaluation.golden.doc_refs import Resolver, known_documents
 from rag_pipeline.core.evaluation.golden.holdout import WITHHELD_QUESTION, withheld
 from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
@@ -52,13 +53,16 @@ def sample_day(config: PipelineConfig, store: Store, embedder: Embedder, day: da
     retriever = Retriever(store, embedder, config.retrieval)
     report = sampling.run_sample(sample, retriever, threshold, day, len(in_window), stale)
     measures = {**report.measures(), "malformed_lines": float(len(log.malformed)), "no_result_threshold": threshold}
-    store.records.save_sample(day, report.results, measures)
+    # The refused lines themselves (the first ones) are kept with the day, for the drift report to name.
+    store.records.save_sample(day, report.results, {**measures, "refused_lines": sampling.refused_lines(log)})
     return report, measures, log
 
 
 def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries: Sequence[str],
-                 hit_docs: Sequence[Sequence[str]] = ()) -> DriftReport:
-    """The drift report of one day's sampled queries against the configured golden set."""
+                 hit_docs: Sequence[Sequence[str]] = (), resolver: Resolver | None = None) -> DriftReport:
+    """The drift report of one day's sampled queries against the configured golden set; gold
+    references resolved to document ids by `resolver` (paths as the evaluation resolves them; one
+    that matches no document is kept as written)."""
     golden = load_golden_set(config.golden_set)
     questions = [c.question for c in golden.cases]
     # Encoded apart: batched with the day's queries, padding would nudge the golden vectors and
@@ -69,10 +73,17 @@ def golden_drift(config: PipelineConfig, embedder: Embedder, day: date, queries:
     return drift_report(
         day.isoformat(), queries, embedder.encode(list(queries)), questions,
         [f"{c.question} {c.reference}" for c in golden.cases], [c.slice for c in golden.cases],
-        golden_vectors, [c.gold_docs for c in golden.cases], hit_docs,
+        golden_vectors, [[_document(ref, resolver) for ref in c.gold_docs] for c in golden.cases], hit_docs,
         candidates=config.monitoring.candidates, bootstrap_samples=config.monitoring.bootstrap_samples,
         alpha=config.monitoring.alpha, shown_questions=shown,
     )
+
+
+def _document(ref: str, resolver: Resolver | None) -> str:
+    if resolver is None:
+        return ref
+    doc_id, _ = resolver.document_id(ref)
+    return doc_id or ref
 
 
 @dataclass
@@ -100,13 +111,16 @@ def drift_day(config: PipelineConfig, store: Store, embedder: Embedder, day: dat
             f"the production sample of {day} holds {len(rows)} queries (window of {config.monitoring.days_back} days in "
             f"{config.monitoring.query_log}): too few to compare with the golden set; is the query log being written?"
         )
-    report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows])
+    report = golden_drift(config, embedder, day, [r["query"] for r in rows], [r["top_docs"] for r in rows],
+                          Resolver(known_documents(store)))
+    report.refused_lines = list(sample_measures.get("refused_lines") or [])
+    report.refused_count = int(sample_measures.get("malformed_lines") or 0)
     store.records.save_monitoring(day, "drift", {"distance": report.distance, "threshold": report.threshold,
                                          "drifted": report.drifted,
                                          "no_result_rate": sample_measures.get("no_result_rate", float("nan")),
                                          # Kept for triage: the queries most unlike the golden set.
                                          "candidates": report.candidates})
     trend = store.records.monitoring_history("drift", day)
-    measures = {k: v for k, v in sample_measures.items() if k != "day"}
+    measures = {k: v for k, v in sample_measures.items() if k not in ("day", "refused_lines")}
     markdown, pngs = render(report, measures, trend, folder)
     return DriftDay(report, markdown, pngs[0], measures)

@@ -131,6 +131,39 @@ def calibrate_threshold(golden_vectors: np.ndarray, sample_size: int, samples: i
     return nearest_rank_quantile(null, 1 - alpha), null
 
 
+# Gold references that match no document the sources ever held are counted under this "source".
+UNRESOLVED = "(no such document)"
+
+
+@dataclass
+class PageCounts:
+    """One page's production hits (first, and in the top documents) and golden labels."""
+
+    top1: int = 0
+    hits: int = 0
+    labels: int = 0
+
+
+def page_counts(hit_docs: Sequence[Sequence[str]], golden_docs: Sequence[Sequence[str]]) -> dict[str, PageCounts]:
+    """Page -> its counts: each sampled query's top documents (the first counts as top-1 too), and
+    each golden case's gold documents."""
+    pages: dict[str, PageCounts] = {}
+    for docs in hit_docs:
+        for rank, doc in enumerate(dict.fromkeys(docs)):
+            counts = pages.setdefault(doc, PageCounts())
+            counts.hits += 1
+            counts.top1 += rank == 0
+    for docs in golden_docs:
+        for doc in dict.fromkeys(docs):
+            pages.setdefault(doc, PageCounts()).labels += 1
+    return pages
+
+
+def page_source(doc_id: str) -> str:
+    """The source of a document id (`source:path`), or UNRESOLVED for a reference that is none."""
+    return doc_id.split(":", 1)[0] if ":" in doc_id else UNRESOLVED
+
+
 @dataclass
 class DriftReport:
     day: str
@@ -144,8 +177,12 @@ class DriftReport:
     golden_slice_mix: dict[str, int] = field(default_factory=dict)
     unseen_terms: list[tuple[str, int]] = field(default_factory=list)
     candidates: list[dict] = field(default_factory=list)
-    sources_hit: dict[str, int] = field(default_factory=dict)
-    golden_per_source: dict[str, int] = field(default_factory=dict)
+    # Per page: how often production ranked it first and in a query's top documents, and how many
+    # golden labels it has (gold references resolved to documents as the evaluation resolves them).
+    pages: dict[str, PageCounts] = field(default_factory=dict)
+    # The query-log lines the sample could not read (the first ones), and how many there were.
+    refused_lines: list[dict] = field(default_factory=list)
+    refused_count: int = 0
     null_distribution: list[float] = field(default_factory=list)
     distances: list[float] = field(default_factory=list)
     quantile: float = 0.95
@@ -189,7 +226,8 @@ def drift_report(
     shown_questions: Sequence[str] | None = None,
 ) -> DriftReport:
     """Production window against the golden set: distance and threshold, lengths, slice mix,
-    unseen vocabulary, sources hit, and the candidates for new golden cases (by witness).
+    unseen vocabulary, the pages production hits and golden cases label (`golden_docs`: document
+    ids, resolved by the caller), and the candidates for new golden cases (by witness).
     `shown_questions` replace the golden questions where the report shows one (holdout withheld)."""
     index, distances = nearest(production_vectors, golden_vectors)
     bandwidth = median_bandwidth(golden_vectors)
@@ -232,6 +270,5 @@ def drift_report(
                                   "nearest_golden": (shown_questions or golden_questions)[index[position]]})
         if len(report.candidates) >= candidates:
             break
-    report.sources_hit = dict(Counter(d.split(":", 1)[0] for docs in hit_docs for d in docs[:1]))
-    report.golden_per_source = dict(Counter(d.split(":", 1)[0] for docs in golden_docs for d in docs))
+    report.pages = page_counts(hit_docs, golden_docs)
     return report

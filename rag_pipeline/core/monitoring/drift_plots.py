@@ -6,9 +6,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
-from rag_pipeline.core.monitoring.drift import DriftReport
+from rag_pipeline.core.monitoring.drift import UNRESOLVED, DriftReport, PageCounts, page_source
 from rag_pipeline.core.plots import label, pyplot, save
-from rag_pipeline.core.render import inline, number, table
+from rag_pipeline.core.render import Markdown, inline, number, table
+
+# Pages listed per source in the report (each source's total counts them all).
+MAX_PAGES_PER_SOURCE = 25
 
 
 def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path) -> tuple[Path, list[Path]]:
@@ -98,10 +101,45 @@ def report_markdown(report: DriftReport, measures: Mapping[str, float], image: s
         "",
         inline(", ".join(f"{term} ({n})" for term, n in report.unseen_terms)) or "_none_",
         "",
-        "## Sources: most hit in production, golden cases per source",
+        "## Pages: hit in production, labelled by golden cases",
         "",
-        table([(s, report.sources_hit.get(s, 0), report.golden_per_source.get(s, 0))
-               for s in sorted(set(report.sources_hit) | set(report.golden_per_source))],
-              ["source", "top-1 hits", "gold labels"], limit=None),
+        "Per page, how many sampled queries ranked it first (top-1) and among their top documents, and how many",
+        "golden labels it has (gold paths resolved to documents, as the evaluation resolves them); each source's",
+        "total first. A page production hits often and no golden case labels is where the golden set is blind.",
+        "",
+        table(page_rows(report), ["source", "page", "top-1 hits", "in top documents", "gold labels"], limit=None),
+        "",
+        "## Query-log lines refused",
+        "",
+        refused_text(report),
     ]
     return "\n".join(lines) + "\n"
+
+
+def page_rows(report: DriftReport, per_source: int = MAX_PAGES_PER_SOURCE) -> list[list]:
+    """Each source's total, then its pages by production hits (then labels), at most `per_source`."""
+    by_source: dict[str, list[tuple[str, PageCounts]]] = {}
+    for page, counts in report.pages.items():
+        by_source.setdefault(page_source(page), []).append((page, counts))
+    totals = {source: PageCounts(sum(c.top1 for _, c in pages), sum(c.hits for _, c in pages),
+                                 sum(c.labels for _, c in pages)) for source, pages in by_source.items()}
+    rows: list[list] = []
+    for source in sorted(totals, key=lambda s: (s == UNRESOLVED, -totals[s].hits, -totals[s].labels, s)):
+        total = totals[source]
+        rows.append([Markdown(f"**{inline(source)}**"), Markdown(f"**total of {len(by_source[source])} pages**"),
+                     total.top1, total.hits, total.labels])
+        pages = sorted(by_source[source], key=lambda item: (-item[1].hits, -item[1].labels, item[0]))
+        rows += [[source, page, c.top1, c.hits, c.labels] for page, c in pages[:per_source]]
+        if len(pages) > per_source:
+            rows.append([source, Markdown(f"_and {len(pages) - per_source} more pages_"), "", "", ""])
+    return rows
+
+
+def refused_text(report: DriftReport) -> str:
+    """The refused lines by file, line and reason (the first ones), and how many there were."""
+    if not report.refused_count:
+        return "_none: every line of the query log was read_"
+    shown = table(report.refused_lines, ["where", "reason"], headers=["file and line", "reason"], limit=None)
+    rest = report.refused_count - len(report.refused_lines)
+    return (f"{report.refused_count} line(s) of the query log could not be read and were left out of the sample:\n\n"
+            + shown + (f"\n\n_and {rest} more_" if rest > 0 else ""))

@@ -164,6 +164,16 @@ def read_query_log(folder: Path) -> QueryLog:
     return log
 
 
+# Refused lines named one by one (in the drift report, the asset's table, `monitor`'s output);
+# the rest are counted.
+MAX_REFUSED_SHOWN = 20
+
+
+def refused_lines(log: QueryLog, limit: int = MAX_REFUSED_SHOWN) -> list[dict]:
+    """The first `limit` refused lines as `{"where": "file:line", "reason": ...}`."""
+    return [{"where": f"{m['file']}:{m['line']}", "reason": m["reason"]} for m in log.malformed[:limit]]
+
+
 def window(queries: Sequence[LoggedQuery], day: date, days_back: int) -> list[LoggedQuery]:
     """Queries from the `days_back` days ending with `day` (inclusive)."""
     start = datetime.combine(day - timedelta(days=days_back - 1), datetime.min.time())
