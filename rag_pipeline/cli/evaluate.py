@@ -142,7 +142,7 @@ def _write_eval_files(args: argparse.Namespace, golden, store, eval_id: str) -> 
 def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
     """What was measured, before any verdict: the golden set, the metrics table, the failed cases at
     the report's k, and where the report and files are."""
-    from rag_pipeline.core.evaluation.gating.report import slice_text
+    from rag_pipeline.core.evaluation.gating.report import answers_note, slice_text
     from rag_pipeline.core.evaluation.scoring.results import gold_rank_text
     from rag_pipeline.core.evaluation.scoring.run_files import describe_run
 
@@ -154,6 +154,9 @@ def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
               f"{summary['config_fingerprint'][:12]}: the run file's hash)")
     print()
     print(slice_text(summary))
+    note = answers_note(summary)
+    if note:
+        print(f"\n{note}")
     k = summary.get("report_k", 5)
     failed = [row for row in store.records.failed_cases(summary["eval_id"], k) if row["split"] != "holdout"]
     print(f"\nfailed cases at k={k} (no gold document in the top {k}, or a forbidden one retrieved): {len(failed)}"
@@ -170,16 +173,19 @@ def _print_measurement(evaluation, store, files: dict[str, str]) -> None:
 
 
 def _compared_text(comparison) -> str:
-    """Another system's run beside this index's baseline, as information: the metric table, no verdict."""
+    """Another system's run beside this index's baseline, as information: the metrics, no outcome."""
     head = ("gate: not gated: another system's run is measured and compared with this index's baseline, never "
             "judged by it (pass --gate to gate it)")
     if comparison is None or comparison.gate is None or not comparison.gate.deltas:
         reason = comparison.missing_reason if comparison is not None else "no baseline"
         return f"{head}\ncompared with: nothing ({printable(reason)})"
-    from rag_pipeline.core.evaluation.gating.gates import render_gate
+    from rag_pipeline.core.render import text_table
 
-    table = render_gate(comparison.gate, terminal=True).split("\n\n")[0]
-    return f"{head}\ncompared with {printable(comparison.against)} (candidate = the run):\n{table}"
+    gate = comparison.gate
+    rows = [(d.metric, f"{d.baseline:.4f}", f"{d.candidate:.4f}", f"{d.delta:+.4f}",
+             f"{d.ci_low:+.4f} to {d.ci_high:+.4f}", f"{d.p_value:.3f}", d.cases) for d in gate.deltas]
+    table = text_table(rows, ["metric", "baseline", "the run", "delta", f"{1 - gate.alpha:.0%} CI", "p", "cases"])
+    return f"{head}\ncompared with {printable(comparison.against)}:\n{table}"
 
 
 def _gate_json(comparison, gated: bool, run: bool = False) -> dict:

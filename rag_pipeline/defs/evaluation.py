@@ -8,7 +8,13 @@ from rag_pipeline.core import render
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
 from rag_pipeline.core.evaluation.gating.baselines import not_gated_verdict
 from rag_pipeline.core.evaluation.gating.policy import policy_or_default
-from rag_pipeline.core.evaluation.gating.report import answer_section, failed_cases_table, slice_table, write_report
+from rag_pipeline.core.evaluation.gating.report import (
+    answer_section,
+    answers_note,
+    failed_cases_table,
+    slice_table,
+    write_report,
+)
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
 from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.evaluation.scoring.external_runs import evaluate_run_file
@@ -104,7 +110,8 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         "sources": table(source_rows(db, pipeline.source_ids), ["source", "queryable_documents", "failed_documents", "failed"]),
         "slice_table": dg.MetadataValue.md(slice_table(result)),
         "slices_against_baseline": dg.MetadataValue.md(markdown_image(report.plot, "slices against the baseline")),
-        "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result)) or "_no generator configured_"),
+        "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result))
+                                                or render.inline(answers_note(result.as_json()) or "")),
         "failed_cases": dg.MetadataValue.md(failed_cases_table(result)),
         "report": dg.MetadataValue.md(report.markdown()),
         "report_file": dg.MetadataValue.path(str(report.path)),

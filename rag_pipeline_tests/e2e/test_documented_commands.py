@@ -371,7 +371,9 @@ def sample(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("checkout")
     shutil.copytree(PROJECT_ROOT / "data", root / "data")
     config = root / "data" / "pipeline.yaml"
-    config.write_text(config.read_text().replace("\nembedding:\n", "\nembedding:\n  kind: hashing\n", 1))
+    text = config.read_text()
+    assert "\n  kind: sentence-transformers " in text, "the sample config names its embedder's kind"
+    config.write_text(text.replace("\n  kind: sentence-transformers ", "\n  kind: hashing ", 1))
     out = root / "out"
     (out / "beir" / "qrels").mkdir(parents=True)
     (out / "beir" / "corpus.jsonl").write_text('{"_id": "d1", "title": "Tides", "text": "The moon pulls the sea."}\n')

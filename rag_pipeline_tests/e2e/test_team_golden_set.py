@@ -99,6 +99,10 @@ def test_a_team_corpus_measured_gated_regressed_and_reported(team):
     assert "24 document path(s) resolved to ids (e.g. middleware.md -> web:middleware.md)" in out.stdout
     assert "success_at_5" in out.stdout.split("\n\n")[1], "the metrics table, success@k in it"
     assert "gate: no full-suite baseline" in out.stdout and "so no regression" in out.stdout
+    # No answers section in the team's config: answers are off, and said to be, in the output and the report.
+    assert "\nanswers: off: answers.generator is none, so no answer was generated or graded" in out.stdout
+    first_report = (team / out.stdout.split("report: ", 1)[1].split("\n", 1)[0]).read_text()
+    assert "## Answers\n\nanswers: off: answers.generator is none" in first_report
     assert (team / "first.qrels").read_text().count("\n") == len(TOPICS)
     first = ET.parse(team / "first.xml").getroot()
     assert first.tag == "testsuites" and int(first.get("tests")) == len(TOPICS) + 2
@@ -114,7 +118,7 @@ def test_a_team_corpus_measured_gated_regressed_and_reported(team):
     text = out.stdout
     # Measured first: the table and the failed cases, then the gate's reasons in plain text.
     assert text.index("success_at_5") < text.index("failed cases at k=5") < text.index("gate: candidate")
-    regression = next(line for line in text.splitlines() if line.startswith("recall_at_5 ") and "REGRESSION" in line)
+    regression = next(line for line in text.splitlines() if line.startswith("recall_at_5 ") and ": fell by " in line)
     assert " -> " in regression and ": fell by " in regression and "(95% CI -" in regression
     assert regression.endswith(f"; significant at p < 0.001; tolerance 0.02: REGRESSION (the whole interval lies beyond "
                                f"the tolerance) [baseline {baseline_id}]")
@@ -186,8 +190,10 @@ def test_a_vendors_run_is_compared_with_our_baseline_and_gated_only_when_asked(t
     assert "scored another system's run, not this index: vendor.trec (TREC, tag vendor-x)" in text
     assert "gate: not gated: another system's run is measured and compared with this index's baseline" in text
     assert "REGRESSION" not in text and "verdict:" not in text
+    assert "answers: another system's run: its answers are kept with the traces" in text
     compared = text.split("compared with baseline ", 1)[1]
-    assert "(candidate = the run)" in compared and "recall_at_5" in compared
+    assert compared.split("\n")[1].split() == ["metric", "baseline", "the", "run", "delta", "95%", "CI", "p", "cases"]
+    assert "recall_at_5" in compared
     # Ranks to the depth the run has: it lists ten documents a case, not a hundred.
     assert "first gold rank not in the top 10 listed" in text and "top 100" not in text
     assert "first gold rank 8;" in text

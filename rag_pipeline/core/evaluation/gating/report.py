@@ -117,6 +117,20 @@ def answer_section(result: EvalResult) -> list[str]:
     ]
 
 
+# A config without an answers section measures retrieval only, and says so where answer metrics would be.
+ANSWERS_OFF = ("answers: off: answers.generator is none, so no answer was generated or graded (set answers.generator: "
+               "extractive for the offline baseline's answer metrics, as data/pipeline.yaml does, or openai-compatible "
+               "for your model)")
+RUN_ANSWERS = "answers: another system's run: its answers are kept with the traces (golden export-ragas), not graded here"
+
+
+def answers_note(summary: Mapping) -> str | None:
+    """Why an evaluation (its summary) has no answer metrics, or None when it has them."""
+    if summary.get("answers"):
+        return None
+    return RUN_ANSWERS if summary.get("external_run") else ANSWERS_OFF
+
+
 def _prohibited_claims_lines(result: EvalResult) -> list[str]:
     """Each answer that made one of its case's prohibited claims (holdout cases only counted)."""
     made = [c for c in result.cases if c.answer and c.answer.get("prohibited_claims_made")]
@@ -192,7 +206,7 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         "",
         *(f"- {key}: {_count_or_rate(key, value)}" for key, value in result.unanswerable.items()),
         "",
-        *answer_section(result),
+        *(answer_section(result) or ["## Answers", "", inline(answers_note(result.as_json()) or ""), ""]),
         "## Failed cases",
         "",
         f"Scored cases with no gold document in their top {result.report_k} (success@{result.report_k} = 0), and cases "
