@@ -51,6 +51,9 @@ def test_junit_has_a_case_per_golden_case_and_gate_rule_and_counts_that_add_up(t
     assert failed == {"miss-at-5", "nowhere", "leak", "holdout (2 cases)"}
     assert by_name["miss-at-5"].find("failure").get("message") == (
         "no gold document in the top 5 (first at rank 6); top 5: kb:a.md, kb:b.md, kb:c.md, kb:d.md, kb:e.md")
+    # Ranks to the depth the ranking has: six documents listed, not a hundred.
+    assert by_name["nowhere"].find("failure").get("message").startswith(
+        "no gold document in the top 5 (not in the top 6 listed); top 5: kb:a.md")
     assert by_name["stale"].find("skipped") is not None
     assert by_name["unanswerable"].find("system-out").text == "unanswerable: abstained"
     assert by_name["holdout (2 cases)"].find("failure").get("message").startswith("1 of 2 holdout cases failed")

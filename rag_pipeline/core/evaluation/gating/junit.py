@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rag_pipeline.core.evaluation.gating.baselines import BaselineComparison
 from rag_pipeline.core.evaluation.golden.holdout import HOLDOUT
+from rag_pipeline.core.evaluation.scoring.results import gold_rank_text
 
 
 def _case(suite: ET.Element, classname: str, name: str, outcome: str = "pass", message: str = "",
@@ -74,7 +75,7 @@ def _case_failed(row: Mapping, report_k: int) -> tuple[bool, str]:
     rank = row["first_gold_rank"]
     if rank is not None and rank <= report_k:
         return False, ""
-    where = f"first at rank {rank}" if rank is not None else "not in the top 100"
+    where = f"first at rank {rank}" if rank is not None else gold_rank_text(None, len(row["ranked_docs"] or []))
     top = ", ".join((row["ranked_docs"] or [])[:report_k]) or "nothing"
     return True, f"no gold document in the top {report_k} ({where}); top {report_k}: {top}"
 

@@ -107,10 +107,10 @@ class EvalResult:
 
 def gold_rank_text(rank: int | None, listed: int, verb: str = "listed") -> str:
     """A case's first gold rank in words, to the depth its ranking has: `7`, `not in the top 10
-    listed` (a run that lists 10 documents), `nothing retrieved`."""
+    listed` (a run that lists 10 documents), `none: nothing retrieved`."""
     if rank:
         return str(rank)
-    return f"not in the top {listed} {verb}" if listed else f"nothing {verb}"
+    return f"not in the top {listed} {verb}" if listed else f"none: nothing {verb}"
 
 
 def headline_numbers(result: EvalResult) -> dict[str, float]:
