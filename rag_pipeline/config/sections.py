@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 from typing import Literal
@@ -399,6 +400,37 @@ class PipelineConfig(_Strict):
                 "answers": self.answers.model_dump(mode="json", include={"generator", "model", "context_k", "max_sentences", "temperature"}),
             }
         )
+
+
+    def retrieval_settings(self) -> dict[str, object]:
+        """Every setting that shapes what an evaluation measures, flat (`retrieval.bm25_k1`,
+        `chunking.max_tokens`, `embedding.model`, and `sources.<id>.chunking.*` for a source that
+        chunks its own way): an evaluation records them, so two can be diffed key by key."""
+        return flat_settings({
+            "chunking": self.chunking.model_dump(mode="json"),
+            "embedding": self.embedding.model_dump(mode="json", exclude={"batch_size"}),
+            "retrieval": self.retrieval.model_dump(mode="json"),
+            "answers": self.answers.model_dump(mode="json", exclude={"base_url_env", "api_key_env", "timeout_s", "max_retries"}),
+            "sources": {s.source_id: {"chunking": s.effective_chunking(self.chunking).model_dump(mode="json")}
+                        for s in self.sources if s.effective_chunking(self.chunking) != self.chunking},
+        })
+
+
+def flat_settings(payload: Mapping, prefix: str = "") -> dict[str, object]:
+    """Nested settings as `section.key` -> value."""
+    flat: dict[str, object] = {}
+    for key, value in payload.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def settings_diff(baseline: Mapping[str, object], candidate: Mapping[str, object]) -> dict[str, list]:
+    """Setting key -> [baseline value, candidate value] for every key whose value differs."""
+    return {key: [baseline.get(key), candidate.get(key)] for key in sorted(set(baseline) | set(candidate))
+            if baseline.get(key) != candidate.get(key)}
 
 
 def _fingerprint(payload: object) -> str:
