@@ -131,6 +131,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     # The retrieval score of each document in `eval_cases.ranked_docs` (same order), for the run
     # files other tools read. A table of its own: a database without it only gains the table.
     "eval_scores": [("eval_id", _TEXT), ("case_id", _TEXT), ("doc_scores", _REALS)],
+    # Why each case moved against the baseline (`core/evaluation/attribution/`): one row per case
+    # that moved, in the order shown (falls first), the whole finding as JSON. A table of its own too.
+    "eval_case_changes": [
+        ("eval_id", _TEXT), ("baseline_id", _TEXT), ("position", _INT), ("case_id", _TEXT), ("kind", _TEXT),
+        ("change", _TEXT),
+    ],
     "schema_version": [("version", _INT)],
 }
 
@@ -141,7 +147,7 @@ INDEXES = {
     "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
     "served_history": ["source_id, recorded_at"],
-    "eval_cases": ["eval_id"], "eval_scores": ["eval_id"],
+    "eval_cases": ["eval_id"], "eval_scores": ["eval_id"], "eval_case_changes": ["eval_id"],
     "index_states": ["source_id, seq"], "served_spans": ["source_id, doc_id", "version"],
     "history_documents": ["version"], "history_chunks": ["version", "chunk_id"], "history_vectors": ["version"],
     "history_postings": ["version"],
