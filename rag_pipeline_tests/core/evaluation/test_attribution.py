@@ -226,6 +226,21 @@ def test_a_changed_chunking_key_is_undone_with_the_baseline_chunks(night):
     assert changes.changes and {c.cause.detail for c in changes.changes} == {"chunking.strategy: 'sections' -> 'whole'"}
     for change in changes.changes:
         _proven(change)
+    assert changes.changes[0].counterfactual.undone.startswith("replayed with the chunks the baseline's chunking made")
+
+
+def test_the_keys_of_a_chunking_section_are_one_candidate(night):
+    # A source's own chunking changes several keys at once: undone together, named together.
+    base = night.baseline()
+    own = ChunkingConfig(strategy="whole", max_tokens=200)
+    billing = night.billing.model_copy(update={"chunking": own})
+    changed = night.config.model_copy(update={"sources": (night.docs, billing)})
+    night.ingest(billing, own)
+    change = _by_case(night.explain(night.evaluate(changed), base))["window"]
+    assert change.cause.kind == CONFIG_CHANGED and len(change.tried) == 1
+    assert change.cause.detail == ("sources.billing.chunking.max_tokens: 160 -> 200; "
+                                   "sources.billing.chunking.strategy: 'sections' -> 'whole'")
+    _proven(change)
 
 
 def test_a_changed_model_is_undone_by_embedding_again_with_the_baseline_model(night):

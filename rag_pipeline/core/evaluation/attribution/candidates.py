@@ -52,11 +52,24 @@ class Undo:
     def words(self, baseline_value: object = None) -> str:
         if self.kind == "labels":
             return "the case replayed with its labels of the baseline's golden revision"
+        if self.kind == "setting" and chunking_section(self.key):
+            return (f"replayed with the chunks the baseline's {self.key} made (documents whose text did not change "
+                    "served in their baseline version)")
         if self.kind == "setting":
             return f"replayed with {self.key} = {baseline_value!r} (the baseline's value)"
         if self.kind == "model":
             return "replayed with the baseline's embedder (the index embedded again where it differs)"
         return f"replayed with {self.key} served as in the baseline"
+
+
+def chunking_section(key: str) -> str | None:
+    """`chunking` or `sources.<id>.chunking` for a key of a chunking section, else None."""
+    parts = key.split(".")
+    if parts[0] == "chunking":
+        return "chunking"
+    if len(parts) > 2 and parts[0] == "sources" and parts[2] == "chunking":
+        return ".".join(parts[:3])
+    return None
 
 
 @dataclass(frozen=True)
@@ -73,9 +86,15 @@ def candidates(base: Measured, cand: Measured, diff: Differences, scored_fields:
     labels = labels_changed(base.case, cand.case, scored_fields)
     if labels:
         found.append(Candidate(Cause(GOLDEN_CHANGED, None, "; ".join(labels)), Undo("labels")))
+    sections: dict[str, list[str]] = {}
     for key, (old, new) in diff.settings.items():
-        if not key.startswith(EMBEDDING):
-            found.append(Candidate(Cause(CONFIG_CHANGED, None, f"{key}: {old!r} -> {new!r}"), Undo("setting", key)))
+        if key.startswith(EMBEDDING):
+            continue
+        # A chunking section's keys are undone together (the baseline's chunks), so they are one candidate.
+        section = chunking_section(key) or key
+        sections.setdefault(section, []).append(f"{key}: {old!r} -> {new!r}")
+    found += [Candidate(Cause(CONFIG_CHANGED, None, "; ".join(said)), Undo("setting", section))
+              for section, said in sections.items()]
     if diff.model is not None:
         keys = [f"{k}: {old!r} -> {new!r}" for k, (old, new) in diff.settings.items() if k.startswith(EMBEDDING)]
         detail = f"embedder {diff.model[0]} -> {diff.model[1]}" + (f" ({'; '.join(keys)})" if keys else "")

@@ -151,7 +151,9 @@ def differences(store: Store, baseline: Mapping, candidate: Mapping) -> Differen
     before, after = served_by(store, baseline), served_by(store, candidate)
     diff = {}
     if baseline.get("settings") and candidate.get("settings"):
-        diff = {key: pair for key, pair in settings_diff(baseline["settings"], candidate["settings"]).items()
+        own = {k.split(".")[1] for k in [*baseline["settings"], *candidate["settings"]] if k.startswith("sources.")}
+        diff = {key: pair for key, pair in settings_diff(_effective(baseline["settings"], own),
+                                                         _effective(candidate["settings"], own)).items()
                 if not key.startswith(NOT_RETRIEVAL)}
     model = None
     if baseline.get("embedding") and candidate.get("embedding") and baseline["embedding"] != candidate["embedding"]:
@@ -164,6 +166,17 @@ def differences(store: Store, baseline: Mapping, candidate: Mapping) -> Differen
         changed |= {d: (old.get(d), new.get(d)) for d in set(old) | set(new) if old.get(d) != new.get(d)}
     versions = [v for pair in changed.values() for v in pair if v]
     return Differences(before, after, diff, model, changed, store.versions.describe(versions))
+
+
+def _effective(settings: Mapping[str, object], sources: set[str]) -> dict[str, object]:
+    """The settings with each of `sources`' chunking spelled out: a source recorded without a chunking
+    of its own chunked as the pipeline did (`chunking.*`)."""
+    out = dict(settings)
+    for source_id in sources:
+        for key, value in settings.items():
+            if key.startswith("chunking."):
+                out.setdefault(f"sources.{source_id}.{key}", value)
+    return out
 
 
 def labels_changed(before: GoldenCase, after: GoldenCase, fields: Sequence[str]) -> list[str]:

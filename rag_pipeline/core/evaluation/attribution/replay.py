@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from rag_pipeline.config import EmbeddingConfig, RetrievalConfig
 from rag_pipeline.core.embedding.embedder import Embedder
-from rag_pipeline.core.evaluation.attribution.candidates import Undo
+from rag_pipeline.core.evaluation.attribution.candidates import Undo, chunking_section
 from rag_pipeline.core.evaluation.attribution.evidence import CHUNKS, EMBEDDING, ROWS, Differences
 from rag_pipeline.core.evaluation.golden.cases import GoldenCase
 from rag_pipeline.core.evaluation.scoring import metrics
@@ -104,7 +104,7 @@ def _undone(setup: Setup, view: Store, undo: Undo) -> tuple[Embedder, RetrievalC
         except (ValidationError, TypeError) as error:
             raise Untestable(f"the baseline's {undo.key} ({old!r}) is not a valid value here: {error}") from error
         return setup.embedder, retrieval, str(old) if name == "mode" else setup.mode
-    if undo.key.startswith(("chunking.", "sources.")):
+    if chunking_section(undo.key):
         _serve_earlier_chunks(setup, view, undo.key)
         return setup.embedder, setup.retrieval, setup.mode
     raise Untestable(f"no replay undoes {undo.key}")
@@ -112,8 +112,8 @@ def _undone(setup: Setup, view: Store, undo: Undo) -> tuple[Embedder, RetrievalC
 
 def _serve_earlier_chunks(setup: Setup, view: Store, key: str) -> None:
     """Documents chunked again (same text, other chunks) served with their baseline chunks: the
-    chunking of the baseline, where the text did not change. `sources.<id>.chunking.*` concerns
-    that source; `chunking.*` the sources that chunk as the pipeline does."""
+    chunking of the baseline, where the text did not change. `sources.<id>.chunking` concerns that
+    source; `chunking` the sources that chunk as the pipeline does."""
     diff = setup.diff
     own = diff.source_chunking_keys()
     sources = {key.split(".")[1]} if key.startswith("sources.") else None
