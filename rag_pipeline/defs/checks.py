@@ -9,12 +9,13 @@ passes, whatever other sources do meanwhile.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.verdicts import Verdict
+from rag_pipeline.core.verdicts import Table, Verdict
 from rag_pipeline.defs.metadata import numbers, table
 
 
@@ -74,7 +75,8 @@ CHECKS: dict[str, CheckDoc] = {
         "golden_eval",
         "The evaluation against the promoted baseline of its golden revision: no headline metric below its "
         "tolerance, no protected slice regressed, latency and context within budget (paired significance). "
-        "Warns when no baseline exists yet.",
+        "Warns when no baseline exists yet. Its result names the top causes of the cases that moved, each proven "
+        "by a replay with that change undone (table `case_changes`).",
         blocking=True,
     ),
     "drift_within_threshold": CheckDoc(
@@ -109,6 +111,16 @@ def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
     metadata |= {key: dg.MetadataValue.md(text) for key, text in verdict.markdown.items()}
     return dg.AssetCheckResult(check_name=name, asset_key=doc.asset, passed=verdict.passed, severity=severity,
                                description=render.cut(render.printable(verdict.summary), 1000), metadata=metadata)
+
+
+def gate_result(verdict: Verdict, moved: Sequence[Mapping]) -> dg.AssetCheckResult:
+    """`gate_vs_baseline`'s result, with the cases that moved against the baseline and their causes as
+    a table (its description already names the top causes: `BaselineComparison.verdict(why)`)."""
+    if moved:
+        from rag_pipeline.core.evaluation.attribution import render as why
+
+        verdict = replace(verdict, tables={**verdict.tables, "case_changes": Table(why.rows(moved), why.COLUMNS)})
+    return result("gate_vs_baseline", verdict)
 
 
 def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) -> None:

@@ -5,8 +5,10 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core import render
+from rag_pipeline.core.evaluation.attribution import render as why
+from rag_pipeline.core.evaluation.attribution.attribute import explain
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
-from rag_pipeline.core.evaluation.gating.baselines import not_gated_verdict
+from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline, not_gated_verdict
 from rag_pipeline.core.evaluation.gating.policy import policy_or_default
 from rag_pipeline.core.evaluation.gating.report import answer_section, failed_cases_table, slice_table, write_report
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
@@ -83,13 +85,23 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         path = _golden_file(settings, store, context.partition_key)
         if config.run_file:
             _, result, run_summary = evaluate_run_file(path, Path(config.run_file), db, pipeline.source_ids, config.suite,
-                                                       pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k)
+                                                       pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k,
+                                              pipeline.retrieval_settings())
             context.log.info(render.printable(run_summary))
         else:
             _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
                                               pipeline.source_ids, config.mode or None, pipeline.answers, config.suite,
-                                              pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k)
-        report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports)
+                                              pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k,
+                                              pipeline.retrieval_settings())
+        policy = policy_or_default(pipeline.gate_policy)
+        comparison = compare_with_baseline(db, result.eval_id, policy)
+        # Why each case moved against the baseline, proven by replays on this index (not for another
+        # system's run: there is no retrieval here to replay).
+        changes = None if config.run_file or comparison.gate is None else explain(
+            db, result, comparison.baseline_id, embedder.get(), policy.headline_metrics)
+        moved = [c.as_json() for c in changes.changes] if changes else []
+        sections = [why.markdown_section(moved, changes.baseline_id, changes.holdout_moved, changes.notes)] if changes else []
+        report = write_report(result, db, policy, pipeline.storage.reports, comparison, sections)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,
@@ -102,6 +114,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         "slices_against_baseline": dg.MetadataValue.md(markdown_image(report.plot, "slices against the baseline")),
         "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result)) or "_no generator configured_"),
         "failed_cases": dg.MetadataValue.md(failed_cases_table(result)),
+        **(_why_metadata(moved) if changes else {}),
         "report": dg.MetadataValue.md(report.markdown()),
         "report_file": dg.MetadataValue.path(str(report.path)),
         # Numbers as numeric metadata, so the Dagster UI plots their trend.
@@ -112,11 +125,12 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
     if not config.gate:
         yield checks.result("gate_vs_baseline", not_gated_verdict())
         return
-    comparison = report.comparison
-    yield checks.result("gate_vs_baseline", comparison.verdict())
+    yield checks.gate_result(comparison.verdict(why.why_line(moved)), moved)
     if comparison.gate is not None and comparison.gate.errors:
         # The run's failure headline says what regressed, not only that a blocking check failed.
         regressed = "; ".join(render.printable(f.message) for f in comparison.gate.errors)
+        if moved:
+            regressed += f"; {why.why_line(moved)}"
         tag_failure(context, f"gate_vs_baseline: {regressed}")
         raise dg.Failure(
             description=f"gate_vs_baseline: {regressed} (eval {result.eval_id} against "
@@ -126,6 +140,13 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
                       **outcome(StepOutcome(Status.REGRESSED, f"gate_vs_baseline: {regressed}"))},
             allow_retries=False,
         )
+
+
+def _why_metadata(moved: list[dict]) -> dict:
+    """Why cases moved against the baseline: a table (falls first) and counts by cause, as numbers."""
+    counts = {f"cause_{kind}": n for kind, n in why.counts(moved).items()}
+    return {"case_changes": table(why.rows(moved), why.COLUMNS),
+            **numbers({"cases_moved": len(moved), "cases_fell": sum(1 for c in moved if c["delta"] < 0), **counts})}
 
 
 evaluation_assets = [golden_set, golden_eval]

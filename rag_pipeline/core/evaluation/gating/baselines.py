@@ -42,8 +42,9 @@ class BaselineComparison:
         return (f"baseline {self.baseline_id} of the previous golden revision {self.baseline_revision}, "
                 f"on the {self.unchanged_cases} case(s) the two revisions share unchanged")
 
-    def verdict(self) -> Verdict:
-        """`gate_vs_baseline`: ERROR on a regression, WARN on an unprotected drop or when there is no baseline."""
+    def verdict(self, why: str = "") -> Verdict:
+        """`gate_vs_baseline`: ERROR on a regression, WARN on an unprotected drop or when there is no
+        baseline. `why`: the line naming the top causes of the cases that moved (`attribution/render.py`)."""
         if self.gate is None:
             return Verdict(False, f"{self.missing_reason}; promote one with `rag-pipeline promote`", severity="WARN")
         gate = self.gate
@@ -51,6 +52,8 @@ class BaselineComparison:
         summary = f"{self.suite} suite: {summary}"
         if self.baseline_revision is not None:
             summary += f" (against {self.against})"
+        if why:
+            summary += f"; {why}"
         numbers = {f"delta_{d.metric}": round(d.delta, 6) for d in gate.deltas if not math.isnan(d.delta)}
         markdown = {"baseline_eval": inline(self.baseline_id), "suite": inline(self.suite), "gate": render_gate(gate)}
         return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
