@@ -81,7 +81,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             from rag_pipeline.core.evaluation.gating.baselines import gate_text
 
             print(gate_text(comparison))
-            if comparison is not None and comparison.gate is not None:
+            # Another system's run (`--run`) has no retrieval here to replay: nothing is attributed.
+            if comparison is not None and comparison.gate is not None and evaluation.summary.get("mode") != "run":
                 from rag_pipeline.core.evaluation.attribution.render import text_lines
 
                 print("\n" + "\n".join(text_lines(moved)))
