@@ -3,7 +3,8 @@ candidate causes tried in order by counterfactual replays (cases that wait for t
 replayed together, in one scratch transaction), the first that recovers claimed, and the findings
 kept with the evaluation (`Records.save_case_changes`).
 
-An evaluation with no baseline, or in which no case moved, costs two reads of stored rows."""
+An evaluation with no baseline costs nothing; one in which no case moved, a read of the two
+evaluations' stored case rows."""
 
 from __future__ import annotations
 
