@@ -304,6 +304,12 @@ def test_a_counterfactual_that_cannot_be_made_is_listed_untestable(request, tmp_
 
 def test_no_baseline_and_nothing_moved(night):
     base = night.baseline()
+    # What attribution compares is recorded with every evaluation.
+    summary = night.store.records.evaluation_summary(base.eval_id)
+    assert summary["served_states"] == {s: night.store.states.latest(s).state_id for s in ("docs", "billing")}
+    assert summary["embedding"] == "hashing-384:normalize=True"
+    assert summary["settings"]["chunking.max_tokens"] == 160 and summary["settings"]["retrieval.mode"] == "hybrid"
+    assert summary["settings"]["embedding.dimension"] == 384 and "embedding.batch_size" not in summary["settings"]
     assert explain(night.store, base, None, night.embedder, HEADLINE) is None
     again = night.evaluate()
     changes = night.explain(again, base)
