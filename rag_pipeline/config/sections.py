@@ -214,6 +214,10 @@ class LifecycleConfig(_Strict):
     mass_delete_window_days: float = Field(default=7.0, ge=0)
     allow_mass_delete: bool = False
     max_staleness_hours: float = Field(default=24.0, gt=0)
+    # A failed document never stops its source's switch; by default its run stays green (tagged
+    # rag_pipeline/failed_documents). True: the run still switches, then marks the partition failed,
+    # so that the UI's "Failed" partition selection and a backfill's re-execution retry the source.
+    failed_documents_fail_partition: bool = False
 
 
 class MonitoringConfig(_Strict):
