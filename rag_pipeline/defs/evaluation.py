@@ -89,7 +89,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
             _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
                                               pipeline.source_ids, config.mode or None, pipeline.answers, config.suite,
                                               pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k)
-        report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports)
+        report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports, config.gate)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -85,6 +85,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("changed_at", _TS), ("change", _TEXT), ("case_ids", _TEXTS), ("old_revision", _TEXT), ("new_revision", _TEXT),
         ("changed_by", _TEXT), ("reason", _TEXT),
     ],
+    # Exceptions to a gate rule: who, why, until which day (core/evaluation/gating/waivers.py).
+    "gate_waivers": [("rule", _TEXT), ("waived_by", _TEXT), ("reason", _TEXT), ("until_day", _DATE), ("waived_at", _TS)],
     "experiments": [
         ("experiment_id", _TEXT), ("created_at", _TS), ("component", _TEXT), ("hypothesis", _TEXT),
         ("config_diff", _TEXT), ("baseline_eval", _TEXT), ("candidate_eval", _TEXT), ("deltas", _TEXT),
@@ -208,6 +210,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE discovery ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
         "ALTER TABLE manifest ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
     ),
+    # 5 -> 6: gate waivers, a table of its own: created with the missing tables, no row to move.
+    5: (),
 }
 
 
