@@ -30,7 +30,6 @@ from rag_pipeline.defs.common import (
     EVALUATE_JOB,
     FINISHED,
     GOLDEN_TAG,
-    IN_FLIGHT,  # noqa: F401 - read from here by the command line's runner
     INGEST_JOB,
     MONITOR_JOB,
     PURGE_JOB,

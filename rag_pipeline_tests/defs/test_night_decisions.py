@@ -193,6 +193,22 @@ def test_a_changed_source_triggers_one_evaluation_naming_it(night, caplog):
         first.run_requests[0].run_key, second.run_requests[0].run_key}
 
 
+def test_a_switch_recorded_by_an_observation_counts_as_served(night):
+    # lifecycle.failed_documents_fail_partition: the switch committed, the partition is marked failed,
+    # and an observation carries what is served.
+    for source in SOURCES:
+        _served(night, source, f"h-{source}")
+    first = _tick(night)
+    observation = dg.AssetObservation("search_index", partition="beta", metadata={"manifest_hash": "h-beta-2"})
+    night["instance"].report_runless_asset_event(observation)
+    second = _tick(night, first.cursor)
+    assert json.loads(second.cursor)["evaluated"]["index"]["beta"] == "h-beta-2"
+    # An observation without a manifest hash (a failure's) says nothing of what is served.
+    night["instance"].report_runless_asset_event(dg.AssetObservation("search_index", partition="beta",
+                                                                     description="failed: the store is busy"))
+    assert "already evaluated" in _skipped(_tick(night, second.cursor))
+
+
 def test_a_golden_revision_change_triggers(night):
     for source in SOURCES:
         _served(night, source, f"h-{source}")
