@@ -1,5 +1,6 @@
 """The ledger: the latest status of every (document, stage), with its reason, and the record of
-every source's switches (last success, last refusal and why, how many documents each left served)."""
+every source's switches (last success, the last refusal or failed run and why, how many documents
+each left served)."""
 
 from __future__ import annotations
 
