@@ -240,6 +240,20 @@ class MonitoringConfig(_Strict):
     # A recording (the bundled sample), not a live feed: the nightly run monitors the log's last day.
     # Left false for a live log, the night monitors yesterday, and a day without traffic is a red run.
     recorded_log: bool = False
+    # Coverage gaps (core/monitoring/gaps.py): production questions the served index holds no good
+    # evidence for, grouped into topics.
+    gap_sample_size: int = Field(default=2000, ge=1, description="questions of a day examined for coverage gaps "
+                                                                 "(a deterministic tenant-stratified sample when more)")
+    # The weak-evidence threshold maximises Youden's J on the golden set's answerable and unanswerable
+    # cases, but never flags more than this share of its answerable ones: a gap list that calls
+    # answered questions gaps is not read twice.
+    gap_answerable_flag_rate: float = Field(default=0.10, gt=0, lt=1, description="most share of answerable golden "
+                                            "cases the weak-evidence threshold may call weak")
+    gap_distance: float = Field(default=0.5, gt=0, le=2, description="cosine distance under which weak questions "
+                                "join one topic (average linkage), and a gap matches an earlier day's")
+    gap_min_queries: int = Field(default=2, ge=1, description="questions a topic needs to be listed as a gap")
+    gap_share_warn: float = Field(default=0.10, gt=0, le=1, description="the coverage_gaps check warns when a new "
+                                  "gap holds more than this share of the day's questions")
 
     @model_validator(mode="after")
     def _days_start_somewhere(self) -> MonitoringConfig:

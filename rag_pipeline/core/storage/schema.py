@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -119,6 +119,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("latency_ms", _REAL),
     ],
     "monitoring_days": [("day", _DATE), ("kind", _TEXT), ("measures", _TEXT), ("created_at", _TS)],
+    # Coverage gaps (core/monitoring/gaps.py): a row per gap a day listed, open (asked that day) or
+    # closed that day; `members` is JSON [{query, tenant, roles, best_score}], `centroid` its identity.
+    "coverage_gaps": [
+        ("day", _DATE), ("gap_id", _TEXT), ("first_seen", _DATE), ("last_seen", _DATE), ("status", _TEXT),
+        ("label", _TEXT), ("question_count", _INT), ("share", _REAL), ("best_score", _REAL), ("threshold", _REAL),
+        ("nearest_doc", _TEXT), ("nearest_section", _TEXT), ("tenants", _TEXTS), ("members", _TEXT),
+        ("centroid", _REALS), ("closed_by", _TEXT), ("created_at", _TS),
+    ],
     "golden_snapshots": [("revision", _TEXT), ("path", _TEXT), ("content", _TEXT), ("saved_at", _TS)],
     "eval_runs": [
         ("eval_id", _TEXT), ("revision", _TEXT), ("mode", _TEXT), ("config_fingerprint", _TEXT), ("index_state", _TEXT),
@@ -146,7 +154,7 @@ INDEXES = {
     "eval_cases": ["eval_id"], "eval_scores": ["eval_id"],
     "index_states": ["source_id, seq"], "served_spans": ["source_id, doc_id", "version"],
     "history_documents": ["version"], "history_chunks": ["version", "chunk_id"], "history_vectors": ["version"],
-    "history_postings": ["version"],
+    "history_postings": ["version"], "coverage_gaps": ["day"],
 }
 
 # Keys that concurrent writers must never duplicate (unique indexes in PostgreSQL; DuckDB has one
@@ -241,6 +249,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     5: (
         "ALTER TABLE documents ADD COLUMN IF NOT EXISTS version VARCHAR",
     ),
+    # 6 -> 7: coverage gaps; their table is created with the missing tables, nothing else changes.
+    6: (),
 }
 
 

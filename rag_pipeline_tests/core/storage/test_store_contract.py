@@ -87,11 +87,47 @@ def test_a_store_of_schema_5_gains_the_waivers_and_keeps_its_rows(store, tmp_pat
     reader.close()
     reopened = _reopen(store)
     try:
-        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 6
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION
         assert reopened.records.waivers() == [] and len(reopened.records.golden_changes()) == 1
         reopened.records.add_waiver("recall_at_5", "ana", "labels rewritten", date(2026, 12, 31))
         [row] = reopened.records.waivers()
         assert (row["rule"], row["waived_by"], row["until_day"]) == ("recall_at_5", "ana", date(2026, 12, 31))
+    finally:
+        reopened.close()
+
+
+def _gap_row(day, gap_id, status="open", **changes):
+    row = {"day": day, "gap_id": gap_id, "first_seen": date(2026, 11, 20), "last_seen": day, "status": status,
+           "label": "dashboard, widget", "question_count": 2, "share": 0.25, "best_score": 0.31, "threshold": 0.4,
+           "nearest_doc": "kb:a.md", "nearest_section": "Alpha", "tenants": ["(no tenant)", "acme"],
+           "members": '[{"query": "dashboard widgets", "tenant": "acme", "roles": [], "best_score": 0.31}]',
+           "centroid": [0.6, 0.8], "closed_by": None}
+    return {**row, **changes}
+
+
+def test_a_store_of_schema_6_gains_the_gaps_table_and_gaps_read_back(store, tmp_path):
+    # A store written before coverage gaps: brought forward by a writer, its rows kept, on both engines.
+    store.records.add_waiver("recall_at_5", "ana", "kept", date(2026, 12, 31))
+    store.db.execute("DROP TABLE coverage_gaps")
+    store.db.execute("UPDATE schema_version SET version = 6")
+    reopened = _reopen(store)
+    try:
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 7
+        assert len(reopened.records.waivers()) == 1 and reopened.gaps.of_day(date(2026, 11, 20)) == []
+        day1, day2 = date(2026, 11, 20), date(2026, 11, 21)
+        reopened.gaps.save_day(day1, [_gap_row(day1, "gap-a"), _gap_row(day1, "gap-b", question_count=5)])
+        reopened.gaps.save_day(day2, [_gap_row(day2, "gap-a", "closed", closed_by="kb:dash.md")])
+        # Saving a day again replaces it whole.
+        reopened.gaps.save_day(day1, [_gap_row(day1, "gap-a"), _gap_row(day1, "gap-b", question_count=5)])
+        rows = reopened.gaps.of_day(day1)
+        assert [r["gap_id"] for r in rows] == ["gap-b", "gap-a"]  # largest first
+        assert rows[1]["centroid"] == [0.6, 0.8] and rows[1]["tenants"] == ["(no tenant)", "acme"]
+        assert rows[1]["first_seen"] == day1 and rows[1]["share"] == 0.25
+        # gap-a was closed on day 2: open before day 2 both, before day 3 only gap-b.
+        assert sorted(r["gap_id"] for r in reopened.gaps.open_before(day2)) == ["gap-a", "gap-b"]
+        assert [r["gap_id"] for r in reopened.gaps.open_before(date(2026, 11, 22))] == ["gap-b"]
+        assert [(r["day"], r["status"]) for r in reopened.gaps.traffic(day2) if r["gap_id"] == "gap-a"] == [
+            (day1, "open"), (day2, "closed")]
     finally:
         reopened.close()
 
