@@ -83,6 +83,12 @@ CHECKS: dict[str, CheckDoc] = {
         "each other at the configured false-alarm rate; warns with the queries that should become cases.",
         severity=dg.AssetCheckSeverity.WARN,
     ),
+    "no_large_new_gap": CheckDoc(
+        "coverage_gaps",
+        "No coverage gap first seen this day (a topic of questions with weak evidence in the served index) holds "
+        "more than monitoring.gap_share_warn of the day's questions; warns with the gap's label and questions.",
+        severity=dg.AssetCheckSeverity.WARN,
+    ),
 }
 
 

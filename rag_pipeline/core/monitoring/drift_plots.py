@@ -11,8 +11,10 @@ from rag_pipeline.core.plots import label, pyplot, save
 from rag_pipeline.core.render import inline, number, table
 
 
-def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path) -> tuple[Path, list[Path]]:
-    """Write `drift-<day>.md` and its PNGs into `folder`; return (markdown path, png paths)."""
+def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path,
+           sections: str = "") -> tuple[Path, list[Path]]:
+    """Write `drift-<day>.md` and its PNGs into `folder`; return (markdown path, png paths).
+    `sections`: markdown appended to the report (built and escaped by its caller)."""
     folder.mkdir(parents=True, exist_ok=True)
     plt = pyplot()
     from matplotlib import dates
@@ -68,7 +70,7 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     pngs.append(overview)
 
     markdown = folder / f"drift-{report.day}.md"
-    markdown.write_text(report_markdown(report, measures, f"![overview]({overview.name})"), encoding="utf-8")
+    markdown.write_text(report_markdown(report, measures, f"![overview]({overview.name})") + sections, encoding="utf-8")
     return markdown, pngs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import date
 
 import numpy as np
@@ -192,3 +193,18 @@ def test_each_earlier_gap_continues_at_most_one_topic_closest_first():
     near_a, nearer_a, far = np.array([0.8, 0.6]), np.array([0.99, 0.141]), np.array([-1.0, 0.0])
     matched = match([near_a, nearer_a, far], earlier, distance=0.3)
     assert [g.gap_id if g else None for g in matched] == [None, "a", None]
+
+
+def test_the_report_section_escapes_what_users_typed():
+    from rag_pipeline.core.monitoring.gap_day import gaps_markdown
+    from rag_pipeline.core.monitoring.gaps import Member
+
+    hostile = "<script>alert(1)</script> | pipe [x](javascript:alert(2))"
+    gap = Gap("gap-1", DAY1, DAY1, hostile, (Member(Question(hostile, "acme"), 0.1),), 0.5, "kb:a.md", "A > B",
+              0.1, (1.0,))
+    text = gaps_markdown([gap], {"weak_threshold": 0.3, "threshold_rule": "rule", "weak_queries": 1.0,
+                                 "examined_queries": 2.0})
+    assert "<script>" not in text and "javascript:" not in text and not re.search(r"(?<!\\)\]\(", text)
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(rows) == 3 and len({row.count("|") - row.count("\\|") for row in rows}) == 1
+    assert "_coverage_gaps was not materialized" in gaps_markdown([], None)
