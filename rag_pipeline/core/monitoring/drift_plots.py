@@ -83,6 +83,9 @@ def report_markdown(report: DriftReport, measures: Mapping[str, float], image: s
         f"- MMD² production vs golden **{report.distance:.4f}** against threshold {report.threshold:.4f} "
         f"(calibrated on the golden set: the {report.quantile:.0%} quantile of {len(report.null_distribution)} resamples): "
         + ("**DRIFT**" if report.drifted else "no drift"),
+        f"- power: with {report.golden_cases} golden cases and {report.production_queries} sampled queries, a new topic "
+        f"holding less than **{report.min_detectable_share:.0%}** of the day cannot reach the threshold, however unlike "
+        "the golden set (a topic of identical questions far from every golden one; looser topics need more)",
         f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",
         *(f"- {inline(key)}: {number(value, 4) if isinstance(value, float) else inline(value)}" for key, value in measures.items()),
         "",
