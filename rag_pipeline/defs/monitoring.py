@@ -84,6 +84,7 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
             "overview": dg.MetadataValue.md(markdown_image(drift.plot, "drift overview")),
             "report": dg.MetadataValue.md(drift.markdown()),
             "candidates": table(drift.report.candidates, ["excess_density", "distance", "query", "nearest_golden"]),
+            "uncovered_pages": table(drift.report.uncovered_pages, ["source", "doc_id", "hits"]),
             "unseen_terms": dg.MetadataValue.md(render.inline(", ".join(t for t, _ in drift.report.unseen_terms))),
             "report_file": dg.MetadataValue.path(str(drift.path)),
             **outcome(),

@@ -168,6 +168,9 @@ class DriftReport:
     null_distribution: list[float] = field(default_factory=list)
     distances: list[float] = field(default_factory=list)
     quantile: float = 0.95
+    # Documents the sample's queries found first that no golden case names: where the golden set should
+    # grow next ({source, doc_id, hits}, most hit first).
+    uncovered_pages: list[dict] = field(default_factory=list)
     # The smallest share of the sample a new topic must hold before its expected MMD² reaches the
     # threshold (module docstring).
     min_detectable_share: float = float("nan")
@@ -260,4 +263,8 @@ def drift_report(
             break
     report.sources_hit = dict(Counter(d.split(":", 1)[0] for docs in hit_docs for d in docs[:1]))
     report.golden_per_source = dict(Counter(d.split(":", 1)[0] for docs in golden_docs for d in docs))
+    covered = {d for docs in golden_docs for d in docs}
+    first_hits = Counter(docs[0] for docs in hit_docs if docs)
+    report.uncovered_pages = [{"source": d.split(":", 1)[0], "doc_id": d, "hits": n}
+                              for d, n in sorted(first_hits.items(), key=lambda item: (-item[1], item[0])) if d not in covered]
     return report

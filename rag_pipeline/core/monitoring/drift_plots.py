@@ -108,5 +108,12 @@ def report_markdown(report: DriftReport, measures: Mapping[str, float], image: s
         table([(s, report.sources_hit.get(s, 0), report.golden_per_source.get(s, 0))
                for s in sorted(set(report.sources_hit) | set(report.golden_per_source))],
               ["source", "top-1 hits", "gold labels"], limit=None),
+        "",
+        "## Documents production reaches that no golden case covers",
+        "",
+        "The first document of each sampled query, when no golden case names it: where the golden set should grow next.",
+        "",
+        table(report.uncovered_pages, ["source", "doc_id", "hits"], headers=["source", "document", "top-1 hits"],
+              limit=None),
     ]
     return "\n".join(lines) + "\n"

@@ -165,3 +165,13 @@ def test_the_report_states_the_smallest_shift_it_could_see():
     verdict = report.verdict()
     assert verdict.numbers["min_detectable_share"] == round(report.min_detectable_share, 4)
     assert report.drifted or "cannot be seen" in verdict.summary
+
+
+def test_pages_production_reaches_without_a_golden_case_are_listed_by_hits():
+    golden = np.eye(8)[:6]
+    hits = [["kb:a.md", "kb:b.md"], ["kb:c.md"], ["kb:c.md", "kb:a.md"], [], ["web:d.html"]]
+    report = drift_report("2026-11-29", list("abcde"), np.eye(8)[:5] + 0.01, [f"g{i}" for i in range(6)],
+                          [f"g{i}" for i in range(6)], ["s"] * 6, golden, [["kb:a.md"]] * 6, hits, bootstrap_samples=100)
+    # Only the first document of each query counts; kb:a.md has golden cases; kb:b.md was never first.
+    assert report.uncovered_pages == [{"source": "kb", "doc_id": "kb:c.md", "hits": 2},
+                                      {"source": "web", "doc_id": "web:d.html", "hits": 1}]
