@@ -35,6 +35,10 @@ class GapRecords:
             latest[row["gap_id"]] = row
         return [row for row in latest.values() if row["status"] == "open"]
 
+    def still_open(self) -> list[dict]:
+        """Each gap's latest row, when no later day closed it: the gaps open now."""
+        return self.open_before(date.max)
+
     def traffic(self, until: date) -> list[dict]:
         """(day, gap_id, label, question_count, share, status) of every listed gap up to `until`, by day."""
         return self.db.dicts("SELECT day, gap_id, label, question_count, share, status FROM coverage_gaps "
