@@ -49,7 +49,7 @@ import yaml  # noqa: E402
 
 from rag_pipeline.config import load_config  # noqa: E402
 from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
-from rag_pipeline.core.evaluation.golden.beir import read_qrels  # noqa: E402
+from rag_pipeline.core.evaluation.golden.beir import BEIR_REFERENCE, read_qrels  # noqa: E402
 from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.monitoring.evidence import Question, best_evidence, evidence_retriever  # noqa: E402
 from rag_pipeline.core.monitoring.gap_day import coverage_gaps_day  # noqa: E402
@@ -155,18 +155,20 @@ def main() -> int:
     golden_ids, control_ids = kept[: len(kept) // 2], kept[len(kept) // 2:]
     replayed_removed = [q for q in topic_of if topic_of[q] != 0]
     _write_jsonl(Path(config.golden_set), [
-        {"id": f"q{q}", "question": queries[q], "reference": "", "slice": "beir", "split": "dev",
+        {"id": f"q{q}", "question": queries[q], "reference": BEIR_REFERENCE, "slice": "beir", "split": "dev",
          "gold_docs": [f"{SOURCE}:{d}" for d, s in qrels[q].items() if s > 0], "answerable": True} for q in golden_ids
     ] + [{"id": f"q{q}", "question": queries[q], "reference": "", "slice": "beir", "split": "dev", "gold_docs": [],
           "answerable": False} for q in topic_queries[0]])
     day_ids = sorted(control_ids + replayed_removed, key=lambda q: random.Random(f"{args.seed}:{q}").random())
     for day in (DAY1, DAY2):
         _log(Path(config.monitoring.query_log), day, [queries[q] for q in day_ids])
+    retriever = evidence_retriever(store, embedder, config.retrieval)
+    # The same questions against the whole corpus: what was weak before anything was removed.
+    before = {e.question.text: e.best_score for e in best_evidence(retriever, [Question(queries[q]) for q in day_ids])}
     _write_jsonl(served, [d for d in corpus if d["_id"] not in removed_docs])
     ingest_source(config.sources[0], store, embedder, config.chunking, config.lifecycle, "reduced")
 
     first = coverage_gaps_day(config, store, embedder, DAY1)
-    retriever = evidence_retriever(store, embedder, config.retrieval)
     evidence = {e.question.text: e for e in best_evidence(retriever, [Question(queries[q]) for q in day_ids])}
     label_of = {queries[q]: (f"topic {topic_of[q]}" if q in topic_of else "answerable") for q in day_ids}
     auroc = _auroc([evidence[queries[q]].best_score for q in replayed_removed],
@@ -176,6 +178,13 @@ def main() -> int:
     found_topics = {m for m in majorities if m != "answerable"}
     in_gaps = [m.question.text for g in first.open_gaps for m in g.members]
     removed_in_gaps = sum(1 for q in in_gaps if label_of[q] != "answerable")
+    # Where questions are lost: weak before the removal, weak after it, in a gap; removed topics and the rest.
+    threshold = first.threshold.value
+    stages = {}
+    for kind, ids in (("removed", replayed_removed), ("answerable", control_ids)):
+        texts = [queries[q] for q in ids]
+        stages[kind] = (len(texts), sum(1 for t in texts if (before[t] or 0.0) < threshold),
+                        sum(1 for t in texts if evidence[t].weak(threshold)), sum(1 for t in in_gaps if t in set(texts)))
 
     _write_jsonl(served, corpus)
     ingest_source(config.sources[0], store, embedder, config.chunking, config.lifecycle, "restored")
@@ -202,6 +211,7 @@ def main() -> int:
                                 f"({sum(1 for g in closed if majority_of.get(g.gap_id, 'answerable') != 'answerable')} "
                                 f"of {len(removed_gaps)} removed-topic gaps)",
         "closed_by_own_topic_document": f"{own_topic} of {len(closed)}",
+        "questions_total_weak_before_weak_after_in_gaps": stages,
         "seconds": round(elapsed, 1),
     }
     rows = [(g.label, g.count, majority_of[g.gap_id], round(g.best_score or 0.0, 3)) for g in first.open_gaps]
@@ -230,6 +240,14 @@ def main() -> int:
             f"{figures['question_recall']:.2f} |",
             f"| after the corpus is restored | closed {figures['closed_after_restore']}; closing document from "
             f"the gap's own topic: {figures['closed_by_own_topic_document']} |",
+            "",
+            "Where the questions go (under the day's threshold): all / weak on the whole corpus / weak after the "
+            "removal / in a gap.",
+            "",
+            "| questions | all | weak before removal | weak after removal | in a gap |",
+            "|---|---|---|---|---|",
+            *[f"| {kind} | {n} | {weak_before} | {weak_after} | {gapped} |"
+              for kind, (n, weak_before, weak_after, gapped) in stages.items()],
             "",
             "Gaps found (questions, majority label, best score, label):",
             "",
