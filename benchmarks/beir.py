@@ -100,8 +100,7 @@ def _postgres(work: Path) -> Iterator[str]:
     if os.environ.get("RAG_PIPELINE_PG_DSN"):
         yield os.environ["RAG_PIPELINE_PG_DSN"]
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tools.local_deployment import postgres_server
+    from rag_pipeline_tests.harness.local_deployment import postgres_server
 
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pg-", dir=work) as folder, postgres_server(Path(folder)) as dsn:

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK"):
     os.environ.setdefault(_name, "1")
@@ -172,7 +171,6 @@ def main() -> int:
     body += "\n\n" + machine_load(load_at_start)
     print(body)
     if not args.no_page:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from performance_page import write_section
 
         write_section("The embedding engine: ONNX Runtime against the library", body)

@@ -32,16 +32,15 @@ import yaml
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from performance_page import write_section  # noqa: E402
 
-from benchmarks.performance_page import write_section  # noqa: E402
-from rag_pipeline.config import as_written  # noqa: E402
+from rag_pipeline.config import PROJECT_ROOT, as_written  # noqa: E402
 from rag_pipeline.core.evaluation.gating.gates import compare  # noqa: E402
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy, load_policy  # noqa: E402
 from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig  # noqa: E402
-from tools.local_deployment import pipeline_config  # noqa: E402
+from rag_pipeline_tests.harness.local_deployment import pipeline_config  # noqa: E402
 
+REPO = PROJECT_ROOT
 SMALL_SET = 23
 CHURN = 0.2
 

@@ -348,7 +348,6 @@ def main() -> int:
     body += "\n\n" + machine_load(load_at_start)
     print(json.dumps(results, indent=2) if args.json else body)
     if not args.no_page and sections:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from performance_page import write_section
 
         write_section("Ingestion and the command line", body)

@@ -446,7 +446,6 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
 
 
 def write_page(rows: list[dict], results: list[dict]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from performance_page import write_section
 
     plot(rows)

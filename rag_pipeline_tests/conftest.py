@@ -83,7 +83,7 @@ def indexed_store(request, backend: str, folder: Path, source: str, files: dict[
 def sample_pipeline(tmp: Path, **sections) -> PipelineConfig:
     """The sample config in `tmp` with its own store, a copy of its golden set (to change freely)
     and the hashing embedder; `sections` replace top-level sections."""
-    from tools.local_deployment import pipeline_config
+    from rag_pipeline_tests.harness.local_deployment import pipeline_config
 
     raw = pipeline_config(SAMPLE_CONFIG)
     golden = tmp / "golden.jsonl"

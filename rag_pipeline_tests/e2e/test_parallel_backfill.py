@@ -13,7 +13,7 @@ from rag_pipeline.cli.runner import ingest
 from rag_pipeline.config import load_config
 from rag_pipeline.core.storage import open_store
 from rag_pipeline_tests.conftest import HTTPX_V023, SAMPLE_CONFIG, require
-from tools.local_deployment import deployment, pipeline_config, postgres_server
+from rag_pipeline_tests.harness.local_deployment import deployment, pipeline_config, postgres_server
 
 SOURCES = ("httpx_a", "httpx_b", "httpx_c")
 SERVED = {

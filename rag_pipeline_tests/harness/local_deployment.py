@@ -30,7 +30,10 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from rag_pipeline.config import PROJECT_ROOT
+
+# The checkout whose code location the deployment serves: the one rag_pipeline is imported from.
+REPO = PROJECT_ROOT
 INGESTION_ASSETS = ["source_documents", "parsed_documents", "document_chunks", "chunk_embeddings", "search_index"]
 _LAUNCH = """
 mutation($params: LaunchBackfillParams!) {

@@ -10,7 +10,7 @@ Every run comes from the daemon: the schedule's tick (a cron of every minute, st
 the sensors that chain evaluation and monitoring, a backfill launched through GraphQL. The command
 line only prepares the instance (first index, first evaluation, its promotion), as a team would.
 
-    python -m tools.night --backend postgres --work DIR --out seen.json
+    python -m rag_pipeline_tests.harness.night --backend postgres --work DIR --out seen.json
 
 observes one whole night (`observe`: the statuses, and the pages the on-call person opens, as
 GraphQL answers them) and writes it as JSON; the end-to-end test runs one such process per
@@ -32,9 +32,15 @@ from pathlib import Path
 
 import yaml
 
-from tools.local_deployment import INGESTION_ASSETS, Deployment, deployment, pipeline_config, postgres_server
+from rag_pipeline_tests.harness.local_deployment import (
+    INGESTION_ASSETS,
+    REPO,
+    Deployment,
+    deployment,
+    pipeline_config,
+    postgres_server,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("handbook", "helpcenter", "product_docs")
 BROKEN_PAGE = "policies/remote-work.md"
 VANISHED_SOURCE = "helpcenter"
