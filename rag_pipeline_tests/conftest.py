@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 # Set before anything imports transformers or unstructured: no hub, no telemetry.
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
@@ -18,6 +19,9 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from rag_pipeline.config import PROJECT_ROOT, PipelineConfig, load_config  # noqa: E402
+
+# The loop's own rules (`slow` enforced, xdist work units and their order), and pytester to test them.
+pytest_plugins = ("rag_pipeline_tests.loop_plugin", "pytester")
 
 SHARED_DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 HTTPX_V023 = SHARED_DATASETS / "httpx-docs" / "v0.23.0"
@@ -132,3 +136,14 @@ def sample_index(tmp_path_factory):
     for source in config.sources:
         ingest_source(source, store, embedder, config.chunking, config.lifecycle, "session")
     return config, store, embedder
+
+
+def copy_sample_index(sample_index, target: Path) -> Path:
+    """The session's sample index copied to `target` (a DuckDB file), for a test that writes to it:
+    the file is whole on disk once the store's connection is closed (the store opens it again on
+    its next call)."""
+    _, store, _ = sample_index
+    store.close()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(store.db.path, target)
+    return target

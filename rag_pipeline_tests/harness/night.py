@@ -154,8 +154,7 @@ class Night:
                 if _created(instance, r) >= ingested - 1], timeout_s=900)[0]
             monitored = self.running.wait("the night's monitoring", lambda: finished(
                 instance, "monitor_production", **{"rag_pipeline/after_evaluation": evaluation.run_id}), timeout_s=900)[0]
-        for sensor in ("golden_eval_sensor", "monitoring_after_evaluation"):
-            self.running.automation("sensor", sensor, False)
+        self.running.stop_automation([("sensor", "golden_eval_sensor"), ("sensor", "monitoring_after_evaluation")])
         runs = {**{r.tags["dagster/partition"]: r for r in ingest}, "evaluation": evaluation, "monitoring": monitored}
         self.runs = {name: run.run_id for name, run in runs.items()}
         return {name: run.status.value for name, run in runs.items()}
