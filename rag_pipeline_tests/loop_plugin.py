@@ -5,9 +5,11 @@ embedding model (its ONNX export is looked for in a cache folder of the test's o
 the model shows as an export there; or sentence-transformers is imported) or starts a Dagster
 webserver or daemon; the message says to mark it.
 
-Under pytest-xdist (`-n N --dist loadgroup`, see the Makefile) a module is one work unit, unless its
-tests name an `xdist_group` of their own: module fixtures are built once, on one worker. The units
-that take longest start first, so that the run does not end waiting on one of them.
+Under pytest-xdist (`-n N`, with `--dist loadscope --no-loadscope-reorder` from pyproject.toml) a
+module is one work unit, so its module fixtures are built once, on one worker; the modules that take
+longest are sent first, so that the run does not end waiting on one of them. (`--dist loadgroup`
+would group by `xdist_group` marks, but pytest-xdist 3.8 tags a test's node id for it in a way
+pytest 9 no longer reads: its groups are split.)
 """
 
 from __future__ import annotations
@@ -43,10 +45,7 @@ def is_slow(item: pytest.Item) -> bool:
 
 
 def work_unit(item: pytest.Item) -> str:
-    """The xdist group a test runs in: the one it names, else its module."""
-    marker = item.get_closest_marker("xdist_group")
-    if marker is not None:
-        return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    """The module of a test: its work unit under `--dist loadscope`."""
     return item.nodeid.split("::")[0]
 
 
@@ -145,14 +144,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist: each test in its module's work unit (unless it names one), the longest units first."""
+    """On an xdist worker, the longest modules first; the scheduler hands modules out in this order."""
     if not hasattr(config, "workerinput"):  # not an xdist worker: the order written is kept
         return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(work_unit(item)))
     first = sorted(LONGEST, key=LONGEST.get, reverse=True)
     rank = {unit: i for i, unit in enumerate(first)}
     items.sort(key=lambda item: rank.get(work_unit(item), len(rank)))  # stable: the rest keep their order

@@ -1,10 +1,12 @@
 """The test loop's rules (loop_plugin.py) hold: a test not marked slow that loads the real embedding
 model or starts a Dagster deployment, itself or through a process it starts, fails and says to mark
-it; marked slow, it passes. Under xdist a module is one work unit: its module fixture is built once."""
+it; marked slow, it passes. Under xdist a module is one work unit (its module fixture is built once)
+and the longest modules start first."""
 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -102,11 +104,30 @@ MODULE = """
 """
 
 
-def test_under_xdist_a_module_is_one_work_unit(pytester):
+def _modules(pytester) -> Path:
+    """Three modules, collected in this order; the plugin knows the last two as the longest."""
     log = pytester.path / "built.log"
-    for name in ("first", "second", "third"):
-        pytester.makepyfile(**{f"test_{name}": textwrap.dedent(MODULE.format(log=str(log), name=name))})
-    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup")
-    result.assert_outcomes(passed=18)
-    built = sorted(line.split()[0] for line in log.read_text().splitlines())
-    assert built == ["first", "second", "third"]  # each module fixture once, on the worker of all its tests
+    for name in ("core/test_small", "e2e/test_celery_backfill", "e2e/test_real_night"):
+        path = pytester.path / "rag_pipeline_tests" / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(MODULE.format(log=str(log), name=name)))
+    return log
+
+
+XDIST = ("-n", "2", "--dist", "loadscope", "--no-loadscope-reorder")
+
+
+def test_under_xdist_a_module_is_one_work_unit(pytester):
+    log = _modules(pytester)
+    pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *XDIST).assert_outcomes(passed=18)
+    # Each module fixture once, on the worker of all its tests.
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == [
+        "core/test_small", "e2e/test_celery_backfill", "e2e/test_real_night"]
+
+
+def test_under_xdist_the_longest_modules_start_first(pytester):
+    log = _modules(pytester)
+    one_worker = (*XDIST[:1], "1", *XDIST[2:])  # one worker runs the units in the order they are sent
+    pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *one_worker).assert_outcomes(passed=18)
+    assert [line.split()[0] for line in log.read_text().splitlines()] == [
+        "e2e/test_real_night", "e2e/test_celery_backfill", "core/test_small"]
