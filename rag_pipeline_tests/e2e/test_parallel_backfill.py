@@ -30,10 +30,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
+def postgres():
     """A server of this module's own: the session's has many tests' connections open by now, and a
     deployment (webserver, daemon, a process per step) opens dozens more."""
-    with postgres_server(tmp_path_factory.mktemp("deployment-postgres")) as dsn:
+    with postgres_server() as dsn:
         yield dsn
 
 

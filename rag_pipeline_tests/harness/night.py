@@ -193,7 +193,7 @@ def sample_deployment(work: Path, backend: str = "duckdb", embedding: dict | Non
     # launches and how they share the store pool. A process per step on PostgreSQL (its default) is
     # proven by the parallel and Celery backfills; here it would only multiply interpreter starts.
     env = {HOLD_FILE_ENV: str(hold), EXECUTOR_ENV_VAR: "in_process"}
-    with (postgres_server(work / "pg") if backend == "postgres" else nullcontext()) as dsn:
+    with (postgres_server() if backend == "postgres" else nullcontext()) as dsn:
         with deployment(work / "deployment", raw, backend, dsn, extra_env=env) as running:
             night = Night(running, data, hold, file_revision(Path(raw["golden_set"])))
             for command in (["ingest"], ["eval"], ["promote"]):
