@@ -1,9 +1,10 @@
 """The test loop's own rules, a pytest plugin that conftest.py loads.
 
-`slow` is enforced: a test not marked slow fails when it, or a process it starts, loads the real
-embedding model (its ONNX export is looked for in a cache folder of the test's own, empty, so using
-the model shows as an export there; or sentence-transformers is imported) or starts a Dagster
-webserver or daemon; the message says to mark it.
+`slow` is enforced: a test not marked slow fails, saying to mark it, when it or a process it starts
+loads the real embedding model (such a test gets an empty model cache folder of its own, so using
+the model shows as an ONNX export there; or it imports sentence-transformers) or starts a Dagster
+webserver, daemon, Celery workers or a harness deployment. (A model already loaded in the worker's
+process by an earlier test, and reused through a cache, goes unseen: nothing is loaded then.)
 
 Under pytest-xdist (`-n N`, with `--dist loadscope --no-loadscope-reorder` from pyproject.toml) a
 module is one work unit, so its module fixtures are built once, on one worker; the modules that take
@@ -97,15 +98,16 @@ def _audit(event: str, args: tuple) -> None:
             note_deployment(program)
 
 
-_auditing: list[bool] = []  # an audit hook cannot be removed: one per process (pytester runs sessions in one)
+_auditing = False  # an audit hook cannot be removed: one per process (pytester may run sessions in one)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _auditing
     folder = Path(tempfile.mkdtemp(prefix="rag-pipeline-test-probe-"))
     config.stash[_PROBE] = SlowProbe(folder)
     if not _auditing:
         sys.addaudithook(_audit)
-        _auditing.append(True)
+        _auditing = True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
