@@ -84,8 +84,7 @@ def run_celery(raw: dict, work: Path, dsn: str, workers: int, timeout_s: float) 
 
 def equal_to_serial(celery_config: Path, duckdb_config: Path, dsn: str) -> tuple[bool, list[str]]:
     """Whether the Celery build's store serves exactly what the in-process DuckDB build's serves."""
-    from rag_pipeline.config import load_config
-    from rag_pipeline.core.storage import open_store
+    from rag_pipeline.api import load_config, open_store
     from rag_pipeline.core.storage.contents import content_differences
 
     os.environ["RAG_PIPELINE_PG_DSN"] = dsn

@@ -28,10 +28,14 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
 
 from performance_page import write_section  # noqa: E402
 
-from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    EmbeddingConfig,
+    Store,
+    duckdb_store,
+    make_embedder,
+)
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 from rag_pipeline.core.faults import COMMAND_KILL_POINTS, KILL_POINTS  # noqa: E402
-from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
 from rag_pipeline_tests.harness.access_probes import CALLERS, FIELDS, SOURCE_DEFAULTS, ProbeReport, run_probes  # noqa: E402
 
 REPO = PROJECT_ROOT

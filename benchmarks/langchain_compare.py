@@ -120,7 +120,7 @@ def run_ours(corpus: Path) -> dict:
         seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"rag-pipeline ingest failed:\n{done.stderr[-3000:]}")
-        from rag_pipeline.core.storage import duckdb_store
+        from rag_pipeline.api import duckdb_store
 
         store = duckdb_store(work / "index.duckdb")
         counts = store.served.table_counts("corpus")

@@ -124,10 +124,13 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from rag_pipeline.config import RetrievalConfig  # noqa: E402
-from rag_pipeline.core.models import Hit, SearchFilters  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    Hit,
+    RetrievalConfig,
+    SearchFilters,
+    Store,
+)
 from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
-from rag_pipeline.core.storage import Store  # noqa: E402
 from rag_pipeline.core.storage.duckdb import DuckDBDatabase  # noqa: E402
 from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402
 from rag_pipeline.core.storage.search import filter_sql  # noqa: E402
