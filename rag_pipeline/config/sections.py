@@ -92,12 +92,15 @@ class ChunkingConfig(_Strict):
 class TypeSizeLimits(_Strict):
     """The largest file of each type handed to the parser (MB).
 
-    Markdown, text and HTML: 8 MB, as a larger file cannot hold fewer than 2,000,000 characters
-    (max_text_chars' default; a character takes at most 4 bytes) and would fail that limit anyway,
-    after a parse. PDF and Word files hold images too: 50 MB, the limit of any file (max_file_mb)."""
+    Markdown, text, reStructuredText and HTML: 8 MB, as a larger file cannot hold fewer than
+    2,000,000 characters (max_text_chars' default; a character takes at most 4 bytes) and would
+    fail that limit anyway, after a parse. PDF and Word files hold images too, and notebooks their
+    outputs: 50 MB, the limit of any file (max_file_mb)."""
 
     md: float = Field(default=8.0, gt=0)
     txt: float = Field(default=8.0, gt=0)
+    rst: float = Field(default=8.0, gt=0)
+    ipynb: float = Field(default=50.0, gt=0)
     html: float = Field(default=8.0, gt=0)
     pdf: float = Field(default=50.0, gt=0)
     docx: float = Field(default=50.0, gt=0)
