@@ -39,7 +39,8 @@ SIDECAR_SUFFIX = ".meta.yaml"
 
 
 class SourceUnavailableError(UnavailableError):
-    """The source cannot be trusted for this run (missing, unreadable, emptied, mass deletion).
+    """The source cannot be trusted for this run (missing, unreadable, emptied, mass deletion, most
+    of its files of types the pipeline does not read).
 
     Raised before anything is written, so the index keeps serving its previous state.
     """
