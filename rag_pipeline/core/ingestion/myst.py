@@ -33,7 +33,7 @@ _ADMONITIONS = {"note", "warning", "tip", "important", "caution", "danger", "err
 _MYST_CODE = CODE_DIRECTIVES | {"code-cell"}
 
 
-def is_directive(token, nesting: int) -> bool:
+def is_directive(token) -> bool:
     """Whether a fence token is a MyST directive (its info string starts with `{name}`)."""
     return _DIRECTIVE_INFO.match(token.info.strip()) is not None
 

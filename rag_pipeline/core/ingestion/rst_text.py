@@ -365,7 +365,7 @@ class _Walker:
         from unstructured.documents.elements import ElementMetadata, Text
 
         title = node.next_node(nodes.title) if isinstance(node, nodes.admonition) else None
-        label = self.text(title) if title is not None else type(node).__name__.replace("_", " ").capitalize()
+        label = self.text(title) if title is not None else type(node).__name__.capitalize()
         body = [c for c in node.children if c is not title]
         led = False
         for located in self.blocks(body, depth):
@@ -392,11 +392,9 @@ class _Walker:
             elif isinstance(child, nodes.substitution_reference):
                 yield self.substitutions.get(child["refname"].lower(), child.astext())
             elif isinstance(child, nodes.option) and child.parent.index(child):
-                yield ", " + child.astext()
-            elif not isinstance(child, (nodes.system_message, nodes.problematic)) or not child.children:
+                yield ", " + child.astext()  # `-v, --verbose`: options of one item, as written
+            elif not isinstance(child, nodes.system_message):  # docutils' complaint is not the page's text
                 yield from self._pieces(child)
-            else:
-                yield child.astext() if isinstance(child, nodes.problematic) else ""
 
     def table_rows(self, table) -> list[list[str]]:
         from docutils import nodes
@@ -422,7 +420,7 @@ class _Walker:
 
 
 def _line(node) -> int | None:
-    """The node's 1-based line, else the nearest one an ancestor or an earlier node knows."""
+    """The node's 1-based line, else the nearest one an ancestor knows."""
     while node is not None:
         if getattr(node, "line", None):
             return node.line

@@ -124,7 +124,7 @@ def _markdown_blocks(tokens: Sequence, nesting: int = 0) -> Iterator[Located]:
                 else:
                     yield _located(prose_element(text), token.map)
             index += 2
-        elif kind in ("fence", "colon_fence") and myst.is_directive(token, nesting):
+        elif kind in ("fence", "colon_fence") and myst.is_directive(token):
             if item_started:
                 item_started[-1] = True
             yield from myst.directive_elements(token, nesting)
