@@ -101,6 +101,7 @@ def _read_meta(
 def discover_files(
     source_id: str, root: Path, defaults: Mapping | None = None, exclude: Iterable[str] = (),
     follow_symlinks: str = "within_root", max_file_bytes: int | None = None, allow_hard_links: bool = False,
+    stage: str = "discovery",
 ) -> list[DiscoveredFile]:
     """Every name under `root`, in path order: supported documents, skipped and failed files alike.
 
@@ -109,7 +110,7 @@ def discover_files(
     """
     tree = SourceTree(source_id, root, follow_symlinks, max_file_bytes, exclude, allow_hard_links)
     entries, _ = tree.walk()
-    return describe_entries(tree, entries, defaults or {})
+    return describe_entries(tree, entries, defaults or {}, stage=stage)
 
 
 def defaults_digest(defaults: Mapping) -> str:
@@ -135,6 +136,7 @@ def _still_valid(earlier: EarlierRead | None, key: str, entry: TreeEntry) -> boo
 def describe_entries(
     tree: SourceTree, entries: Sequence[TreeEntry], defaults: Mapping,
     earlier: Mapping[str, EarlierRead] | None = None, progress: Callable[[str], None] | None = None,
+    stage: str = "discovery",
 ) -> list[DiscoveredFile]:
     """Every entry described (sidecars consumed by their documents). A document whose `stat_key`
     equals the one an earlier discovery read it with (`earlier`, by relative path) is not read
@@ -144,7 +146,7 @@ def describe_entries(
     defaults_key = defaults_digest(defaults)
     earlier = earlier or {}
     found = []
-    done = Progress(f"{tree.source_id}: discovery", len(entries), progress)
+    done = Progress(f"{tree.source_id}: {stage}", len(entries), progress)
     for entry in entries:
         done.advance()
         name = name_and_suffix(entry.rel_path)[0]

@@ -13,6 +13,7 @@ A document that fails a stage fails alone, with its reason in the ledger; the re
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,9 +46,12 @@ from rag_pipeline.core.storage.staging import utcnow
 # one batch, and a batch is at most a quarter of the stage's work.
 WRITE_BATCH = 500
 # Texts per embedding call, each call's vectors cached at once: two of the model's batches, a few
-# seconds of work even on a loaded machine, so progress lines come on time. Fixed, not timed: which
-# texts share a batch must not depend on the machine's speed (padding changes the last float bits).
+# seconds of work (25 s on a machine loaded ten times over: the wait reports meanwhile). Fixed, not
+# timed: which texts share a batch must not depend on the machine's speed (padding changes the last
+# float bits).
 EMBED_CALL = 64
+# While a call encodes, how often the wait looks up to report progress.
+TICK_SECONDS = 1.0
 
 
 def batch_size(total: int, largest: int, smallest: int = 1) -> int:
@@ -302,7 +306,7 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     done = Progress(f"{source_id}: embedding", len(hashes), progress)
     for start in range(0, len(hashes), EMBED_CALL):
         batch = hashes[start : start + EMBED_CALL]
-        vectors = embedder.encode([misses[h] for h in batch])
+        vectors = _encoded(embedder, [misses[h] for h in batch], done.tick)
         done.advance(len(batch))
         if not np.all(np.isfinite(vectors)):
             raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
@@ -318,6 +322,30 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     hits = sum(1 for _, h, _ in pending if h in cached)
     report.counts = {"embedded": len(misses), "cache_hits": hits, "chunks_pending": len(pending)}
     return report
+
+
+def _encoded(embedder: Embedder, texts: list[str], tick: Callable[[], None]) -> np.ndarray:
+    """`embedder.encode(texts)` in a thread of its own while this one calls `tick` every second (a
+    call may take long on a loaded machine, and progress must still report). A daemon thread: an
+    interrupt ends the run at once, not after the call."""
+    outcome: dict[str, object] = {}
+
+    def encode() -> None:
+        try:
+            outcome["vectors"] = embedder.encode(texts)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=encode, name="embed", daemon=True)
+    worker.start()
+    while True:
+        worker.join(TICK_SECONDS)
+        if not worker.is_alive():
+            break
+        tick()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["vectors"]
 
 
 def ingest_source(
