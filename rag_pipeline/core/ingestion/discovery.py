@@ -40,6 +40,15 @@ FRONT_MATTER_TYPES = {"md", "txt"}
 # The skip reason of a file of a type the pipeline does not read (followed by its quoted suffix).
 UNSUPPORTED_TYPE = "unsupported file type"
 NO_EXTENSION = "(no extension)"
+# Files a docs tree carries beside its pages and nobody expects to be read as text: a site's
+# images, stylesheets, scripts, fonts, media and archives. They never count towards a source
+# being "mostly unsupported" (a built docs site is half assets and still a corpus).
+ASSET_SUFFIXES = frozenset({
+    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".bmp", ".tif", ".tiff",
+    ".css", ".js", ".map", ".woff", ".woff2", ".ttf", ".otf", ".eot",
+    ".mp3", ".mp4", ".webm", ".ogg", ".wav", ".mov",
+    ".zip", ".gz", ".tgz", ".bz2", ".xz", ".tar", ".whl", ".pyc",
+})
 # Files without an extension named one by one in the advice to exclude them, at most.
 NAMED_FILES = 5
 # A file changed this close before the discovery that read it may change again within the same
@@ -215,8 +224,9 @@ def describe_entry(
 def refuse_mostly_unsupported(source_id: str, files: Sequence[DiscoveredFile], max_share: float, min_files: int) -> None:
     """Raise SourceUnavailableError when most of a source's files are of types the pipeline does not
     read: more than `max_share` of the files listed (excluded ones are never listed), and at least
-    `min_files` of them or every file. A run that indexes two requirement files and skips 71 pages
+    `min_files` of them or every file; assets (ASSET_SUFFIXES) are left out of both counts. A run that indexes two requirement files and skips 71 pages
     is not a success: the sentence names the types and what to do."""
+    files = [item for item in files if name_and_suffix(item.rel_path)[1].lower() not in ASSET_SUFFIXES]
     unsupported: dict[str, list[str]] = {}
     for item in files:
         if not item.supported and (item.skip_reason or "").startswith(UNSUPPORTED_TYPE):

@@ -161,12 +161,14 @@ def _files(tmp_path, names: list[str]):
 
 @pytest.mark.parametrize(("names", "refused"), [
     (["a.md"] + [f"p{n}.rst.bak" for n in range(10)], "10 of 11 files are of types this pipeline does not read: .bak 10"),
-    (["a.md", "b.md"] + [f"i{n}.png" for n in range(9)], None),  # most, but fewer than 10 of them
+    (["a.md", "b.md"] + [f"i{n}.dat" for n in range(9)], None),  # most, but fewer than 10 of them
+    (["a.md", "b.md"] + [f"_static/i{n}.{s}" for n in range(10) for s in ("png", "css", "js", "woff2")], None),  # assets never count
     (["a.md", "b.md", "LICENSE"], None),  # one of three
     (["LICENSE", "NOTICE"], "2 of 2 files are of types this pipeline does not read: (no extension) 2"),  # nothing readable
-    ([f"p{n}.md" for n in range(10)] + [f"i{n}.png" for n in range(10)], None),  # exactly half is not most
+    ([f"p{n}.md" for n in range(10)] + [f"i{n}.dat" for n in range(10)], None),  # exactly half is not most
     (["a.md"] + [f"drafts/p{n}.foo" for n in range(30)], None),  # excluded files are never counted
-    ([".gitignore", ".nojekyll", "a.md"] + [f"i{n}.png" for n in range(10)], "10 of 13 files"),  # hidden files count as files
+    ([".gitignore", ".nojekyll", "a.md"] + [f"i{n}.dat" for n in range(10)], "10 of 13 files"),  # hidden files count as files
+    (["a.md", "logo.png"] + [f"i{n}.dat" for n in range(10)], "10 of 11 files"),  # an asset is in neither count
 ])
 def test_a_source_of_mostly_unread_types_is_refused(tmp_path, names, refused):
     from rag_pipeline.core.ingestion.discovery import refuse_mostly_unsupported
@@ -184,15 +186,15 @@ def test_a_source_of_mostly_unread_types_is_refused(tmp_path, names, refused):
 def test_the_refusal_names_the_exclude_patterns_that_silence_it(tmp_path):
     from rag_pipeline.core.ingestion.discovery import refuse_mostly_unsupported
 
-    files = _files(tmp_path, ["a.md", "Makefile"] + [f"d/p{n}.rst.txt.foo" for n in range(6)] + [f"i{n}.PNG" for n in range(4)]
-                   + ["i.png"])
+    files = _files(tmp_path, ["a.md", "Makefile"] + [f"d/p{n}.rst.txt.foo" for n in range(6)] + [f"i{n}.DAT" for n in range(4)]
+                   + ["i.dat"])
     with pytest.raises(SourceUnavailableError) as raised:
         refuse_mostly_unsupported("docs", files, 0.5, 10)
-    assert ("source 'docs': 12 of 13 files are of types this pipeline does not read: .foo 6, .png 5, (no extension) 1; "
-            "exclude them in the source's config (exclude: ['*.foo', '*.png', '*.PNG', 'Makefile']) or convert them") \
+    assert ("source 'docs': 12 of 13 files are of types this pipeline does not read: .foo 6, .dat 5, (no extension) 1; "
+            "exclude them in the source's config (exclude: ['*.foo', '*.dat', '*.DAT', 'Makefile']) or convert them") \
         in str(raised.value)
     import fnmatch
 
     for item in files:  # each pattern excludes what it names, at any depth (as the walk matches them)
         if not item.supported:
-            assert any(fnmatch.fnmatchcase(item.rel_path, p) for p in ("*.foo", "*.PNG", "*.png", "Makefile")), item.rel_path
+            assert any(fnmatch.fnmatchcase(item.rel_path, p) for p in ("*.foo", "*.DAT", "*.dat", "Makefile")), item.rel_path
