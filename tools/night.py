@@ -37,6 +37,7 @@ from tools.local_deployment import INGESTION_ASSETS, Deployment, deployment, pip
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("handbook", "helpcenter", "product_docs")
 BROKEN_PAGE = "policies/remote-work.md"
+ADDED_PAGE = "release-calendar.md"
 VANISHED_SOURCE = "helpcenter"
 RECORDED_DAY = "2026-11-29"  # the sample query log's last day
 FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
@@ -77,9 +78,12 @@ class Night:
 
     def clean_night(self) -> dict:
         """A night whose tick comes while an evaluation run and a monitoring run hold the store pool
-        (each waits at its hold point until released). Returns the statuses seen."""
+        (each waits at its hold point until released), after a page was added during the day (a
+        night that changes nothing served evaluates nothing). Returns the statuses seen."""
         import dagster as dg
 
+        (self.data / "corpus" / "product_docs" / ADDED_PAGE).write_text(
+            "# Release calendar\n\nMinor releases ship on the first Tuesday of each quarter.\n")
         self.hold.write_text("evaluation\nmonitoring\n")
         since = time.time()
         held = {"evaluation": self.running.launch_run("evaluate_golden_revision", self.revision),

@@ -169,7 +169,9 @@ def _gate_json(comparison, gated: bool) -> dict:
     gate = comparison.gate
     return {"verdict": gate.verdict, "baseline": comparison.baseline_id, "against": comparison.against,
             "promote": gate.promote, "decision": gate.decision,
-            "rules": [{"rule": r.rule, "outcome": r.outcome, "message": r.message} for r in gate.rules]}
+            "rules": [{"rule": r.rule, "outcome": r.outcome, "message": r.message,
+                       **({"waiver": {"by": r.waiver.waived_by, "reason": r.waiver.reason,
+                                      "until": r.waiver.until.isoformat()}} if r.waiver else {})} for r in gate.rules]}
 
 
 def cmd_gate(args: argparse.Namespace) -> int:

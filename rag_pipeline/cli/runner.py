@@ -16,8 +16,8 @@ from rag_pipeline.core.ingestion.source_runs import SourceRun, skipped_files, un
 from rag_pipeline.core.outcomes import RunResult, Status
 from rag_pipeline.core.storage import SourceBusyError, open_store
 from rag_pipeline.definitions import build_definitions
-from rag_pipeline.defs.automation import IN_FLIGHT, golden_eval_job, ingest_sources_job, monitoring_job
-from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
+from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
+from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, IN_FLIGHT, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, embedder_for
 from rag_pipeline.defs.run_results import run_result

@@ -231,6 +231,10 @@ class LifecycleConfig(_Strict):
     # each one a baseline or an evaluation of those days measured. 0: replaced rows are not kept.
     keep_states: int = Field(default=30, ge=0)
     keep_state_days: float = Field(default=30.0, ge=0)
+    # A failed document never stops its source's switch; by default its run stays green (tagged
+    # rag_pipeline/failed_documents). True: the run still switches, then marks the partition failed,
+    # so that the UI's "Failed" partition selection and a backfill's re-execution retry the source.
+    failed_documents_fail_partition: bool = False
 
 
 class MonitoringConfig(_Strict):

@@ -97,3 +97,7 @@ def test_hostile_queries_are_escaped_wherever_dagster_renders_markdown(tmp_path,
     candidates = metadata["candidates"]
     assert isinstance(candidates, dg.TableMetadataValue)
     assert set(HOSTILE_QUERIES) <= {record.data["query"] for record in candidates.records}
+    # Their scores stay numbers the table view sorts, rounded to what a person compares by eye.
+    scores = [record.data[c] for record in candidates.records for c in ("excess_density", "distance")]
+    assert scores and all(isinstance(s, float) and s == round(s, 4) for s in scores)
+    assert {c.name: c.type for c in candidates.schema.columns}["distance"] == "float"

@@ -6,9 +6,13 @@ the source's lock."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rag_pipeline.core.errors import DomainError
 
 if TYPE_CHECKING:  # imported when deciding, so that a command that never decides does not pay for them
     from rag_pipeline.config import SourceConfig
@@ -130,3 +134,36 @@ def skipped_by_reason(reasons: Iterable[str | None]) -> dict[str, int]:
     """Skipped files counted by reason, the most frequent first."""
     counts = Counter(reason or "not a supported document" for reason in reasons)
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+@contextmanager
+def failure_recorded(store: Store, source_id: str, run_id: str) -> Iterator[None]:
+    """Keep with the source why a stage of its run failed (`source_runs.last_failure`), as a refused
+    switch is kept: what it serves stays, and the next evaluation's `sources` table and the next
+    `ingest` see that its latest run did not land. The error goes on as it was."""
+    try:
+        yield
+    except DomainError as error:
+        try:
+            store.ledger.record_source_run(source_id, None, run_id, failure=str(error))
+        except DomainError:
+            pass  # the store itself is the fault (busy, full): the run's own failure says so
+        raise
+
+
+def served_state(store: Store, source_id: str, root: Path | None = None) -> str:
+    """What the source serves, in a sentence for the on-call person: current, or served from the
+    version of its last committed switch because its latest run failed (with the reason) or its
+    folder is gone (`root`, the configured one, no longer exists)."""
+    record = store.ledger.source_record(source_id)
+    last_success = record["last_success_at"] if record else None
+    served = (f"served from the version of {last_success:%Y-%m-%d %H:%M} UTC" if last_success
+              else "nothing served")
+    failure = record["last_failure"] if record else None
+    if failure and (last_success is None or (record["last_failure_at"] or last_success) >= last_success):
+        return f"{served}; latest run failed: {failure}"
+    if root is not None and not Path(root).exists():
+        return f"{served}; its folder {root} is gone (no run has failed on it yet)"
+    if last_success is None:
+        return "nothing served: never ingested"
+    return f"current (switched {last_success:%Y-%m-%d %H:%M} UTC)"

@@ -155,6 +155,16 @@ class Records:
     def golden_changes(self) -> list[dict]:
         return self.db.dicts("SELECT * FROM golden_changes ORDER BY changed_at")
 
+    # ---- gate waivers ----------------------------------------------------------------------
+
+    def add_waiver(self, rule: str, waived_by: str, reason: str, until_day: date) -> None:
+        """Record an exception to one gate rule, in force through `until_day` (UTC)."""
+        self.db.insert("gate_waivers", columns("gate_waivers"), [(rule, waived_by, reason, until_day, utcnow())])
+
+    def waivers(self) -> list[dict]:
+        """Every waiver ever recorded, active or expired, oldest first."""
+        return self.db.dicts("SELECT * FROM gate_waivers ORDER BY waived_at, rule")
+
     def log_experiment(self, row: dict) -> None:
         """Log one experiment, once per experiment id (a command run again after a kill logs it once)."""
         if self.db.value("SELECT count(*) FROM experiments WHERE experiment_id = ?", [row["experiment_id"]]):

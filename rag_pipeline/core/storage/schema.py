@@ -106,6 +106,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("changed_at", _TS), ("change", _TEXT), ("case_ids", _TEXTS), ("old_revision", _TEXT), ("new_revision", _TEXT),
         ("changed_by", _TEXT), ("reason", _TEXT),
     ],
+    # Exceptions to a gate rule: who, why, until which day (core/evaluation/gating/waivers.py).
+    "gate_waivers": [("rule", _TEXT), ("waived_by", _TEXT), ("reason", _TEXT), ("until_day", _DATE), ("waived_at", _TS)],
     "experiments": [
         ("experiment_id", _TEXT), ("created_at", _TS), ("component", _TEXT), ("hypothesis", _TEXT),
         ("config_diff", _TEXT), ("baseline_eval", _TEXT), ("candidate_eval", _TEXT), ("deltas", _TEXT),
@@ -233,8 +235,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE discovery ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
         "ALTER TABLE manifest ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
     ),
-    # 5 -> 6: index states. A served document's version (its rows' identity, `states.py`), given to
-    # the documents already served by the first switch or restore that records a state.
+    # 5 -> 6: index states and gate waivers. A served document's version (its rows' identity,
+    # `states.py`), given to the documents already served by the first switch or restore that
+    # records a state; the states', history's and waivers' tables are created with the missing tables.
     5: (
         "ALTER TABLE documents ADD COLUMN IF NOT EXISTS version VARCHAR",
     ),

@@ -72,6 +72,30 @@ def test_a_store_at_this_version_missing_a_table_gets_it_back(store, tmp_path):
         reopened.close()
 
 
+def test_a_store_of_schema_5_gains_the_waivers_and_keeps_its_rows(store, tmp_path):
+    # A store written before gate waivers existed: brought forward when a writer opens it, refused
+    # by a reader until then (readers write nothing), on both engines.
+    from rag_pipeline.core.storage.database import NoIndexError
+
+    store.records.record_golden_change("release", ["c1"], "rev1", "rev2", "ana", "kept")
+    store.db.execute("DROP TABLE gate_waivers")
+    store.db.execute("UPDATE schema_version SET version = 5")
+    reader = Store(DuckDBDatabase(store.db.path, read_only=True)) if store.backend == "duckdb" else \
+        Store(PostgresDatabase(store.db.dsn, schema=store.db.schema, read_only=True))
+    with pytest.raises(NoIndexError, match="schema version 5"):
+        reader.records.waivers()
+    reader.close()
+    reopened = _reopen(store)
+    try:
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 6
+        assert reopened.records.waivers() == [] and len(reopened.records.golden_changes()) == 1
+        reopened.records.add_waiver("recall_at_5", "ana", "labels rewritten", date(2026, 12, 31))
+        [row] = reopened.records.waivers()
+        assert (row["rule"], row["waived_by"], row["until_day"]) == ("recall_at_5", "ana", date(2026, 12, 31))
+    finally:
+        reopened.close()
+
+
 @pytest.mark.parametrize("rows", [5, SMALL_VECTOR_ROWS + 1])
 def test_vectors_come_back_bit_for_bit(store, tmp_path, rows):
     # A few rows go in and out as lists, more through Arrow: both paths, on both backends.
