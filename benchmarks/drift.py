@@ -20,11 +20,15 @@ from datetime import date, timedelta
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
-from rag_pipeline.core.monitoring.daily import drift_day, sample_day  # noqa: E402
-from rag_pipeline.core.monitoring.gap_day import coverage_gaps_day  # noqa: E402
-from rag_pipeline.core.storage import open_store  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    coverage_gaps_day,
+    drift_day,
+    load_config,
+    make_embedder,
+    open_store,
+    sample_day,
+)
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 
 
 def main() -> int:

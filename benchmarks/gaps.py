@@ -47,13 +47,9 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
-from rag_pipeline.config import load_config  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
+from rag_pipeline.api import coverage_gaps_day, ingest_source, load_config, make_embedder, open_store  # noqa: E402
 from rag_pipeline.core.evaluation.golden.beir import BEIR_REFERENCE, read_qrels  # noqa: E402
-from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.monitoring.evidence import Question, best_evidence, evidence_retriever  # noqa: E402
-from rag_pipeline.core.monitoring.gap_day import coverage_gaps_day  # noqa: E402
-from rag_pipeline.core.storage import open_store  # noqa: E402
 
 # Queries a cluster needs (all judged documents inside it) to be drawn as a topic: a gap needs a
 # few questions to be a topic at all (monitoring.gap_min_queries is 2).

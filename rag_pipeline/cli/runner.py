@@ -73,8 +73,9 @@ def ingest(
             runs.append(SourceRun(source_id, False, error=str(busy)))
             continue
         run = _executed(result)
-        runs.append(SourceRun.from_run(source_id, run, coverage_report(store, source_id).failed,
-                                       skipped_files(store.staging.discovery_rows(source_id))))
+        # What this run's discovery skipped; a discovery that failed staged nothing (the rows are an earlier run's).
+        skipped = skipped_files(store.staging.discovery_rows(source_id)) if "source_documents" in run.values else []
+        runs.append(SourceRun.from_run(source_id, run, coverage_report(store, source_id).failed, skipped))
         if run.interrupted:
             # Ctrl-C or a termination signal: Dagster ends the run it lands in and returns; the
             # person who pressed it wants the command to stop, not the next source to start.

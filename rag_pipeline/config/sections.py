@@ -92,19 +92,23 @@ class ChunkingConfig(_Strict):
 class TypeSizeLimits(_Strict):
     """The largest file of each type handed to the parser (MB).
 
-    Markdown, text and HTML: 8 MB, as a larger file cannot hold fewer than 2,000,000 characters
-    (max_text_chars' default; a character takes at most 4 bytes) and would fail that limit anyway,
-    after a parse. PDF and Word files hold images too: 50 MB, the limit of any file (max_file_mb)."""
+    Markdown, text, reStructuredText and HTML: 8 MB, as a larger file cannot hold fewer than
+    2,000,000 characters (max_text_chars' default; a character takes at most 4 bytes) and would
+    fail that limit anyway, after a parse. PDF and Word files hold images too, and notebooks their
+    outputs: 50 MB, the limit of any file (max_file_mb)."""
 
     md: float = Field(default=8.0, gt=0)
     txt: float = Field(default=8.0, gt=0)
+    rst: float = Field(default=8.0, gt=0)
+    ipynb: float = Field(default=50.0, gt=0)
     html: float = Field(default=8.0, gt=0)
     pdf: float = Field(default=50.0, gt=0)
     docx: float = Field(default=50.0, gt=0)
 
 
 class DocumentLimits(_Strict):
-    """Per-document limits: a document over one fails alone, with the limit in its reason."""
+    """Per-document limits: a document over one fails alone, with the limit in its reason; and the
+    share of a source's files that may be of types the pipeline does not read."""
 
     max_file_mb: float = Field(default=50.0, gt=0, description="files larger than this are not read")
     max_file_mb_by_type: TypeSizeLimits = Field(default=TypeSizeLimits(),
@@ -123,6 +127,14 @@ class DocumentLimits(_Strict):
     # a 300-page PDF gives about 1,000 elements, a Word file of 1.9 million characters about 40,000.
     max_elements: int = Field(default=100_000, ge=1, description="elements (headings, paragraphs...) per document")
     max_chunks: int = Field(default=20_000, ge=1, description="chunks per document")
+    # A source whose files are mostly of a type the pipeline does not read (a Sphinx tree before .rst
+    # was read) indexes next to nothing: its discovery fails, naming the types, unless they are
+    # excluded. A handful of images beside a few pages does not count: the least number of such files.
+    max_unsupported_share: float = Field(default=0.5, ge=0, le=1,
+                                         description="discovery fails when more of the source's files (those not "
+                                                     "excluded) are of types not read; 1: never")
+    min_unsupported_files: int = Field(default=10, ge=1, description="... and at least this many of them "
+                                                                     "(or all of its files)")
 
     @property
     def max_file_bytes(self) -> int:

@@ -67,7 +67,8 @@ def source_documents(
         lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
             else pipeline.lifecycle
         report = stages.discover_source(source, db, lifecycle, context.run.run_id,
-                                        settings_fingerprint(pipeline.chunking, embedder.get().identity))
+                                        settings_fingerprint(pipeline.chunking, embedder.get().identity),
+                                        progress=context.log.info)
     return _materialized(context, report, root=dg.MetadataValue.path(str(source.path)))
 
 
@@ -121,7 +122,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         source = config.source(context.partition_key)
         model = embedder.get()
         report = switch.index_source(source, db, model, context.run.run_id, config.lifecycle,
-                                     settings_fingerprint(config.chunking, model.identity))
+                                     settings_fingerprint(config.chunking, model.identity), progress=context.log.info)
         if report.pinned:
             yield from _left_alone(context, db, source.source_id, report)
             return

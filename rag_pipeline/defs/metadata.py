@@ -84,6 +84,8 @@ def stage_metadata(report: StageReport) -> dict:
     metadata: dict = {**numbers(report.counts), "failed": dg.MetadataValue.int(len(report.failures))}
     if report.failures:
         metadata["failures"] = table(report.failure_rows(), FAILURE_COLUMNS)
+    if report.skipped_by_reason:
+        metadata["skipped_by_reason"] = table(list(report.skipped_by_reason.items()), ["reason", "files"])
     for key, values in report.details.items():
         if values:
             metadata[f"{key}_documents"] = dg.MetadataValue.md(render.bullets(values))

@@ -10,22 +10,22 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.cli.runner import evaluate_golden, ingest, monitor
+from rag_pipeline.cli.runner import evaluate_golden, monitor
 from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
 from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.storage import open_store
-from rag_pipeline_tests.conftest import sample_pipeline
+from rag_pipeline_tests.conftest import copy_sample_index, sample_pipeline
 
 
 @pytest.fixture(scope="module")
-def triaged(tmp_path_factory):
+def triaged(tmp_path_factory, sample_index):
     tmp = tmp_path_factory.mktemp("triage")
     config = sample_pipeline(tmp)
     golden = config.golden_set
     instance = dg.DagsterInstance.ephemeral()
-    assert all(r.success for r in ingest(config, instance))
+    copy_sample_index(sample_index, config.storage.path)  # the sample ingested alike, written to below
     first = evaluate_golden(config, instance, mode="hybrid")
     assert first.success, first.error
     day = max(p.stem for p in config.monitoring.query_log.glob("*.jsonl"))

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from rag_pipeline_tests.conftest import write_tree
-from tools.local_deployment import deployment  # the harness that starts webserver and daemon
+from rag_pipeline_tests.harness.local_deployment import deployment  # the harness that starts webserver and daemon
 
 pytestmark = pytest.mark.slow
 

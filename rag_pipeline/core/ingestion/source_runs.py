@@ -5,7 +5,8 @@ the source's lock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,7 @@ class SourceRun:
     def as_json(self) -> dict:
         # Every count, 0 where this outcome has none (a source not run, a busy one): one shape for scripts.
         return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures,
-                "skipped_files": self.skipped,
+                "skipped_files": self.skipped, "skipped_by_reason": skipped_by_reason(s["reason"] for s in self.skipped),
                 "checks": self.checks, "warnings": self.warnings, "success": self.success, "error": self.error,
                 "not_run": self.not_run, "interrupted": self.interrupted}
 
@@ -127,6 +128,12 @@ def skipped_files(rows: list[dict]) -> list[dict]:
     """`{"doc_id", "reason"}` of every row of a discovery or manifest that discovery skipped."""
     return [{"doc_id": row["doc_id"], "reason": row.get("skip_reason") or "not a supported document"}
             for row in rows if not row["supported"]]
+
+
+def skipped_by_reason(reasons: Iterable[str | None]) -> dict[str, int]:
+    """Skipped files counted by reason, the most frequent first."""
+    counts = Counter(reason or "not a supported document" for reason in reasons)
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 @contextmanager

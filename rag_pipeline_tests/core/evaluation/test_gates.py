@@ -204,8 +204,10 @@ def test_one_component_at_a_time():
         run_experiment(base, both, None, base.golden_set, POLICY, "h", lambda c: None)
 
 
-def test_the_false_alarm_benchmark_copies_the_policy_with_only_its_budget_changed(tmp_path):
-    from benchmarks.gate_false_alarms import with_latency_budget
+def test_the_false_alarm_benchmark_copies_the_policy_with_only_its_budget_changed(tmp_path, monkeypatch):
+    # Imported as the script runs: from its own folder (where its performance_page module sits).
+    monkeypatch.syspath_prepend(str(SAMPLE_CONFIG.parent.parent / "benchmarks"))
+    from gate_false_alarms import with_latency_budget
 
     policy_path = SAMPLE_CONFIG.parent / "gate_policy.yaml"
     copy = with_latency_budget(policy_path, 105.0, tmp_path / "policy.yaml")
