@@ -55,6 +55,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.performance_page import write_section  # noqa: E402
+from rag_pipeline.api import (
+    duckdb_store,  # noqa: E402
+    import_beir,  # noqa: E402
+    ingest_source,  # noqa: E402
+    make_embedder,  # noqa: E402
+)
 from rag_pipeline.config import (  # noqa: E402
     ChunkingConfig,
     EmbeddingConfig,
@@ -62,17 +68,14 @@ from rag_pipeline.config import (  # noqa: E402
     RetrievalConfig,
     SourceConfig,
 )
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
 from rag_pipeline.core.evaluation.attribution.attribute import explain  # noqa: E402
 from rag_pipeline.core.evaluation.attribution.causes import RECOVERY_TOLERANCE, UNEXPLAINED  # noqa: E402
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation  # noqa: E402
-from rag_pipeline.core.evaluation.golden.beir import import_beir, read_qrels  # noqa: E402
+from rag_pipeline.core.evaluation.golden.beir import read_qrels  # noqa: E402
 from rag_pipeline.core.evaluation.golden.cases import file_revision  # noqa: E402
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision  # noqa: E402
 from rag_pipeline.core.ingestion.chunking import chunk_document  # noqa: E402
-from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
 from rag_pipeline.core.retrieval.lexical import term_frequencies  # noqa: E402
-from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 SOURCE = "scifact"
 HEADLINE = ("recall_at_5", "mrr_at_10", "ndcg_at_10")

@@ -14,6 +14,7 @@ from rag_pipeline.defs.ingestion import ingestion_assets, search_index
 from rag_pipeline.defs.monitoring import monitoring_assets
 from rag_pipeline.defs.partitions import daily_partitions
 from rag_pipeline.defs.resources import EmbedderResource, resources_for
+from rag_pipeline.defs.undo import undo_jobs
 
 EXECUTOR_ENV_VAR = "RAG_PIPELINE_EXECUTOR"
 
@@ -46,7 +47,7 @@ def build_definitions(
     schedules, sensors = automation_for(config.automation)
     return dg.Definitions(
         assets=assets_for(config),
-        jobs=automation_jobs,
+        jobs=[*automation_jobs, *undo_jobs],
         sensors=sensors,
         schedules=schedules,
         resources=resources_for(config, embedder, overrides),

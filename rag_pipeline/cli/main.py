@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from datetime import date
 
 from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
 from rag_pipeline.core.errors import EXIT_INPUT, DomainError
@@ -38,6 +39,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} asks for no hits: give 1 or more")
     return value
+
+
+def _day(text: str) -> date:
+    """A calendar day, YYYY-MM-DD (argparse names the flag and exits 2 otherwise)."""
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a day: give YYYY-MM-DD") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--run", metavar="FILE", help="score another system's retrieval instead of this index: a TREC "
                                                         "run or JSONL of ranked document ids per case (no ingestion)")
     evaluate.add_argument("--no-gate", action="store_true", help="measure only: no gate, exit 0 unless a run failed")
+    evaluate.add_argument("--at", metavar="STATE|DATE", help="measure a past index state again instead (a state id of "
+                                                             "`index list`, or a date or date-time: every source as it was "
+                                                             "then); nothing served changes, nothing is stored or gated")
     evaluate.add_argument("--subset", choices=("full", "pr"), default="full",
                           help="pr: the fast slice-stratified subset for pull requests (evaluation.pr_subset_size, no "
                                "holdout), gated only against a baseline of the same subset")
@@ -101,6 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--candidate", default="latest", help="eval id, or 'latest'")
     gate.add_argument("--policy", help="gate policy YAML (default: gate_policy in the config)")
     gate.set_defaults(func=_command("evaluate.cmd_gate"))
+    gate_sub = gate.add_subparsers(dest="gate_command", metavar="{waive,waivers}")
+    waive = gate_sub.add_parser(
+        "waive", help="waive one gate rule until a day: its regression is shown as WAIVED and does not fail the gate",
+        description="Records who waives which rule, why and until when (inclusive, UTC) in the store. The rule "
+                    "is named as the gate reports it (a headline metric, 'protected slice NAME METRIC', ...). "
+                    "Exit 2 for an unknown rule (the known ones listed), a day already past, an empty --by or --reason.")
+    waive.add_argument("--rule", required=True, help="the rule as the gate names it, e.g. recall_at_5")
+    waive.add_argument("--by", required=True, help="who owns the exception (recorded, shown in every report)")
+    waive.add_argument("--reason", required=True, help="why the rule may fail until then (recorded, shown)")
+    waive.add_argument("--until", required=True, type=_day, metavar="YYYY-MM-DD",
+                       help="the last day the waiver holds (inclusive, UTC); after it the rule gates again")
+    waive.add_argument("--config", default=argparse.SUPPRESS)
+    waive.add_argument("--policy", default=argparse.SUPPRESS, help="gate policy YAML (its rules are the known ones)")
+    waive.set_defaults(func=_command("waivers.cmd_waive"))
+    waivers = gate_sub.add_parser("waivers", help="list the gate's waivers, active and expired")
+    waivers.add_argument("--config", default=argparse.SUPPRESS)
+    waivers.add_argument("--json", action="store_true")
+    waivers.set_defaults(func=_command("waivers.cmd_waivers"))
 
     promote = sub.add_parser("promote", help="promote an evaluation to baseline if the gate says PROMOTE")
     promote.add_argument("--config")
@@ -176,6 +206,29 @@ def build_parser() -> argparse.ArgumentParser:
     accept.add_argument("--golden", help="golden-set JSONL (default: golden_set in the config)")
     accept.add_argument("--duplicate-threshold", type=float, default=0.9, help="cosine at or above which an item is a near duplicate")
     accept.set_defaults(func=_command("golden.cmd_golden_accept"), source=None)
+
+    index = sub.add_parser("index", help="the served states of a source; restore, pin or disable one (undo a bad night)")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    listing = index_sub.add_parser("list", help="every kept state of a source: when, what it served, its evaluations")
+    restore = index_sub.add_parser("restore", help="serve a kept state again (or the baseline's) and pin the source there")
+    restore.add_argument("--to", required=True, metavar="STATE|baseline",
+                         help="a state id (`index list`), or `baseline`: the state the promoted baseline was measured on")
+    disable = index_sub.add_parser("disable", help="serve nothing of a source until `index enable` (a leak, a poisoned source)")
+    unpin = index_sub.add_parser("unpin", help="let a pinned source follow its files again")
+    enable = index_sub.add_parser("enable", help="let a disabled source follow its files again")
+    forget = index_sub.add_parser("forget", help="remove a document from every kept state's history at once (a leak, "
+                                                 "a legal removal); the states that served it can no longer be restored")
+    forget.add_argument("--config")
+    forget.add_argument("--doc", required=True, metavar="DOC_ID", help="the document id, source:path")
+    forget.set_defaults(func=_command("index.cmd_index"), source=None)
+    for command in (listing, restore, disable, unpin, enable):
+        command.add_argument("--config")
+        command.add_argument("--source", dest="index_source", required=True, metavar="SOURCE", help="the source's name")
+        command.set_defaults(func=_command("index.cmd_index"), source=None)
+    listing.add_argument("--json", action="store_true")
+    for command in (restore, disable):
+        command.add_argument("--by", help="who does this (recorded and shown; default: the login name)")
+        command.add_argument("--reason", required=True, help="why (recorded and shown to everyone until it is undone)")
 
     demo = sub.add_parser("demo", help="run the whole pipeline on the configured (sample) data")
     common(demo)

@@ -44,6 +44,12 @@ COMMAND_KILL_POINTS: dict[str, tuple[str, ...]] = {
         "promote:decided",     # the gate said PROMOTE; the baseline not yet stored
         "promote:stored",      # the baseline stored; the Dagster check not yet recorded
     ),
+    "index restore": (
+        "restore:begin",       # inside the transaction, nothing changed yet
+        "restore:swapped",     # the served rows swapped, the ledger, state and pin not yet written
+        "restore:committed",   # committed; the Dagster observation not yet written
+    ),
+    "index disable": ("disable:begin", "disable:swapped", "disable:committed"),
     "golden accept": (
         "accept:recorded",     # the old and new revisions' texts and the change recorded; the file not replaced
         "accept:written",      # the new file's text on disk beside the old one, not yet renamed over it

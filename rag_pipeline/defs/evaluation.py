@@ -22,7 +22,7 @@ from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.ingestion import search_index
-from rag_pipeline.defs.metadata import numbers, outcome, source_rows, table
+from rag_pipeline.defs.metadata import SOURCE_COLUMNS, numbers, outcome, source_rows, table
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -57,7 +57,7 @@ def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, st
     with explained(context):
         golden = load_golden_set(_golden_file(settings, store, context.partition_key),
                                  served_hashes=db.served.document_hashes(), known_documents=db.ledger.document_history())
-    context.log.info(render.printable(golden.summary()))
+    context.log.info(render.plain_text(golden.summary()))
     slices: dict[str, int] = {}
     for case in golden.cases:
         slices[case.slice] = slices.get(case.slice, 0) + 1
@@ -86,8 +86,8 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         if config.run_file:
             _, result, run_summary = evaluate_run_file(path, Path(config.run_file), db, pipeline.source_ids, config.suite,
                                                        pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k,
-                                              pipeline.retrieval_settings())
-            context.log.info(render.printable(run_summary))
+                                                       pipeline.retrieval_settings())
+            context.log.info(render.plain_text(run_summary))
         else:
             _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
                                               pipeline.source_ids, config.mode or None, pipeline.answers, config.suite,
@@ -101,7 +101,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
             db, result, comparison.baseline_id, embedder.get(), policy.headline_metrics)
         moved = [c.as_json() for c in changes.changes] if changes else []
         sections = [why.markdown_section(moved, changes.baseline_id, changes.holdout_moved, changes.notes)] if changes else []
-        report = write_report(result, db, policy, pipeline.storage.reports, comparison, sections)
+        report = write_report(result, db, policy, pipeline.storage.reports, config.gate, comparison, sections)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,
@@ -109,7 +109,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         "config_fingerprint": result.config_fingerprint,
         "index_state": dg.MetadataValue.json(result.index_state),
         # The night in one table: what each source served this evaluation, and which documents failed.
-        "sources": table(source_rows(db, pipeline.source_ids), ["source", "queryable_documents", "failed_documents", "failed"]),
+        "sources": table(source_rows(db, pipeline.sources), SOURCE_COLUMNS),
         "slice_table": dg.MetadataValue.md(slice_table(result)),
         "slices_against_baseline": dg.MetadataValue.md(markdown_image(report.plot, "slices against the baseline")),
         "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result)) or "_no generator configured_"),
@@ -128,13 +128,13 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
     yield checks.gate_result(comparison.verdict(why.why_line(moved)), moved)
     if comparison.gate is not None and comparison.gate.errors:
         # The run's failure headline says what regressed, not only that a blocking check failed.
-        regressed = "; ".join(render.printable(f.message) for f in comparison.gate.errors)
+        regressed = "; ".join(render.plain_text(f.message) for f in comparison.gate.errors)
         if moved:
             regressed += f"; {why.why_line(moved)}"
         tag_failure(context, f"gate_vs_baseline: {regressed}")
         raise dg.Failure(
             description=f"gate_vs_baseline: {regressed} (eval {result.eval_id} against "
-                        f"{render.printable(comparison.against)})",
+                        f"{render.plain_text(comparison.against)})",
             metadata={"eval_id": result.eval_id, "baseline_eval": comparison.baseline_id or "",
                       "report_file": dg.MetadataValue.path(str(report.path)),
                       **outcome(StepOutcome(Status.REGRESSED, f"gate_vs_baseline: {regressed}"))},

@@ -165,6 +165,10 @@ def help_text(*subcommand: str) -> str:
     return out.getvalue()
 
 
+# Commands whose second word is a subcommand of their own.
+NESTED = ("golden", "index")
+
+
 def flag_problems(shown: Shown) -> list[str]:
     """What in `shown` (a rag-pipeline command) its parser does not accept: the subcommand, a flag,
     or a choice of a flag (`--mode dense|bm25|hybrid`)."""
@@ -172,15 +176,18 @@ def flag_problems(shown: Shown) -> list[str]:
     if not words or not _WORD.fullmatch(words[0]):
         return []  # `rag-pipeline` named in prose, or `rag-pipeline COMMAND --help`
     commands = [(words[0],)]
-    if words[0] == "golden":  # `golden triage | accept | ...` names several subcommands, `golden accept FILE` one
+    if words[0] in NESTED:  # `golden triage | accept | ...` names several subcommands, `golden accept FILE` one
         names = [word for word in words[1:] if _WORD.fullmatch(word)] if "|" in words else words[1:2]
-        commands = [("golden", name) for name in names] or commands
+        commands = [(words[0], name) for name in names] or commands
+    elif words[0] == "gate" and len(words) > 1 and _WORD.fullmatch(words[1]):  # `gate waive ...`, `gate waivers`
+        commands = [("gate", words[1])]
     problems = [f"no subcommand `rag-pipeline {' '.join(c)}`" for c in commands if "usage:" not in help_text(*c)]
-    usage = help_text(*commands[0])
+    # A line naming several subcommands shows the flags of any of them (`index list | restore --to ...`).
+    usage = "\n".join(help_text(*c) for c in commands)
     for before, word in zip([""] + words, words, strict=False):
         if _FLAG.fullmatch(word) and not re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", usage):
             problems.append(f"`{' '.join(commands[0])}` has no flag {word}")
-        elif "|" in word and _FLAG.fullmatch(before):
+        elif "|" in word and _FLAG.fullmatch(before) and f"{before} {word}" not in usage:  # not the metavar as shown
             choices = re.search(rf"{re.escape(before)} \{{([^}}]*)\}}", usage)
             if choices is None or set(word.split("|")) != set(choices.group(1).split(",")):
                 problems.append(f"`{before} {word}`: the parser's choices are {choices.group(1) if choices else 'none'}")

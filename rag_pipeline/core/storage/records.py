@@ -127,6 +127,19 @@ class Records:
                 measured.setdefault(source_id, set()).add(manifest_hash)
         return measured
 
+    def evaluations_measured(self, source_id: str) -> list[dict]:
+        """Every evaluation's id, time and the manifest hash it measured of the source, oldest first."""
+        rows = self.db.rows("SELECT eval_id, created_at, index_state FROM eval_runs ORDER BY created_at")
+        return [{"eval_id": eval_id, "created_at": created_at, "manifest_hash": json.loads(state or "{}").get(source_id)}
+                for eval_id, created_at, state in rows]
+
+    def evaluations_of(self, index_state: dict[str, str], config_fingerprint: str | None = None) -> list[str]:
+        """Ids of the evaluations that measured exactly this index state (source -> manifest hash),
+        with this config when given, newest first."""
+        rows = self.db.rows("SELECT eval_id, index_state, config_fingerprint FROM eval_runs ORDER BY created_at DESC")
+        return [eval_id for eval_id, state, fingerprint in rows
+                if json.loads(state or "{}") == index_state and config_fingerprint in (None, fingerprint)]
+
     def baseline(self, revision: str, suite: str = "full") -> str | None:
         """The promoted baseline evaluation of a golden revision and suite, if any."""
         return self.db.value("SELECT eval_id FROM baselines WHERE revision = ? AND suite = ? "
@@ -156,6 +169,16 @@ class Records:
 
     def golden_changes(self) -> list[dict]:
         return self.db.dicts("SELECT * FROM golden_changes ORDER BY changed_at")
+
+    # ---- gate waivers ----------------------------------------------------------------------
+
+    def add_waiver(self, rule: str, waived_by: str, reason: str, until_day: date) -> None:
+        """Record an exception to one gate rule, in force through `until_day` (UTC)."""
+        self.db.insert("gate_waivers", columns("gate_waivers"), [(rule, waived_by, reason, until_day, utcnow())])
+
+    def waivers(self) -> list[dict]:
+        """Every waiver ever recorded, active or expired, oldest first."""
+        return self.db.dicts("SELECT * FROM gate_waivers ORDER BY waived_at, rule")
 
     def log_experiment(self, row: dict) -> None:
         """Log one experiment, once per experiment id (a command run again after a kill logs it once)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -106,6 +106,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("changed_at", _TS), ("change", _TEXT), ("case_ids", _TEXTS), ("old_revision", _TEXT), ("new_revision", _TEXT),
         ("changed_by", _TEXT), ("reason", _TEXT),
     ],
+    # Exceptions to a gate rule: who, why, until which day (core/evaluation/gating/waivers.py).
+    "gate_waivers": [("rule", _TEXT), ("waived_by", _TEXT), ("reason", _TEXT), ("until_day", _DATE), ("waived_at", _TS)],
     "experiments": [
         ("experiment_id", _TEXT), ("created_at", _TS), ("component", _TEXT), ("hypothesis", _TEXT),
         ("config_diff", _TEXT), ("baseline_eval", _TEXT), ("candidate_eval", _TEXT), ("deltas", _TEXT),
@@ -117,6 +119,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("latency_ms", _REAL),
     ],
     "monitoring_days": [("day", _DATE), ("kind", _TEXT), ("measures", _TEXT), ("created_at", _TS)],
+    # Coverage gaps (core/monitoring/gaps.py): a row per gap a day listed, open (asked that day) or
+    # closed that day; `members` is JSON [{query, tenant, roles, best_score}], `centroid` its identity.
+    "coverage_gaps": [
+        ("day", _DATE), ("gap_id", _TEXT), ("first_seen", _DATE), ("last_seen", _DATE), ("status", _TEXT),
+        ("label", _TEXT), ("question_count", _INT), ("share", _REAL), ("best_score", _REAL), ("threshold", _REAL),
+        ("nearest_doc", _TEXT), ("nearest_section", _TEXT), ("tenants", _TEXTS), ("members", _TEXT),
+        ("centroid", _REALS), ("closed_by", _TEXT), ("created_at", _TS),
+    ],
     "golden_snapshots": [("revision", _TEXT), ("path", _TEXT), ("content", _TEXT), ("saved_at", _TS)],
     "eval_runs": [
         ("eval_id", _TEXT), ("revision", _TEXT), ("mode", _TEXT), ("config_fingerprint", _TEXT), ("index_state", _TEXT),
@@ -150,7 +160,7 @@ INDEXES = {
     "eval_cases": ["eval_id"], "eval_scores": ["eval_id"], "eval_case_changes": ["eval_id"],
     "index_states": ["source_id, seq"], "served_spans": ["source_id, doc_id", "version"],
     "history_documents": ["version"], "history_chunks": ["version", "chunk_id"], "history_vectors": ["version"],
-    "history_postings": ["version"],
+    "history_postings": ["version"], "coverage_gaps": ["day"],
 }
 
 # Keys that concurrent writers must never duplicate (unique indexes in PostgreSQL; DuckDB has one
@@ -239,11 +249,15 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE discovery ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
         "ALTER TABLE manifest ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
     ),
-    # 5 -> 6: index states. A served document's version (its rows' identity, `states.py`), given to
-    # the documents already served by the first switch or restore that records a state.
+    # 5 -> 6: index states and gate waivers. A served document's version (its rows' identity,
+    # `states.py`), given to the documents already served by the first switch or restore that
+    # records a state; the states', history's and waivers' tables are created with the missing tables.
     5: (
         "ALTER TABLE documents ADD COLUMN IF NOT EXISTS version VARCHAR",
     ),
+    # 6 -> 7: coverage gaps and the causes of cases that moved (eval_case_changes); their tables are
+    # created with the missing tables, nothing else changes.
+    6: (),
 }
 
 

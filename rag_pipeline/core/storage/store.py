@@ -7,6 +7,7 @@
     store.records   evaluations, baselines, experiments, golden snapshots, production samples
     store.states    every served state of each source, its history, restores and pins
     store.versions  one document's versions: what each held; counterfactuals inside `scratch()`
+    store.gaps      the coverage gaps each monitored day listed
 
 All SQL lives in this package. `open_store` builds a store from the storage config, so the CLI,
 the runner and the Dagster resources all get theirs the same way.
@@ -21,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.gaps import GapRecords
 from rag_pipeline.core.storage.ledger import Ledger
 from rag_pipeline.core.storage.records import Records
 from rag_pipeline.core.storage.search import Search
@@ -40,6 +42,7 @@ class Store:
         self.records = Records(db)
         self.states = IndexStates(db)
         self.versions = DocumentVersions(db)
+        self.gaps = GapRecords(db)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
 
 from rag_pipeline.core.evaluation.gating.gates import GateResult, check_budgets, compare, gate_reasons, render_gate
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.waivers import Waiver, active_waivers, utc_today
+from rag_pipeline.core.evaluation.golden.cases import file_revision
 from rag_pipeline.core.evaluation.golden.lines import golden_lines
 from rag_pipeline.core.evaluation.golden.suites import FULL
 from rag_pipeline.core.render import inline, printable
@@ -54,6 +58,7 @@ class BaselineComparison:
             summary += f" (against {self.against})"
         if why:
             summary += f"; {why}"
+        summary += "".join(f"\nWAIVED {r.rule} — {r.waiver.describe()}" for r in gate.waived)
         numbers = {f"delta_{d.metric}": round(d.delta, 6) for d in gate.deltas if not math.isnan(d.delta)}
         markdown = {"baseline_eval": inline(self.baseline_id), "suite": inline(self.suite), "gate": render_gate(gate)}
         return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
@@ -71,10 +76,20 @@ def promotion_verdict(eval_id: str, revision: str) -> Verdict:
                          "of this revision are gated against it", markdown={"baseline_eval": inline(eval_id)})
 
 
+def baseline_index_state(store: Store, golden_set: Path | None) -> dict[str, str] | None:
+    """What the promoted baseline of the golden file's revision measured (source -> manifest hash), or None."""
+    if golden_set is None or not Path(golden_set).is_file():
+        return None
+    eval_id = store.records.baseline(file_revision(Path(golden_set)))
+    return store.records.evaluation_summary(eval_id).get("index_state") if eval_id else None
+
+
 def compare_with_baseline(
-    store: Store, eval_id: str, policy: GatePolicy, baseline_id: str | None = None
+    store: Store, eval_id: str, policy: GatePolicy, baseline_id: str | None = None, today: date | None = None
 ) -> BaselineComparison:
-    """Gate an evaluation against `baseline_id`, or against the promoted baseline of its revision."""
+    """Gate an evaluation against `baseline_id`, or against the promoted baseline of its revision,
+    with the waivers in force on `today` (a UTC day; default: today)."""
+    waivers = active_waivers((Waiver.from_row(row) for row in store.records.waivers()), today or utc_today())
     candidate = store.records.evaluation_record(eval_id)
     revision, suite = candidate["revision"], candidate.get("suite", FULL)
     baseline_id = baseline_id or store.records.baseline(revision, suite)
@@ -87,7 +102,7 @@ def compare_with_baseline(
             # alike: otherwise any edit of the golden file, even a blank line, would open the gate.
             unchanged = unchanged_cases(store.records.golden_snapshot(other[0]), store.records.golden_snapshot(revision))
             if unchanged is not None:
-                gate = compare(store.records.evaluation_record(other[1]), candidate, policy, unchanged)
+                gate = compare(store.records.evaluation_record(other[1]), candidate, policy, unchanged, waivers)
                 return BaselineComparison(eval_id, revision, other[1], gate, suite=suite, baseline_revision=other[0],
                                           unchanged_cases=len(unchanged))
             reason = f"the latest baseline is on golden revision {other[0]}, whose text is not in the store: not comparable"
@@ -95,7 +110,8 @@ def compare_with_baseline(
             reason = "no baseline promoted yet"
         return BaselineComparison(eval_id, revision, None, None, f"no {suite}-suite baseline for revision {revision} ({reason})",
                                   suite=suite)
-    return BaselineComparison(eval_id, revision, baseline_id, compare(store.records.evaluation_record(baseline_id), candidate, policy),
+    return BaselineComparison(eval_id, revision, baseline_id,
+                              compare(store.records.evaluation_record(baseline_id), candidate, policy, waivers=waivers),
                               suite=suite)
 
 
@@ -170,6 +186,7 @@ def gate_text(comparison: BaselineComparison) -> str:
         lines += [table_text, ""]
     lines += gate_reasons(gate, comparison.baseline_id)
     verdict = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE (no regression shown; not a failure)",
+               "waived": "PASS WITH WAIVERS (each regression above is WAIVED: not a failure until its waiver ends)",
                "pass": "PASS", "not comparable": "NOT COMPARABLE"}[gate.verdict]
     lines.append(f"verdict: {verdict}")
     if gate.errors:

@@ -7,8 +7,9 @@ as test results: a test case per golden case and per gate rule.
   test case together, failed when any of them failed, none named: holdout stays unseen. A case
   that moved against the baseline says why (its cause, `attribution/`): in its failure message,
   or in its output when it still passes.
-- Gate rules (suite `gate`): a regression fails; an inconclusive drop or a warning is skipped with
-  its reason (JUnit has no warning); a passed rule passes. With no baseline, or `--no-gate`, one
+- Gate rules (suite `gate`): a regression fails; an inconclusive drop, a warning or a WAIVED
+  regression (with who waived it, why and until when) is skipped with its reason (JUnit has no
+  warning); a passed rule passes. With no baseline, or `--no-gate`, one
   skipped case says so.
 """
 
@@ -98,9 +99,12 @@ def gate_suite(root: ET.Element, comparison: BaselineComparison | None, gated: b
     else:
         against = f" [baseline {comparison.baseline_id}]"
         for rule in comparison.gate.rules:
-            outcome = {"regression": "failure", "inconclusive": "skipped", "warn": "skipped"}.get(rule.outcome, "pass")
-            label = {"inconclusive": "inconclusive: ", "warn": "warning: "}.get(rule.outcome, "")
-            _case(suite, "gate", rule.rule, outcome, label + rule.message + against, rule.message if outcome == "pass" else "")
+            outcome = {"regression": "failure", "inconclusive": "skipped", "warn": "skipped",
+                       "waived": "skipped"}.get(rule.outcome, "pass")
+            label = {"inconclusive": "inconclusive: ", "warn": "warning: ", "waived": "WAIVED: "}.get(rule.outcome, "")
+            waiver = f" — {rule.waiver.describe()}" if rule.waiver else ""
+            _case(suite, "gate", rule.rule, outcome, label + rule.message + against + waiver,
+                  rule.message if outcome == "pass" else "")
     _count(suite)
     return suite
 
