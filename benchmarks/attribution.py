@@ -51,16 +51,9 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from performance_page import write_section  # noqa: E402
 
-from benchmarks.performance_page import write_section  # noqa: E402
-from rag_pipeline.api import (
-    duckdb_store,  # noqa: E402
-    import_beir,  # noqa: E402
-    ingest_source,  # noqa: E402
-    make_embedder,  # noqa: E402
-)
+from rag_pipeline.api import duckdb_store, import_beir, ingest_source, make_embedder  # noqa: E402
 from rag_pipeline.config import (  # noqa: E402
     ChunkingConfig,
     EmbeddingConfig,
@@ -76,6 +69,8 @@ from rag_pipeline.core.evaluation.golden.cases import file_revision  # noqa: E40
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision  # noqa: E402
 from rag_pipeline.core.ingestion.chunking import chunk_document  # noqa: E402
 from rag_pipeline.core.retrieval.lexical import term_frequencies  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
 
 SOURCE = "scifact"
 HEADLINE = ("recall_at_5", "mrr_at_10", "ndcg_at_10")
