@@ -37,11 +37,14 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/rag-pipeline demo
 
 # CI runs everything (.ci/run calls `make test`); the development loop runs what is not marked slow.
+# Both on TEST_WORKERS processes (pytest-xdist; a module at a time each, the longest first, see
+# pyproject.toml); the slowest tests are listed at the end. `pytest --lf` reruns what failed last.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 test-fast: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=10 -m "not slow"
 
 lint: install
 	$(BIN)/ruff check rag_pipeline rag_pipeline_tests benchmarks tools

@@ -27,16 +27,23 @@ import numpy as np
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from rag_pipeline.config import PROJECT_ROOT, ChunkingConfig, EmbeddingConfig, LifecycleConfig, RetrievalConfig, SourceConfig  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    ChunkingConfig,
+    EmbeddingConfig,
+    LifecycleConfig,
+    RetrievalConfig,
+    Retriever,
+    SearchFilters,
+    SourceConfig,
+    duckdb_store,
+    ingest_source,
+    make_embedder,
+)
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 from rag_pipeline.core.evaluation.answers import abstention  # noqa: E402
 from rag_pipeline.core.evaluation.answers import features as abstention_features  # noqa: E402
 from rag_pipeline.core.evaluation.answers.checks import check_answer  # noqa: E402
 from rag_pipeline.core.evaluation.answers.generators import ExtractiveGenerator  # noqa: E402
-from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
-from rag_pipeline.core.models import SearchFilters  # noqa: E402
-from rag_pipeline.core.retrieval.retriever import Retriever  # noqa: E402
-from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 
 def _norm(text: str) -> str:

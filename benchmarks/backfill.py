@@ -1,7 +1,7 @@
 """A backfill of the ingestion assets over source partitions, through a real Dagster deployment.
 
 For each backend, starts `dagster-webserver` and `dagster-daemon` on a fresh instance and a fresh
-store (tools/local_deployment.py), launches an asset backfill of every source partition through
+store (rag_pipeline_tests/harness/local_deployment.py), launches an asset backfill of every source partition through
 the webserver's GraphQL API (what the UI's "Materialize all" does), and waits for it. Prints the
 wall time from launch to the last run's end, each run's timeline (so the overlap shows) and the
 ratio between the backends, measured in the same invocation:
@@ -26,7 +26,7 @@ backfill daemon loops every 30 s from its start).
 
 runs the same backfill twice in one invocation: on the in-process DuckDB path (`duckdb`), then
 with the instance and the store in PostgreSQL and every step sent to Celery workers (a Redis
-broker and N `dagster-celery` workers started here, tools/celery_deployment.py). Without
+broker and N `dagster-celery` workers started here, rag_pipeline_tests/harness/celery_deployment.py). Without
 `--copies`, the sources are 12 small folders made from the shared datasets. It prints the steps
 and runs each worker took, both wall times, and whether the Celery build serves exactly what the
 DuckDB build serves (`equal_to_serial`), and writes them into docs/performance.md unless `--no-page`.
@@ -43,11 +43,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tools.celery_deployment import broker_env, celery_workers, redis_server, split_sources, steps_by_worker, worker_figures  # noqa: E402, I001
-from tools.local_deployment import deployment, pipeline_config, postgres_server  # noqa: E402
+from rag_pipeline_tests.harness.celery_deployment import (
+    broker_env,
+    celery_workers,
+    redis_server,
+    split_sources,
+    steps_by_worker,
+    worker_figures,
+)
+from rag_pipeline_tests.harness.local_deployment import REPO, deployment, pipeline_config, postgres_server
 
 HTTPX = REPO.parent / "shared" / "datasets" / "httpx-docs" / "v0.23.0"
 
@@ -80,8 +84,7 @@ def run_celery(raw: dict, work: Path, dsn: str, workers: int, timeout_s: float) 
 
 def equal_to_serial(celery_config: Path, duckdb_config: Path, dsn: str) -> tuple[bool, list[str]]:
     """Whether the Celery build's store serves exactly what the in-process DuckDB build's serves."""
-    from rag_pipeline.config import load_config
-    from rag_pipeline.core.storage import open_store
+    from rag_pipeline.api import load_config, open_store
     from rag_pipeline.core.storage.contents import content_differences
 
     os.environ["RAG_PIPELINE_PG_DSN"] = dsn
@@ -140,7 +143,7 @@ def load_text(summary: dict, path: str) -> str:
 
 def write_page(summary: dict, args) -> None:
     """The figures as the Celery section of docs/performance.md."""
-    from benchmarks.performance_page import write_section
+    from performance_page import write_section
 
     serial = summary["in_process_duckdb"]
     rows = "\n".join(f"| `{w}` | {s} | {summary['runs_per_worker'][w]} |" for w, s in summary["steps_per_worker"].items())

@@ -42,6 +42,19 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
+from rag_pipeline.api import (  # noqa: E402
+    GatePolicy,
+    Retriever,
+    Store,
+    duckdb_store,
+    evaluate,
+    import_beir,
+    ingest_source,
+    load_golden_set,
+    make_embedder,
+    render_log,
+    run_experiment,
+)
 from rag_pipeline.config import (  # noqa: E402
     ChunkingConfig,
     EmbeddingConfig,
@@ -50,15 +63,6 @@ from rag_pipeline.config import (  # noqa: E402
     RetrievalConfig,
     SourceConfig,
 )
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
-from rag_pipeline.core.evaluation.evaluate import evaluate  # noqa: E402
-from rag_pipeline.core.evaluation.experiments import render_log, run_experiment  # noqa: E402
-from rag_pipeline.core.evaluation.gating.policy import GatePolicy  # noqa: E402
-from rag_pipeline.core.evaluation.golden.beir import import_beir  # noqa: E402
-from rag_pipeline.core.evaluation.golden.validation import load_golden_set  # noqa: E402
-from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
-from rag_pipeline.core.retrieval.retriever import Retriever  # noqa: E402
-from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
 from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402
 
 # Published figures for BEIR SciFact (test split); see ../shared/datasets/beir-scifact/README.md.
@@ -113,8 +117,7 @@ def _postgres(work: Path) -> Iterator[str]:
     if os.environ.get("RAG_PIPELINE_PG_DSN"):
         yield os.environ["RAG_PIPELINE_PG_DSN"]
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tools.local_deployment import postgres_server
+    from rag_pipeline_tests.harness.local_deployment import postgres_server
 
     work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pg-", dir=work) as folder, postgres_server(Path(folder)) as dsn:

@@ -17,11 +17,15 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from rag_pipeline.config import PROJECT_ROOT, load_config  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
-from rag_pipeline.core.evaluation.experiments import render_log, run_experiment  # noqa: E402
-from rag_pipeline.core.evaluation.gating.policy import load_policy  # noqa: E402
-from rag_pipeline.core.storage import duckdb_store  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    duckdb_store,
+    load_config,
+    load_policy,
+    make_embedder,
+    render_log,
+    run_experiment,
+)
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 
 METRICS = ("recall_at_1", "recall_at_3", "recall_at_5", "recall_at_10", "mrr_at_10")
 

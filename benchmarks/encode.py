@@ -25,14 +25,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK"):
     os.environ.setdefault(_name, "1")
 
 import numpy as np  # noqa: E402
 
-from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig  # noqa: E402
+from rag_pipeline.api import EmbeddingConfig  # noqa: E402
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 from rag_pipeline.core.embedding.model import ModelEmbedder  # noqa: E402
 from rag_pipeline.core.embedding.onnx_engine import bulk_threads  # noqa: E402
 
@@ -42,8 +42,8 @@ QUESTION = "how do I set a timeout on a client"
 ONNX_QUERY = """
 import json, sys, time
 started = time.perf_counter()
-from rag_pipeline.config import EmbeddingConfig
-from rag_pipeline.core.embedding.embedder import make_embedder
+from rag_pipeline.api import EmbeddingConfig
+from rag_pipeline.api import make_embedder
 embedder = make_embedder(EmbeddingConfig())
 embedder.encode([sys.argv[1]])
 print(json.dumps({"inside_s": time.perf_counter() - started, "torch": "torch" in sys.modules}))
@@ -172,7 +172,6 @@ def main() -> int:
     body += "\n\n" + machine_load(load_at_start)
     print(body)
     if not args.no_page:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from performance_page import write_section
 
         write_section("The embedding engine: ONNX Runtime against the library", body)

@@ -32,16 +32,18 @@ import yaml
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from performance_page import write_section  # noqa: E402
 
-from benchmarks.performance_page import write_section  # noqa: E402
-from rag_pipeline.config import as_written  # noqa: E402
-from rag_pipeline.core.evaluation.gating.gates import compare  # noqa: E402
-from rag_pipeline.core.evaluation.gating.policy import GatePolicy, load_policy  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    GatePolicy,
+    compare,
+    load_policy,
+)
+from rag_pipeline.config import PROJECT_ROOT, as_written  # noqa: E402
 from rag_pipeline.core.evaluation.gating.significance import SignificanceConfig  # noqa: E402
-from tools.local_deployment import pipeline_config  # noqa: E402
+from rag_pipeline_tests.harness.local_deployment import pipeline_config  # noqa: E402
 
+REPO = PROJECT_ROOT
 SMALL_SET = 23
 CHURN = 0.2
 
@@ -141,7 +143,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         load = under_load(args.runs, Path(folder))
-        from rag_pipeline.core.storage import duckdb_store
+        from rag_pipeline.api import duckdb_store
 
         record = duckdb_store(load["store"]).records.evaluation_record(load["baseline"])
         null = null_draws({i: v for i, v in record["cases"].items() if "mrr_at_10" in v}, args.draws)

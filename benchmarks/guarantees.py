@@ -3,7 +3,7 @@
     python benchmarks/guarantees.py access   # tenant and role probes, DuckDB and PostgreSQL
     python benchmarks/guarantees.py kills    # kill -9 at every fault point, with the convergence test's verdict
 
-`access` builds the probe corpus of tools/access_probes.py (every odd value x access field x front
+`access` builds the probe corpus of rag_pipeline_tests/harness/access_probes.py (every odd value x access field x front
 matter or sidecar x four kinds of source defaults, each on a page indexed good first and on a new
 page), ingests it twice into a fresh DuckDB file and a fresh schema on a PostgreSQL started from
 Python (pgserver), and searches for every page as four callers; it prints the table of what each
@@ -26,16 +26,19 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from performance_page import write_section  # noqa: E402
 
-from benchmarks.performance_page import write_section  # noqa: E402
-from rag_pipeline.config import EmbeddingConfig  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    EmbeddingConfig,
+    Store,
+    duckdb_store,
+    make_embedder,
+)
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 from rag_pipeline.core.faults import COMMAND_KILL_POINTS, KILL_POINTS  # noqa: E402
-from rag_pipeline.core.storage import Store, duckdb_store  # noqa: E402
-from tools.access_probes import CALLERS, FIELDS, SOURCE_DEFAULTS, ProbeReport, run_probes  # noqa: E402
+from rag_pipeline_tests.harness.access_probes import CALLERS, FIELDS, SOURCE_DEFAULTS, ProbeReport, run_probes  # noqa: E402
 
+REPO = PROJECT_ROOT
 PAGE = REPO / "docs" / "guarantees.md"
 HEADER = """# Guarantees
 
@@ -84,7 +87,7 @@ def access() -> str:
         "the config loads (exit 2). The one documented null, `tenant: null` (\"shared by all tenants\"), is "
         "honoured only in a source that has no tenant of its own.",
         "",
-        f"Probe corpus (`tools/access_probes.py`): each value below x {len(FIELDS)} fields x front matter or "
+        f"Probe corpus (`rag_pipeline_tests/harness/access_probes.py`): each value below x {len(FIELDS)} fields x front matter or "
         f"sidecar x {len(SOURCE_DEFAULTS)} source defaults ({', '.join(SOURCE_DEFAULTS)}), on a page indexed "
         f"good first and on a new page. Every page is then searched for, through the hybrid retrieval with "
         f"the caller's filters, as {len(CALLERS)} callers: {', '.join(c.name for c in CALLERS)}. A leak is a "

@@ -42,12 +42,16 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from rag_pipeline.config import PROJECT_ROOT, EmbeddingConfig, load_config  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    EmbeddingConfig,
+    duckdb_store,
+    ingest_source,
+    load_config,
+    make_embedder,
+)
+from rag_pipeline.config import PROJECT_ROOT  # noqa: E402
 from rag_pipeline.core.ingestion.discovery import discover_files  # noqa: E402
 from rag_pipeline.core.ingestion.parsing import ParseJob, parse_job, warm_up  # noqa: E402
-from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
-from rag_pipeline.core.storage import duckdb_store  # noqa: E402
 
 # The shared datasets beside the checkout, or beside a folder holding it (a git worktree's).
 DATASETS = next((p / "shared" / "datasets" for p in PROJECT_ROOT.parents if (p / "shared" / "datasets").is_dir()),
@@ -98,7 +102,7 @@ def parse_worker_rows(rounds: int) -> list[dict]:
     alternating in one process; medians of docs/s."""
     import tempfile as _tempfile
 
-    from rag_pipeline.config import LifecycleConfig, SourceConfig
+    from rag_pipeline.api import LifecycleConfig, SourceConfig
     from rag_pipeline.core.ingestion.parse_worker import shared_parsers
     from rag_pipeline.core.ingestion.stages import discover_source, parse_source
 
@@ -348,7 +352,6 @@ def main() -> int:
     body += "\n\n" + machine_load(load_at_start)
     print(json.dumps(results, indent=2) if args.json else body)
     if not args.no_page and sections:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from performance_page import write_section
 
         write_section("Ingestion and the command line", body)

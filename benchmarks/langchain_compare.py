@@ -120,8 +120,7 @@ def run_ours(corpus: Path) -> dict:
         seconds = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"rag-pipeline ingest failed:\n{done.stderr[-3000:]}")
-        sys.path.insert(0, str(ROOT))
-        from rag_pipeline.core.storage import duckdb_store
+        from rag_pipeline.api import duckdb_store
 
         store = duckdb_store(work / "index.duckdb")
         counts = store.served.table_counts("corpus")
@@ -155,7 +154,6 @@ def compare(rounds: int) -> dict:
 
 
 def page(rows: dict, rounds: int, load_start: tuple[float, ...]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from performance_page import write_section
 
     lines = [

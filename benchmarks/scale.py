@@ -104,7 +104,7 @@ def corpus_folder(count: int) -> Path:
 
 
 def _store(spec: str):
-    from rag_pipeline.core.storage import Store, duckdb_store
+    from rag_pipeline.api import Store, duckdb_store
 
     if spec.startswith("postgresql://"):
         from rag_pipeline.core.storage.postgres import PostgresDatabase
@@ -117,9 +117,7 @@ def _store(spec: str):
 def run_phase(phase: str, corpus: Path, store_spec: str, raw_sample: float = 1.0, embedder_kind: str = "minilm") -> dict:
     """One ingestion of the corpus into the store; for `full`, then the raw encode of its chunks
     (of every `1 / raw_sample`-th chunk, scaled up, when `raw_sample` < 1)."""
-    from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
-    from rag_pipeline.core.embedding.embedder import make_embedder
-    from rag_pipeline.core.ingestion.stages import ingest_source
+    from rag_pipeline.api import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig, ingest_source, make_embedder
 
     store = _store(store_spec)
     embedder = make_embedder(EmbeddingConfig(kind="hashing") if embedder_kind == "hashing" else EmbeddingConfig())
@@ -446,7 +444,6 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
 
 
 def write_page(rows: list[dict], results: list[dict]) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from performance_page import write_section
 
     plot(rows)

@@ -124,19 +124,19 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from rag_pipeline.config import RetrievalConfig  # noqa: E402
-from rag_pipeline.core.models import Hit, SearchFilters  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    Hit,
+    RetrievalConfig,
+    SearchFilters,
+    Store,
+)
 from rag_pipeline.core.retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
-from rag_pipeline.core.storage import Store  # noqa: E402
 from rag_pipeline.core.storage.duckdb import DuckDBDatabase  # noqa: E402
 from rag_pipeline.core.storage.postgres import PostgresDatabase  # noqa: E402
 from rag_pipeline.core.storage.search import filter_sql  # noqa: E402
 from rag_pipeline.core.storage.served import mark_changed  # noqa: E402
 from rag_pipeline.core.vectors import near_top, normalise_rows, rank  # noqa: E402
-from tools.local_deployment import postgres_server  # noqa: E402
+from rag_pipeline_tests.harness.local_deployment import postgres_server  # noqa: E402
 
 DIMENSION = 384
 CENTRES = 2000
@@ -1155,7 +1155,7 @@ def main() -> int:
 
 def write_page(output: dict) -> None:
     """This script's section of docs/performance.md: the search memory table, the product default's latencies."""
-    from benchmarks.performance_page import write_section
+    from performance_page import write_section
 
     config = output["config"]
     body = [

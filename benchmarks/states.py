@@ -28,10 +28,15 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
 
 from scale import WORK, corpus_folder  # noqa: E402  (benchmarks/scale.py, beside this script)
 
-from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig  # noqa: E402
-from rag_pipeline.core.embedding.embedder import make_embedder  # noqa: E402
-from rag_pipeline.core.ingestion.stages import ingest_source  # noqa: E402
-from rag_pipeline.core.storage import duckdb_store  # noqa: E402
+from rag_pipeline.api import (  # noqa: E402
+    ChunkingConfig,
+    EmbeddingConfig,
+    LifecycleConfig,
+    SourceConfig,
+    duckdb_store,
+    ingest_source,
+    make_embedder,
+)
 
 
 def _night(corpus: Path, night: int, churn: float) -> None:

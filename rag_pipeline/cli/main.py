@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from datetime import date
 
 from rag_pipeline.cli.common import BROKEN_PIPE_EXIT
 from rag_pipeline.core.errors import EXIT_INPUT, DomainError
@@ -38,6 +39,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} asks for no hits: give 1 or more")
     return value
+
+
+def _day(text: str) -> date:
+    """A calendar day, YYYY-MM-DD (argparse names the flag and exits 2 otherwise)."""
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a day: give YYYY-MM-DD") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +118,24 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--candidate", default="latest", help="eval id, or 'latest'")
     gate.add_argument("--policy", help="gate policy YAML (default: gate_policy in the config)")
     gate.set_defaults(func=_command("evaluate.cmd_gate"))
+    gate_sub = gate.add_subparsers(dest="gate_command", metavar="{waive,waivers}")
+    waive = gate_sub.add_parser(
+        "waive", help="waive one gate rule until a day: its regression is shown as WAIVED and does not fail the gate",
+        description="Records who waives which rule, why and until when (inclusive, UTC) in the store. The rule "
+                    "is named as the gate reports it (a headline metric, 'protected slice NAME METRIC', ...). "
+                    "Exit 2 for an unknown rule (the known ones listed), a day already past, an empty --by or --reason.")
+    waive.add_argument("--rule", required=True, help="the rule as the gate names it, e.g. recall_at_5")
+    waive.add_argument("--by", required=True, help="who owns the exception (recorded, shown in every report)")
+    waive.add_argument("--reason", required=True, help="why the rule may fail until then (recorded, shown)")
+    waive.add_argument("--until", required=True, type=_day, metavar="YYYY-MM-DD",
+                       help="the last day the waiver holds (inclusive, UTC); after it the rule gates again")
+    waive.add_argument("--config", default=argparse.SUPPRESS)
+    waive.add_argument("--policy", default=argparse.SUPPRESS, help="gate policy YAML (its rules are the known ones)")
+    waive.set_defaults(func=_command("waivers.cmd_waive"))
+    waivers = gate_sub.add_parser("waivers", help="list the gate's waivers, active and expired")
+    waivers.add_argument("--config", default=argparse.SUPPRESS)
+    waivers.add_argument("--json", action="store_true")
+    waivers.set_defaults(func=_command("waivers.cmd_waivers"))
 
     promote = sub.add_parser("promote", help="promote an evaluation to baseline if the gate says PROMOTE")
     promote.add_argument("--config")

@@ -1,4 +1,4 @@
-"""`rag-pipeline monitor`: a day of production queries sampled, and its drift against the golden set."""
+"""`rag-pipeline monitor`: a day of production queries sampled, its coverage gaps, and its drift against the golden set."""
 
 from __future__ import annotations
 
@@ -77,6 +77,15 @@ def print_monitoring(run: MonitorRun) -> None:
     for record in m["candidates"].records:
         row = record.data
         print(f"  {row['excess_density']:.3f}  {row['query']}  (nearest golden: {row['nearest_golden']})")
+    gaps = m.get("coverage_gaps") or []
+    print(f"\ncoverage gaps (questions with best evidence under {m.get('weak_threshold', float('nan')):.3f}): "
+          + ("none" if not gaps else ""))
+    for gap in gaps:
+        state = f"closed by {gap['closed_by']}" if gap["closed_by"] else f"open since {gap['first_seen']}"
+        print(f"  {gap['count']:>4}  {gap['share']:.0%}  {printable(gap['label'])}  ({state}; nearest: "
+              f"{printable(gap['nearest_doc'])})")
+        for query in gap["queries"][:3]:
+            print(f"          {printable(query)}")
     print(f"\nreport: {m['report_file']}")
 
 
@@ -89,7 +98,9 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         run = monitor(config, instance, day)
     if args.json:
         refused = [r.data for r in run.metadata["malformed"].records] if "malformed" in run.metadata else []
+        # Open gaps largest first, then those closed that day; each with all of its questions.
         print_json({"day": day, "success": run.success, "checks": run.checks, "error": run.error,
+                    "coverage_gaps": run.metadata.get("coverage_gaps") or [],
                     "metadata": {k: v for k, v in run.metadata.items() if isinstance(v, (int, float, str))},
                     "refused_lines": refused})
     else:

@@ -16,8 +16,8 @@ from rag_pipeline.core.ingestion.source_runs import SourceRun, skipped_files, un
 from rag_pipeline.core.outcomes import RunResult, Status
 from rag_pipeline.core.storage import SourceBusyError, open_store
 from rag_pipeline.definitions import build_definitions
-from rag_pipeline.defs.automation import IN_FLIGHT, golden_eval_job, ingest_sources_job, monitoring_job
-from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, TRIGGER_TAG
+from rag_pipeline.defs.automation import golden_eval_job, ingest_sources_job, monitoring_job
+from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, IN_FLIGHT, SOURCE_TAG, TRIGGER_TAG
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import EmbedderResource, embedder_for
 from rag_pipeline.defs.run_results import run_result
@@ -73,8 +73,9 @@ def ingest(
             runs.append(SourceRun(source_id, False, error=str(busy)))
             continue
         run = _executed(result)
-        runs.append(SourceRun.from_run(source_id, run, coverage_report(store, source_id).failed,
-                                       skipped_files(store.staging.discovery_rows(source_id))))
+        # What this run's discovery skipped; a discovery that failed staged nothing (the rows are an earlier run's).
+        skipped = skipped_files(store.staging.discovery_rows(source_id)) if "source_documents" in run.values else []
+        runs.append(SourceRun.from_run(source_id, run, coverage_report(store, source_id).failed, skipped))
         if run.interrupted:
             # Ctrl-C or a termination signal: Dagster ends the run it lands in and returns; the
             # person who pressed it wants the command to stop, not the next source to start.

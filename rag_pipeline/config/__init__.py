@@ -33,6 +33,8 @@ from rag_pipeline.config.sections import (
     SourceDefaults,
     StorageConfig,
     TypeSizeLimits,
+    flat_settings,
+    settings_diff,
     slugify_source_id,
 )
 
@@ -40,6 +42,6 @@ __all__ = [
     "CONFIG_ENV_VAR", "DEFAULT_CONFIG_PATH", "DEFAULT_MODEL", "MAX_CONFIG_BYTES", "PROJECT_ROOT", "AnswersConfig",
     "AutomationConfig", "ChunkingConfig", "ConfigError", "DocumentLimits", "EmbeddingConfig", "EvaluationConfig",
     "LifecycleConfig", "MonitoringConfig", "PipelineConfig", "RetrievalConfig", "SourceConfig", "SourceDefaults",
-    "StorageConfig", "TypeSizeLimits", "as_written", "config_path_from_env", "load_config", "parse_source_overrides",
-    "slugify_source_id", "with_overlay",
+    "StorageConfig", "TypeSizeLimits", "as_written", "config_path_from_env", "flat_settings", "load_config",
+    "parse_source_overrides", "settings_diff", "slugify_source_id", "with_overlay",
 ]

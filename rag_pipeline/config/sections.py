@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 from typing import Literal
@@ -92,19 +93,23 @@ class ChunkingConfig(_Strict):
 class TypeSizeLimits(_Strict):
     """The largest file of each type handed to the parser (MB).
 
-    Markdown, text and HTML: 8 MB, as a larger file cannot hold fewer than 2,000,000 characters
-    (max_text_chars' default; a character takes at most 4 bytes) and would fail that limit anyway,
-    after a parse. PDF and Word files hold images too: 50 MB, the limit of any file (max_file_mb)."""
+    Markdown, text, reStructuredText and HTML: 8 MB, as a larger file cannot hold fewer than
+    2,000,000 characters (max_text_chars' default; a character takes at most 4 bytes) and would
+    fail that limit anyway, after a parse. PDF and Word files hold images too, and notebooks their
+    outputs: 50 MB, the limit of any file (max_file_mb)."""
 
     md: float = Field(default=8.0, gt=0)
     txt: float = Field(default=8.0, gt=0)
+    rst: float = Field(default=8.0, gt=0)
+    ipynb: float = Field(default=50.0, gt=0)
     html: float = Field(default=8.0, gt=0)
     pdf: float = Field(default=50.0, gt=0)
     docx: float = Field(default=50.0, gt=0)
 
 
 class DocumentLimits(_Strict):
-    """Per-document limits: a document over one fails alone, with the limit in its reason."""
+    """Per-document limits: a document over one fails alone, with the limit in its reason; and the
+    share of a source's files that may be of types the pipeline does not read."""
 
     max_file_mb: float = Field(default=50.0, gt=0, description="files larger than this are not read")
     max_file_mb_by_type: TypeSizeLimits = Field(default=TypeSizeLimits(),
@@ -123,6 +128,14 @@ class DocumentLimits(_Strict):
     # a 300-page PDF gives about 1,000 elements, a Word file of 1.9 million characters about 40,000.
     max_elements: int = Field(default=100_000, ge=1, description="elements (headings, paragraphs...) per document")
     max_chunks: int = Field(default=20_000, ge=1, description="chunks per document")
+    # A source whose files are mostly of a type the pipeline does not read (a Sphinx tree before .rst
+    # was read) indexes next to nothing: its discovery fails, naming the types, unless they are
+    # excluded. A handful of images beside a few pages does not count: the least number of such files.
+    max_unsupported_share: float = Field(default=0.5, ge=0, le=1,
+                                         description="discovery fails when more of the source's files (those not "
+                                                     "excluded) are of types not read; 1: never")
+    min_unsupported_files: int = Field(default=10, ge=1, description="... and at least this many of them "
+                                                                     "(or all of its files)")
 
     @property
     def max_file_bytes(self) -> int:
@@ -219,6 +232,10 @@ class LifecycleConfig(_Strict):
     # each one a baseline or an evaluation of those days measured. 0: replaced rows are not kept.
     keep_states: int = Field(default=30, ge=0)
     keep_state_days: float = Field(default=30.0, ge=0)
+    # A failed document never stops its source's switch; by default its run stays green (tagged
+    # rag_pipeline/failed_documents). True: the run still switches, then marks the partition failed,
+    # so that the UI's "Failed" partition selection and a backfill's re-execution retry the source.
+    failed_documents_fail_partition: bool = False
 
 
 class MonitoringConfig(_Strict):
@@ -236,6 +253,20 @@ class MonitoringConfig(_Strict):
     # A recording (the bundled sample), not a live feed: the nightly run monitors the log's last day.
     # Left false for a live log, the night monitors yesterday, and a day without traffic is a red run.
     recorded_log: bool = False
+    # Coverage gaps (core/monitoring/gaps.py): production questions the served index holds no good
+    # evidence for, grouped into topics.
+    gap_sample_size: int = Field(default=2000, ge=1, description="questions of a day examined for coverage gaps "
+                                                                 "(a deterministic tenant-stratified sample when more)")
+    # The weak-evidence threshold maximises Youden's J on the golden set's answerable and unanswerable
+    # cases, but never flags more than this share of its answerable ones: a gap list that calls
+    # answered questions gaps is not read twice.
+    gap_answerable_flag_rate: float = Field(default=0.10, gt=0, lt=1, description="most share of answerable golden "
+                                            "cases the weak-evidence threshold may call weak")
+    gap_distance: float = Field(default=0.5, gt=0, le=2, description="cosine distance under which weak questions "
+                                "join one topic (average linkage), and a gap matches an earlier day's")
+    gap_min_queries: int = Field(default=2, ge=1, description="questions a topic needs to be listed as a gap")
+    gap_share_warn: float = Field(default=0.10, gt=0, le=1, description="the coverage_gaps check warns when a new "
+                                  "gap holds more than this share of the day's questions")
 
     @model_validator(mode="after")
     def _days_start_somewhere(self) -> MonitoringConfig:
@@ -399,6 +430,37 @@ class PipelineConfig(_Strict):
                 "answers": self.answers.model_dump(mode="json", include={"generator", "model", "context_k", "max_sentences", "temperature"}),
             }
         )
+
+
+    def retrieval_settings(self) -> dict[str, object]:
+        """Every setting that shapes what an evaluation measures, flat (`retrieval.bm25_k1`,
+        `chunking.max_tokens`, `embedding.model`, and `sources.<id>.chunking.*` for a source that
+        chunks its own way): an evaluation records them, so two can be diffed key by key."""
+        return flat_settings({
+            "chunking": self.chunking.model_dump(mode="json"),
+            "embedding": self.embedding.model_dump(mode="json", exclude={"batch_size"}),
+            "retrieval": self.retrieval.model_dump(mode="json"),
+            "answers": self.answers.model_dump(mode="json", exclude={"base_url_env", "api_key_env", "timeout_s", "max_retries"}),
+            "sources": {s.source_id: {"chunking": s.effective_chunking(self.chunking).model_dump(mode="json")}
+                        for s in self.sources if s.effective_chunking(self.chunking) != self.chunking},
+        })
+
+
+def flat_settings(payload: Mapping, prefix: str = "") -> dict[str, object]:
+    """Nested settings as `section.key` -> value."""
+    flat: dict[str, object] = {}
+    for key, value in payload.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def settings_diff(baseline: Mapping[str, object], candidate: Mapping[str, object]) -> dict[str, list]:
+    """Setting key -> [baseline value, candidate value] for every key whose value differs."""
+    return {key: [baseline.get(key), candidate.get(key)] for key in sorted(set(baseline) | set(candidate))
+            if baseline.get(key) != candidate.get(key)}
 
 
 def _fingerprint(payload: object) -> str:

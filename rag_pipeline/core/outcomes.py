@@ -24,6 +24,9 @@ class Status(StrEnum):
     FAILED = "failed"  # a DomainError stopped it (`fault` says which kind), or a bug did (`fault` "bug")
     REFUSED = "refused"  # the switch refused the new version: the previous one stays served
     REGRESSED = "regressed"  # measured, and the gate found a regression: the measurement stands
+    # switched, but documents of the source failed and lifecycle.failed_documents_fail_partition
+    # marks its partition failed: the switch stands
+    INCOMPLETE = "incomplete"
 
 
 # Kinds of fault: the DomainError kinds (`errors.py`), and a bug (any other exception).

@@ -51,6 +51,20 @@ def printable_lines(value: object) -> str:
     return "\n".join(printable(line) for line in str(value).split("\n"))
 
 
+def plain_text(value: object) -> str:
+    """Text a person reads in the UI (descriptions, text metadata, table cells): its lines and tabs
+    kept as they are, every other control character escaped (a carriage return included: a
+    Windows line end becomes a plain one)."""
+    text = str(value).replace("\r\n", "\n")
+    return _UNPRINTABLE.sub(
+        lambda m: m.group() if m.group() in "\n\t" else _CONTROL_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
+
+
+def one_line(value: object) -> str:
+    """Text for a single line (a run tag): its lines joined with " / ", control characters escaped."""
+    return printable(" / ".join(line.strip() for line in str(value).replace("\r\n", "\n").split("\n") if line.strip()))
+
+
 def cut(text: str, max_chars: int | None) -> str:
     """`text` shortened to `max_chars` characters, the cut marked with an ellipsis."""
     if max_chars is None or len(text) <= max_chars:

@@ -1,9 +1,11 @@
 """Automation: the jobs people launch, the nightly schedule, the sensors that chain a night, the purge.
 
 A night, in order: `nightly_full_suite` (automation.nightly_cron, 02:00 UTC unless told) runs
-`ingest_sources` for every source; `golden_eval_sensor` sees the index change and, once no ingestion
-run is in flight, runs `evaluate_golden_revision` on the current golden revision;
-`monitoring_after_evaluation` sees that run finish, whatever its gate said, and runs
+`ingest_sources` for every source; `golden_eval_sensor`, once no ingestion of any source is in
+flight (whatever launched it), runs `evaluate_golden_revision` when what the sources serve, the
+golden revision or the retrieval config changed since the last evaluation (`core/evaluation/due.py`
+decides, from what `defs/night_state.py` reads of the instance); `monitoring_after_evaluation` sees
+that run finish, whatever its gate said, or the night settle with nothing to evaluate, and runs
 `monitor_production` for the day to monitor (yesterday, or the last day of a recorded log).
 Between nights, `source_change_sensor` runs a source whose files changed, and closes runs whose
 process died (defs/runs.py).
@@ -20,10 +22,23 @@ from datetime import UTC, date, datetime, timedelta
 import dagster as dg
 
 from rag_pipeline.config import AutomationConfig, MonitoringConfig
-from rag_pipeline.core.evaluation.golden.cases import file_revision
+from rag_pipeline.core.evaluation.due import EvaluatedState, decide
 from rag_pipeline.core.ingestion.discovery import source_fingerprint
 from rag_pipeline.core.monitoring.sampling import read_query_log
-from rag_pipeline.defs.common import DAY_TAG, GOLDEN_TAG, SOURCE_TAG, STORE_POOL, TRIGGER_TAG
+from rag_pipeline.defs.common import (
+    DAY_TAG,
+    EVALUATE_JOB,
+    FINISHED,
+    GOLDEN_TAG,
+    INGEST_JOB,
+    MONITOR_JOB,
+    PURGE_JOB,
+    SOURCE_TAG,
+    STORE_POOL,
+    TICK_TAG,
+    TRIGGER_TAG,
+)
+from rag_pipeline.defs.night_state import night_facts
 from rag_pipeline.defs.partitions import golden_partitions, source_partitions
 from rag_pipeline.defs.resources import PipelineSettings, StoreResource
 from rag_pipeline.defs.runs import close_dead_runs
@@ -32,25 +47,22 @@ from rag_pipeline.defs.runs import close_dead_runs
 # the backend's choice (definitions.executor_for): one process with DuckDB, a process per step
 # with PostgreSQL (or a pod per step with dagster-k8s, see deploy/).
 ingest_sources_job = dg.define_asset_job(
-    "ingest_sources",
+    INGEST_JOB,
     selection=dg.AssetSelection.groups("ingestion"),
     description="Ingest one source: discover, parse, chunk, embed, then switch the served index once "
                 "coverage and deletions are proven on the new version.",
 )
 golden_eval_job = dg.define_asset_job(
-    "evaluate_golden_revision",
+    EVALUATE_JOB,
     selection=dg.AssetSelection.groups("evaluation"),
     description="Validate one golden-set revision and evaluate retrieval (and answers) on it, gated "
                 "against the promoted baseline.",
 )
 monitoring_job = dg.define_asset_job(
-    "monitor_production",
+    MONITOR_JOB,
     selection=dg.AssetSelection.groups("monitoring"),
     description="Sample a day's production queries and compare them with the golden set (drift report).",
 )
-FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED]
 
 
 class PurgeConfig(dg.Config):
@@ -65,7 +77,7 @@ def purge_sources(context: dg.OpExecutionContext, config: PurgeConfig, store: St
         context.log.info(f"purged source {source_id!r}")
 
 
-@dg.job(description="Purge sources removed from the config (requested by the source-change sensor).")
+@dg.job(name=PURGE_JOB, description="Purge sources removed from the config (requested by the source-change sensor).")
 def purge_removed_sources():
     purge_sources()
 
@@ -119,34 +131,41 @@ def source_change_sensor_for(interval_s: int) -> dg.SensorDefinition:
     return source_change_sensor
 
 
+def _cursor(text: str | None) -> dict:
+    """A sensor's JSON cursor; {} for none, and for a cursor older versions wrote as plain text."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def golden_eval_sensor_for(interval_s: int) -> dg.SensorDefinition:
     @dg.sensor(
         job=golden_eval_job, minimum_interval_seconds=interval_s, default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Evaluates the current golden revision when it is new, or when the index changed since the "
-                    "last evaluation and no ingestion run is in flight (so the nightly evaluation follows ingestion).",
+        description="Evaluates the current golden revision once per settled state: when what the sources serve, "
+                    "the golden revision or the retrieval config changed since the last evaluation, and no "
+                    "ingestion of any source is queued, running or still being requested by a backfill.",
     )
     def golden_eval_sensor(context: dg.SensorEvaluationContext, settings: PipelineSettings) -> dg.SensorResult | dg.SkipReason:
-        config = settings.load()
+        config = settings.load_current()
         if config.golden_set is None or not config.golden_set.is_file():
             return dg.SkipReason("no golden set file configured")
-        revision = file_revision(config.golden_set)
-        state = json.loads(context.cursor) if context.cursor else {}
-        records = context.instance.fetch_materializations(dg.AssetKey("search_index"), limit=1).records
-        index_event = records[0].storage_id if records else 0
-        in_flight = context.instance.get_runs(filters=dg.RunsFilter(job_name=ingest_sources_job.name, statuses=IN_FLIGHT),
-                                              limit=1)
-        partition_requests = []
-        if revision not in set(context.instance.get_dynamic_partitions(golden_partitions.name)):
-            partition_requests.append(golden_partitions.build_add_request([revision]))
-        if state.get("revision") == revision and state.get("index_event", 0) >= index_event:
-            return dg.SkipReason(f"golden revision {revision} already evaluated on the current index")
-        if in_flight:
-            return dg.SkipReason(f"ingestion still running ({in_flight[0].run_id}): evaluate once the index settles")
+        # The cursor holds the state last requested (a cursor of an older version holds none: the
+        # latest evaluation's metadata then says what was evaluated), and how many were requested.
+        cursor = _cursor(context.cursor)
+        decision = decide(night_facts(context.instance, config, EvaluatedState.from_json(cursor.get("evaluated"))))
+        if not decision.evaluate:
+            return dg.SkipReason(decision.reason)
+        state, requested = decision.state, int(cursor.get("requested", 0)) + 1
+        context.log.info(f"evaluating golden revision {state.revision}: {decision.reason}")
+        known = set(context.instance.get_dynamic_partitions(golden_partitions.name))
         return dg.SensorResult(
-            run_requests=[dg.RunRequest(partition_key=revision, run_key=f"{revision}:{index_event}",
-                                        tags={GOLDEN_TAG: revision, TRIGGER_TAG: "sensor"})],
-            dynamic_partitions_requests=partition_requests,
-            cursor=json.dumps({"revision": revision, "index_event": index_event}),
+            # The count keeps a state evaluated again after a revert its own run key.
+            run_requests=[dg.RunRequest(partition_key=state.revision, run_key=f"{state.digest()}:{requested}",
+                                        tags={GOLDEN_TAG: state.revision, TRIGGER_TAG: "sensor"})],
+            dynamic_partitions_requests=[] if state.revision in known else [golden_partitions.build_add_request([state.revision])],
+            cursor=json.dumps({"evaluated": state.to_json(), "requested": requested}),
         )
 
     return golden_eval_sensor
@@ -179,27 +198,54 @@ def monitoring_sensor_for(interval_s: int) -> dg.SensorDefinition:
     @dg.sensor(
         job=monitoring_job, minimum_interval_seconds=interval_s, default_status=dg.DefaultSensorStatus.RUNNING,
         description="After each golden evaluation finishes, whatever its gate said (a regression must not hide "
-                    "the day's drift), samples the day to monitor and writes the drift report: yesterday (UTC), "
-                    "or the last day of a recorded log.",
+                    "the day's drift), or once a night's ingestion settled with nothing to evaluate, samples the "
+                    "day to monitor and writes the drift report: yesterday (UTC), or the last day of a recorded log.",
     )
     def monitoring_after_evaluation(context: dg.SensorEvaluationContext, settings: PipelineSettings):
-        records = context.instance.get_run_records(
-            filters=dg.RunsFilter(job_name=golden_eval_job.name, statuses=FINISHED), limit=1)
-        if not records:
-            return dg.SkipReason("no golden evaluation has finished yet")
-        evaluation = records[0].dagster_run
-        if context.cursor == evaluation.run_id:
-            return dg.SkipReason(f"the latest evaluation ({evaluation.run_id}) was followed by monitoring already")
-        day = monitoring_day(evaluation.tags, datetime.now(UTC), settings.load().monitoring)
+        instance, config = context.instance, settings.load_current()
+        night = latest_night(instance)
+        # {"evaluation": run id followed, "night": schedule tick followed}; older versions kept the run id alone.
+        seen = _cursor(context.cursor) or ({"evaluation": context.cursor, "night": night[0] if night else None}
+                                           if context.cursor else {})
+        records = instance.get_run_records(filters=dg.RunsFilter(job_name=golden_eval_job.name, statuses=FINISHED), limit=1)
+        evaluation = records[0].dagster_run if records else None
+        if evaluation is not None and evaluation.run_id != seen.get("evaluation"):
+            day = monitoring_day(evaluation.tags, datetime.now(UTC), config.monitoring)
+            return dg.SensorResult(
+                run_requests=[dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:{evaluation.run_id}",
+                                            tags={DAY_TAG: day, TRIGGER_TAG: "sensor",
+                                                  "rag_pipeline/after_evaluation": evaluation.run_id,
+                                                  "rag_pipeline/evaluation_status": evaluation.status.value})],
+                # The night this evaluation followed needs no second monitoring run.
+                cursor=json.dumps({"evaluation": evaluation.run_id, "night": night[0] if night else seen.get("night")}),
+            )
+        if night is None or night[0] == seen.get("night"):
+            return dg.SkipReason("no golden evaluation finished and no night settled since the last monitoring run")
+        tick, settled = night
+        if not settled:
+            return dg.SkipReason(f"the night's ingestion (schedule tick {tick}) is still running")
+        if config.golden_set is not None and config.golden_set.is_file():
+            facts = night_facts(instance, config)
+            if decide(facts).evaluate or facts.ingestion_in_flight or facts.evaluations_in_flight:
+                return dg.SkipReason("the night changed what is served or evaluated: monitoring follows its evaluation")
+        day = monitoring_day({}, datetime.now(UTC), config.monitoring)
         return dg.SensorResult(
-            run_requests=[dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:{evaluation.run_id}",
-                                        tags={DAY_TAG: day, TRIGGER_TAG: "sensor",
-                                              "rag_pipeline/after_evaluation": evaluation.run_id,
-                                              "rag_pipeline/evaluation_status": evaluation.status.value})],
-            cursor=evaluation.run_id,
+            run_requests=[dg.RunRequest(partition_key=day, run_key=f"monitor:{day}:night:{tick}",
+                                        tags={DAY_TAG: day, TRIGGER_TAG: "sensor", "rag_pipeline/after_night": tick})],
+            cursor=json.dumps({"evaluation": seen.get("evaluation"), "night": tick}),
         )
 
     return monitoring_after_evaluation
+
+
+def latest_night(instance: dg.DagsterInstance) -> tuple[str, bool] | None:
+    """(the latest nightly schedule tick, whether all its runs finished), or None before the first night."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={TRIGGER_TAG: "schedule"}), limit=1)
+    if not runs or TICK_TAG not in runs[0].tags:
+        return None
+    tick = runs[0].tags[TICK_TAG]
+    of_tick = instance.get_runs(filters=dg.RunsFilter(tags={TICK_TAG: tick}))
+    return tick, all(run.status in FINISHED for run in of_tick)
 
 
 def monitoring_day(tags: Mapping[str, str], now: datetime, monitoring: MonitoringConfig | None = None) -> str:

@@ -9,12 +9,13 @@ passes, whatever other sources do meanwhile.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import dagster as dg
 
 from rag_pipeline.core import render
-from rag_pipeline.core.verdicts import Verdict
+from rag_pipeline.core.verdicts import Table, Verdict
 from rag_pipeline.defs.metadata import numbers, table
 
 
@@ -74,13 +75,20 @@ CHECKS: dict[str, CheckDoc] = {
         "golden_eval",
         "The evaluation against the promoted baseline of its golden revision: no headline metric below its "
         "tolerance, no protected slice regressed, latency and context within budget (paired significance). "
-        "Warns when no baseline exists yet.",
+        "Warns when no baseline exists yet. Its result names the top causes of the cases that moved, each proven "
+        "by a replay with that change undone (table `case_changes`).",
         blocking=True,
     ),
     "drift_within_threshold": CheckDoc(
         "drift_report",
         "The day's production sample is no farther from the golden set (MMD²) than golden questions are from "
         "each other at the configured false-alarm rate; warns with the queries that should become cases.",
+        severity=dg.AssetCheckSeverity.WARN,
+    ),
+    "no_large_new_gap": CheckDoc(
+        "coverage_gaps",
+        "No coverage gap first seen this day (a topic of questions with weak evidence in the served index) holds "
+        "more than monitoring.gap_share_warn of the day's questions; warns with the gap's label and questions.",
         severity=dg.AssetCheckSeverity.WARN,
     ),
 }
@@ -99,8 +107,8 @@ def specs(asset: str, partitions_def: dg.PartitionsDefinition) -> list[dg.AssetC
 
 
 def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
-    """The check's result from core's verdict: its line (plain text: Dagster shows a check's
-    description as text), its numbers (plotted by the UI), its tables (Dagster's table view)."""
+    """The check's result from core's verdict: its summary (plain text, its lines kept: Dagster shows
+    a check's description as text), its numbers (plotted by the UI), its tables (Dagster's table view)."""
     doc = CHECKS[name]
     severity = dg.AssetCheckSeverity.WARN if verdict.severity == "WARN" else doc.severity
     metadata: dict = (numbers(verdict.numbers) if doc.plot_numbers
@@ -108,7 +116,17 @@ def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
     metadata |= {key: table(t.rows, t.columns) for key, t in verdict.tables.items()}
     metadata |= {key: dg.MetadataValue.md(text) for key, text in verdict.markdown.items()}
     return dg.AssetCheckResult(check_name=name, asset_key=doc.asset, passed=verdict.passed, severity=severity,
-                               description=render.cut(render.printable(verdict.summary), 1000), metadata=metadata)
+                               description=render.cut(render.plain_text(verdict.summary), 1000), metadata=metadata)
+
+
+def gate_result(verdict: Verdict, moved: Sequence[Mapping]) -> dg.AssetCheckResult:
+    """`gate_vs_baseline`'s result, with the cases that moved against the baseline and their causes as
+    a table (its description already names the top causes: `BaselineComparison.verdict(why)`)."""
+    if moved:
+        from rag_pipeline.core.evaluation.attribution import render as why
+
+        verdict = replace(verdict, tables={**verdict.tables, "case_changes": Table(why.rows(moved), why.COLUMNS)})
+    return result("gate_vs_baseline", verdict)
 
 
 def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) -> None:
@@ -124,6 +142,6 @@ def record_promotion(instance: dg.DagsterInstance, revision: str, eval_id: str) 
     verdict = promotion_verdict(eval_id, revision)
     instance.report_runless_asset_event(dg.AssetObservation(
         asset_key=CHECKS["gate_vs_baseline"].asset, partition=revision,
-        description=render.printable(verdict.summary),
+        description=render.plain_text(verdict.summary),
         metadata={"promoted_eval_id": dg.MetadataValue.text(eval_id), "golden_revision": dg.MetadataValue.text(revision)},
     ))

@@ -2,6 +2,8 @@
 
 import dagster as dg
 
+from rag_pipeline.core.render import one_line
+
 OWNERS = ["team:rag-platform"]
 
 # The steps that hold the store for long (a source's switch, evaluations, monitoring) queue in this
@@ -20,8 +22,20 @@ FAILED_DOCUMENTS_TAG = "rag_pipeline/failed_documents"
 # Why a run failed, in the pipeline's words and without a stack trace: the runs list shows tags.
 FAILURE_TAG = "rag_pipeline/failure"
 MAX_FAILURE_TAG_CHARS = 200
-# Set by Dagster on the runs of a backfill.
+# Set by Dagster on the runs of a backfill, of a partition, of a schedule's tick.
 BACKFILL_TAG = "dagster/backfill"
+PARTITION_TAG = "dagster/partition"
+TICK_TAG = "dagster/tick"
+
+# The jobs (defs/automation.py), named here so that the readers of runs need not import them.
+INGEST_JOB = "ingest_sources"
+EVALUATE_JOB = "evaluate_golden_revision"
+MONITOR_JOB = "monitor_production"
+PURGE_JOB = "purge_removed_sources"
+
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+             dg.DagsterRunStatus.STARTED]
 
 
 def tag_trigger(context: dg.AssetExecutionContext) -> None:
@@ -38,7 +52,7 @@ def tag_failure(context: dg.AssetExecutionContext, reason: str) -> None:
     (Dagster 1.13 shows every step failure with its stack trace in the run's event log; the tag
     and the partition's observation carry the reason on their own.)"""
     asset = context.asset_key.to_user_string() if len(context.selected_asset_keys) == 1 else context.op_def.name
-    text = f"{asset}: {reason}"
+    text = f"{asset}: {one_line(reason)}"
     if len(text) > MAX_FAILURE_TAG_CHARS:
         text = text[: MAX_FAILURE_TAG_CHARS - 1] + "…"
     context.instance.add_run_tags(context.run.run_id, {FAILURE_TAG: text})

@@ -5,8 +5,10 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.core import render
+from rag_pipeline.core.evaluation.attribution import render as why
+from rag_pipeline.core.evaluation.attribution.attribute import explain
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
-from rag_pipeline.core.evaluation.gating.baselines import not_gated_verdict
+from rag_pipeline.core.evaluation.gating.baselines import compare_with_baseline, not_gated_verdict
 from rag_pipeline.core.evaluation.gating.policy import policy_or_default
 from rag_pipeline.core.evaluation.gating.report import (
     answer_section,
@@ -27,7 +29,7 @@ from rag_pipeline.defs import checks
 from rag_pipeline.defs.common import OWNERS, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.ingestion import search_index
-from rag_pipeline.defs.metadata import numbers, outcome, source_rows, table
+from rag_pipeline.defs.metadata import SOURCE_COLUMNS, numbers, outcome, source_rows, table
 from rag_pipeline.defs.partitions import golden_partitions
 from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, StoreResource
 
@@ -64,7 +66,7 @@ def golden_set(context: dg.AssetExecutionContext, settings: PipelineSettings, st
     with explained(context):
         golden = load_golden_set(_golden_file(settings, store, context.partition_key),
                                  served_hashes=db.served.document_hashes(), known_documents=db.ledger.document_history())
-    context.log.info(render.printable(golden.summary()))
+    context.log.info(render.plain_text(golden.summary()))
     slices: dict[str, int] = {}
     for case in golden.cases:
         slices[case.slice] = slices.get(case.slice, 0) + 1
@@ -92,13 +94,23 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         path = _golden_file(settings, store, context.partition_key)
         if config.run_file:
             _, result, run_summary = evaluate_run_file(path, Path(config.run_file), db, pipeline.source_ids, config.suite,
-                                                       pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k)
-            context.log.info(render.printable(run_summary))
+                                                       pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k,
+                                                       pipeline.retrieval_settings())
+            context.log.info(render.plain_text(run_summary))
         else:
             _, result = run_golden_evaluation(path, db, embedder.get(), pipeline.retrieval, pipeline.retrieval_fingerprint(),
                                               pipeline.source_ids, config.mode or None, pipeline.answers, config.suite,
-                                              pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k)
-        report = write_report(result, db, policy_or_default(pipeline.gate_policy), pipeline.storage.reports)
+                                              pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k,
+                                              pipeline.retrieval_settings())
+        policy = policy_or_default(pipeline.gate_policy)
+        comparison = compare_with_baseline(db, result.eval_id, policy)
+        # Why each case moved against the baseline, proven by replays on this index (not for another
+        # system's run: there is no retrieval here to replay).
+        changes = None if config.run_file or comparison.gate is None else explain(
+            db, result, comparison.baseline_id, embedder.get(), policy.headline_metrics)
+        moved = [c.as_json() for c in changes.changes] if changes else []
+        sections = [why.markdown_section(moved, changes.baseline_id, changes.holdout_moved, changes.notes)] if changes else []
+        report = write_report(result, db, policy, pipeline.storage.reports, config.gate, comparison, sections)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,
@@ -107,12 +119,13 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         **({"external_run": render.printable(describe_run(result.external_run))} if result.external_run else {}),
         "index_state": dg.MetadataValue.json(result.index_state),
         # The night in one table: what each source served this evaluation, and which documents failed.
-        "sources": table(source_rows(db, pipeline.source_ids), ["source", "queryable_documents", "failed_documents", "failed"]),
+        "sources": table(source_rows(db, pipeline.sources), SOURCE_COLUMNS),
         "slice_table": dg.MetadataValue.md(slice_table(result)),
         "slices_against_baseline": dg.MetadataValue.md(markdown_image(report.plot, "slices against the baseline")),
         "answers_by_slice": dg.MetadataValue.md("\n".join(answer_section(result))
                                                 or render.inline(answers_note(result.as_json()) or "")),
         "failed_cases": dg.MetadataValue.md(failed_cases_table(result)),
+        **(_why_metadata(moved) if changes else {}),
         "report": dg.MetadataValue.md(report.markdown()),
         "report_file": dg.MetadataValue.path(str(report.path)),
         # Numbers as numeric metadata, so the Dagster UI plots their trend.
@@ -123,20 +136,28 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
     if not (config.gate if config.gate is not None else not config.run_file):
         yield checks.result("gate_vs_baseline", not_gated_verdict(result.external_run))
         return
-    comparison = report.comparison
-    yield checks.result("gate_vs_baseline", comparison.verdict())
+    yield checks.gate_result(comparison.verdict(why.why_line(moved)), moved)
     if comparison.gate is not None and comparison.gate.errors:
         # The run's failure headline says what regressed, not only that a blocking check failed.
-        regressed = "; ".join(render.printable(f.message) for f in comparison.gate.errors)
+        regressed = "; ".join(render.plain_text(f.message) for f in comparison.gate.errors)
+        if moved:
+            regressed += f"; {why.why_line(moved)}"
         tag_failure(context, f"gate_vs_baseline: {regressed}")
         raise dg.Failure(
             description=f"gate_vs_baseline: {regressed} (eval {result.eval_id} against "
-                        f"{render.printable(comparison.against)})",
+                        f"{render.plain_text(comparison.against)})",
             metadata={"eval_id": result.eval_id, "baseline_eval": comparison.baseline_id or "",
                       "report_file": dg.MetadataValue.path(str(report.path)),
                       **outcome(StepOutcome(Status.REGRESSED, f"gate_vs_baseline: {regressed}"))},
             allow_retries=False,
         )
+
+
+def _why_metadata(moved: list[dict]) -> dict:
+    """Why cases moved against the baseline: a table (falls first) and counts by cause, as numbers."""
+    counts = {f"cause_{kind}": n for kind, n in why.counts(moved).items()}
+    return {"case_changes": table(why.rows(moved), why.COLUMNS),
+            **numbers({"cases_moved": len(moved), "cases_fell": sum(1 for c in moved if c["delta"] < 0), **counts})}
 
 
 evaluation_assets = [golden_set, golden_eval]

@@ -18,7 +18,7 @@ import dagster as dg
 
 from rag_pipeline.core.errors import DomainError
 from rag_pipeline.core.outcomes import StepOutcome
-from rag_pipeline.core.render import cut, printable
+from rag_pipeline.core.render import cut, plain_text
 from rag_pipeline.defs.common import tag_failure
 from rag_pipeline.defs.metadata import outcome as outcome_metadata
 
@@ -26,8 +26,9 @@ MAX_DESCRIPTION_CHARS = 2000
 
 
 def reason_of(error: BaseException) -> str:
-    """The error's own words, printable (control characters escaped), cut to what a description shows."""
-    return cut(printable(str(error) or type(error).__name__), MAX_DESCRIPTION_CHARS)
+    """The error's own words as plain text (its lines kept, other control characters escaped), cut to
+    what a description shows."""
+    return cut(plain_text(str(error) or type(error).__name__), MAX_DESCRIPTION_CHARS)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """Ingestion assets, one partition per source: discover, parse, chunk, embed, then the verified switch."""
 
 from collections.abc import Iterator
+from typing import NoReturn
 
 import dagster as dg
 
@@ -10,7 +11,8 @@ from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.inputs import chunking_fingerprint, settings_fingerprint
 from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.ingestion.parsing import parser_version
-from rag_pipeline.core.ingestion.reports import StageReport
+from rag_pipeline.core.ingestion.reports import IndexReport, StageReport
+from rag_pipeline.core.ingestion.source_runs import failure_recorded
 from rag_pipeline.core.outcomes import Status, StepOutcome
 from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
@@ -35,7 +37,7 @@ def _materialized(context: dg.AssetExecutionContext, report: StageReport, **meta
     """The stage's counts as metadata, and one warning line per document that failed it in this run."""
     for failure in report.failures:
         context.log.warning(
-            f"document failed at {failure.stage}: {render.printable(failure.doc_id)}: {render.printable(failure.reason)}"
+            f"document failed at {failure.stage}: {render.printable(failure.doc_id)}: {render.plain_text(failure.reason)}"
         )
     return dg.MaterializeResult(metadata={**metadata, **stage_metadata(report), **outcome()})
 
@@ -59,13 +61,15 @@ def source_documents(
     diffed against the manifest the served index was built from."""
     tag_trigger(context)
     db = store.get()
-    with explained(context, lambda: _served_state(db, context.partition_key, settings.load().source(context.partition_key).path)):
+    with (explained(context, lambda: _served_state(db, context.partition_key, settings.load().source(context.partition_key).path)),
+          failure_recorded(db, context.partition_key, context.run.run_id)):
         pipeline = settings.load()
         source = pipeline.source(context.partition_key)
         lifecycle = pipeline.lifecycle.model_copy(update={"allow_mass_delete": True}) if config.allow_mass_delete \
             else pipeline.lifecycle
         report = stages.discover_source(source, db, lifecycle, context.run.run_id,
-                                        settings_fingerprint(pipeline.chunking, embedder.get().identity))
+                                        settings_fingerprint(pipeline.chunking, embedder.get().identity),
+                                        progress=context.log.info)
     return _materialized(context, report, root=dg.MetadataValue.path(str(source.path)))
 
 
@@ -75,7 +79,8 @@ def parsed_documents(
 ) -> dg.MaterializeResult:
     """unstructured elements of the added and changed documents, parsed in a worker process under the
     source's limits; failures recorded per document with the parser's reason."""
-    with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+    with (explained(context, lambda: _served_state(store.get(), context.partition_key)),
+          failure_recorded(store.get(), context.partition_key, context.run.run_id)):
         source = settings.load().source(context.partition_key)
         report = stages.parse_source(source, store.get(), context.run.run_id, progress=context.log.info)
     return _materialized(context, report, parser=parser_version())
@@ -85,7 +90,8 @@ def parsed_documents(
 def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource) -> dg.MaterializeResult:
     """Chunks of the configured strategy, with their BM25 postings, for documents whose content,
     chunking or lexical analyzer changed."""
-    with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+    with (explained(context, lambda: _served_state(store.get(), context.partition_key)),
+          failure_recorded(store.get(), context.partition_key, context.run.run_id)):
         config = settings.load()
         source = config.source(context.partition_key)
         report = stages.chunk_source(source, store.get(), config.chunking, context.run.run_id, progress=context.log.info)
@@ -98,7 +104,8 @@ def document_chunks(context: dg.AssetExecutionContext, settings: PipelineSetting
 def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, embedder: EmbedderResource) -> dg.MaterializeResult:
     """Vectors of new chunk texts, through the cache keyed by model identity and text hash."""
     model = embedder.get()
-    with explained(context, lambda: _served_state(store.get(), context.partition_key)):
+    with (explained(context, lambda: _served_state(store.get(), context.partition_key)),
+          failure_recorded(store.get(), context.partition_key, context.run.run_id)):
         report = stages.embed_source(context.partition_key, store.get(), model, context.run.run_id,
                                      progress=context.log.info)
     return _materialized(context, report, model=model.identity)
@@ -112,12 +119,13 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     """The served rows of the source, switched in one transaction only when coverage and deletion
     propagation are proven on the new version; otherwise the previous version stays served."""
     db = store.get()
-    with explained(context, lambda: _served_state(db, context.partition_key)):
+    with (explained(context, lambda: _served_state(db, context.partition_key)),
+          failure_recorded(db, context.partition_key, context.run.run_id)):
         config = settings.load()
         source = config.source(context.partition_key)
         model = embedder.get()
         report = switch.index_source(source, db, model, context.run.run_id, config.lifecycle,
-                                     settings_fingerprint(config.chunking, model.identity))
+                                     settings_fingerprint(config.chunking, model.identity), progress=context.log.info)
         if report.pinned:
             yield from _left_alone(context, db, source.source_id, report)
             return
@@ -134,7 +142,7 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
         context.instance.add_run_tags(context.run.run_id, {FAILED_DOCUMENTS_TAG: str(failed)})
     if not report.switched:
         yield from proofs
-        refusal = f"switch refused, the previous version of {source.source_id!r} stays served: {render.printable(report.refusal)}"
+        refusal = f"switch refused, the previous version of {source.source_id!r} stays served: {render.plain_text(report.refusal)}"
         tag_failure(context, refusal)
         raise dg.Failure(
             description=refusal,
@@ -142,9 +150,32 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
             allow_retries=False,
         )
     failures = {"failed_documents": table(report.coverage.failed, ["doc_id", "stage", "reason", "since"])} if failed else {}
-    yield _materialized(context, report, manifest_hash=db.served.manifest_hash(source.source_id),
-                        index_state=report.state or "", **failures)
+    # What the source serves now, and the settings its chunks and vectors were built with: the
+    # evaluation sensor compares them with what the last evaluation measured (defs/night_state.py).
+    served = {"manifest_hash": dg.MetadataValue.text(db.served.manifest_hash(source.source_id)),
+              "index_settings": dg.MetadataValue.text(settings_fingerprint(config.chunking, model.identity)),
+              "index_state": dg.MetadataValue.text(report.state or "")}
+    if failed and config.lifecycle.failed_documents_fail_partition:
+        yield from proofs
+        _fail_partition(context, source.source_id, report, {**served, **failures})
+    yield _materialized(context, report, **served, **failures)
     yield from proofs
+
+
+def _fail_partition(context: dg.AssetExecutionContext, source_id: str, report: IndexReport, metadata: dict) -> NoReturn:
+    """lifecycle.failed_documents_fail_partition: the switch committed, and the partition is marked
+    failed (a step failure with no materialization is what Dagster counts as a failed partition), so
+    that the UI's "Failed" selection and a backfill's re-execution retry it. An observation records
+    what is served, as a materialization would."""
+    failed = len(report.coverage.failed)
+    reason = (f"{failed} document(s) of {source_id!r} failed (failed_documents below); the switch committed: every "
+              "other document is served, and the failed ones keep their last good version. The partition is marked "
+              "failed by lifecycle.failed_documents_fail_partition, so that a retry of failed partitions runs it again")
+    context.log_event(dg.AssetObservation(asset_key=context.asset_key, partition=context.partition_key,
+                                          description=reason, metadata=metadata))
+    tag_failure(context, reason)
+    raise dg.Failure(description=reason, allow_retries=False, metadata={
+        **metadata, **stage_metadata(report), **outcome(StepOutcome(Status.INCOMPLETE, reason, "documents"))})
 
 
 def _left_alone(context: dg.AssetExecutionContext, db: Store, source_id: str, report) -> Iterator:

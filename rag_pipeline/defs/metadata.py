@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
+from rag_pipeline.config import SourceConfig
 from rag_pipeline.core import render
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.reports import StageReport
+from rag_pipeline.core.ingestion.source_runs import served_state
 from rag_pipeline.core.outcomes import DONE, OUTCOME_KEY, StepOutcome
 from rag_pipeline.core.storage import Store
 
@@ -20,6 +22,8 @@ FAILURE_COLUMNS = ["doc_id", "stage", "reason"]
 
 # A table's rows shown in Dagster's table view, at most (the counts beside it say how many there are).
 MAX_TABLE_ROWS = 500
+# Decimals of a float in a table: what a person compares by eye (the float noise of 0.123456789 is not).
+TABLE_DECIMALS = 4
 
 
 def outcome(step: StepOutcome = DONE) -> dict[str, dg.MetadataValue]:
@@ -29,19 +33,24 @@ def outcome(step: StepOutcome = DONE) -> dict[str, dg.MetadataValue]:
 
 def table(rows: Sequence[Mapping | Sequence], columns: Sequence[str], limit: int = MAX_TABLE_ROWS) -> dg.MetadataValue:
     """Rows as Dagster's table metadata, with a schema: numbers stay numbers (the table view sorts
-    them), text is shown as plain text (control characters escaped, long cells cut)."""
+    them; floats rounded to TABLE_DECIMALS), text is shown as plain text (its lines kept, other
+    control characters escaped, long cells cut)."""
     records = [dict(zip(columns, row)) if not isinstance(row, Mapping) else {c: row.get(c) for c in columns}
                for row in rows[:limit]]
     schema = []
     for column in columns:
         kind = _column_type([r[column] for r in records if r[column] is not None])
         schema.append(dg.TableColumn(column, kind))
-        if kind == "string":
+        if kind == "float":
+            for record in records:
+                if record[column] is not None and not math.isnan(record[column]):
+                    record[column] = round(float(record[column]), TABLE_DECIMALS)
+        elif kind == "string":
             for record in records:
                 value = record[column]
                 if value is not None:
                     text = ", ".join(map(str, value)) if isinstance(value, (list, tuple, set)) else str(value)
-                    record[column] = render.cut(render.printable(text), render.MAX_CELL_CHARS)
+                    record[column] = render.cut(render.plain_text(text), render.MAX_CELL_CHARS)
     return dg.MetadataValue.table([dg.TableRecord(r) for r in records], dg.TableSchema(schema))
 
 
@@ -75,18 +84,26 @@ def stage_metadata(report: StageReport) -> dict:
     metadata: dict = {**numbers(report.counts), "failed": dg.MetadataValue.int(len(report.failures))}
     if report.failures:
         metadata["failures"] = table(report.failure_rows(), FAILURE_COLUMNS)
+    if report.skipped_by_reason:
+        metadata["skipped_by_reason"] = table(list(report.skipped_by_reason.items()), ["reason", "files"])
     for key, values in report.details.items():
         if values:
             metadata[f"{key}_documents"] = dg.MetadataValue.md(render.bullets(values))
     return metadata
 
 
-def source_rows(store: Store, source_ids: Sequence[str]) -> list[dict]:
-    """Per source: the documents queryable in their current version, and those whose current version failed a stage (named)."""
+SOURCE_COLUMNS = ["source", "served", "queryable_documents", "failed_documents", "failed"]
+
+
+def source_rows(store: Store, sources: Sequence[SourceConfig]) -> list[dict]:
+    """Per source: what it serves (current, or the version of its last switch because its latest run
+    failed or its folder is gone, and why), the documents queryable in their current version, and
+    those whose current version failed a stage (named)."""
     rows = []
-    for source_id in source_ids:
-        coverage = coverage_report(store, source_id)
-        rows.append({"source": source_id, "queryable_documents": coverage.counts_by_stage.get("queryable", 0),
+    for source in sources:
+        coverage = coverage_report(store, source.source_id)
+        rows.append({"source": source.source_id, "served": served_state(store, source.source_id, source.path),
+                     "queryable_documents": coverage.counts_by_stage.get("queryable", 0),
                      "failed_documents": len(coverage.failed),
-                     "failed": "; ".join(f"{f['doc_id']} at {f['stage']}: {f['reason']}" for f in coverage.failed)})
+                     "failed": "\n".join(f"{f['doc_id']} at {f['stage']}: {f['reason']}" for f in coverage.failed)})
     return rows

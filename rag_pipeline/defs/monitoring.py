@@ -1,4 +1,4 @@
-"""Monitoring assets, daily partitions: the production sample and the drift report.
+"""Monitoring assets, daily partitions: the production sample, coverage gaps and the drift report.
 
 Built per deployment: the daily partitions start at the configured date or the query log's first
 day, so the UI shows the days that can have traffic, not years of empty ones.
@@ -11,6 +11,7 @@ import dagster as dg
 from rag_pipeline.core import render
 from rag_pipeline.core.faults import hold_point
 from rag_pipeline.core.monitoring.daily import drift_day, sample_day
+from rag_pipeline.core.monitoring.gap_day import GAP_COLUMNS, coverage_gaps_day
 from rag_pipeline.core.monitoring.sampling import refused_lines
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.defs import checks
@@ -23,7 +24,7 @@ from rag_pipeline.defs.resources import EmbedderResource, PipelineSettings, Stor
 
 
 def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefinition]:
-    """production_sample and drift_report over these day partitions."""
+    """production_sample, coverage_gaps and drift_report over these day partitions."""
     common = dict(partitions_def=days, group_name="monitoring", pool=STORE_POOL, kinds={"duckdb"}, owners=OWNERS)
 
     @dg.asset(deps=[dg.AssetDep(search_index, partition_mapping=dg.AllPartitionMapping())], **common)
@@ -50,8 +51,27 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
             **outcome(),
         })
 
+    @dg.asset(deps=[production_sample], check_specs=checks.specs("coverage_gaps", days), **common)
+    def coverage_gaps(
+        context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource, embedder: EmbedderResource
+    ):
+        """Topics of the day's questions that the served index holds no good evidence for, ranked by
+        traffic; earlier gaps carried on, or closed by the document that now answers them."""
+        with explained(context):
+            config = settings.load()
+            day = coverage_gaps_day(config, store.get(), embedder.get(), date.fromisoformat(context.partition_key))
+        verdict = day.verdict(config.monitoring.gap_share_warn)
+        yield dg.MaterializeResult(metadata={
+            **numbers(day.measures()),
+            "threshold_rule": dg.MetadataValue.text(day.threshold.rule),
+            "gaps": table(day.rows(), GAP_COLUMNS),
+            "coverage_gaps": dg.MetadataValue.json([g.as_json() for g in day.gaps]),
+            **outcome(),
+        })
+        yield checks.result("no_large_new_gap", verdict)
+
     @dg.asset(
-        deps=[production_sample, dg.AssetDep(golden_eval, partition_mapping=dg.AllPartitionMapping())],
+        deps=[production_sample, coverage_gaps, dg.AssetDep(golden_eval, partition_mapping=dg.AllPartitionMapping())],
         check_specs=checks.specs("drift_report", days), **common,
     )
     def drift_report(
@@ -69,10 +89,11 @@ def monitoring_assets(days: dg.DailyPartitionsDefinition) -> list[dg.AssetsDefin
             "overview": dg.MetadataValue.md(markdown_image(drift.plot, "drift overview")),
             "report": dg.MetadataValue.md(drift.markdown()),
             "candidates": table(drift.report.candidates, ["excess_density", "distance", "query", "nearest_golden"]),
+            "uncovered_pages": table(drift.report.uncovered_pages, ["source", "doc_id", "hits"]),
             "unseen_terms": dg.MetadataValue.md(render.inline(", ".join(t for t, _ in drift.report.unseen_terms))),
             "report_file": dg.MetadataValue.path(str(drift.path)),
             **outcome(),
         })
         yield checks.result("drift_within_threshold", verdict)
 
-    return [production_sample, drift_report]
+    return [production_sample, coverage_gaps, drift_report]

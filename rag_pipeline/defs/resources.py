@@ -33,6 +33,11 @@ class PipelineSettings(dg.ConfigurableResource):
     def load(self) -> PipelineConfig:
         return _load_config_cached(self.config_path or None, tuple(sorted(self.source_overrides.items())), self.golden_set or None)
 
+    def load_current(self) -> PipelineConfig:
+        """The config file as it is now: a sensor runs in a code server that lives for days, and must
+        see the config a team edited since it started (`load` keeps the first one it read)."""
+        return load_config(self.config_path or None, sources=dict(self.source_overrides), golden_set=self.golden_set or None)
+
     @classmethod
     def from_config(cls, config: PipelineConfig, overrides: dict[str, str] | None = None) -> PipelineSettings:
         return cls(

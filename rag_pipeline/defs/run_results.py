@@ -40,6 +40,9 @@ def run_result(result: dg.ExecuteInProcessResult) -> RunResult:
         recorded = failure.user_failure_data.metadata.get(OUTCOME_KEY) if failure.user_failure_data else None
         if recorded is not None:
             outcomes[event.step_key] = StepOutcome.from_json(recorded.value)
+            if outcomes[event.step_key].status == Status.INCOMPLETE:
+                # Its work landed (the switch committed): its values are on the failure, not on a materialization.
+                values.setdefault(event.step_key, {k: e.value for k, e in failure.user_failure_data.metadata.items()})
         elif _innermost(failure.error).cls_name in _INTERRUPTIONS:
             interrupted = True
             outcomes[event.step_key] = StepOutcome(Status.FAILED, INTERRUPTED, "interrupted")

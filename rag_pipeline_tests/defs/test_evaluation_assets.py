@@ -200,3 +200,32 @@ def test_the_first_baseline_still_keeps_the_budgets(setup):
     run = evaluate_golden(config, instance, mode="bm25")
     promoted, text = promote_if_better(open_store(config.storage), run.summary["eval_id"], GatePolicy(context_tokens_budget=1))
     assert not promoted and "over the budget 1" in text
+
+
+def test_golden_eval_says_why_cases_moved_against_the_baseline(setup, tmp_path):
+    """The refunds page loses its words overnight: golden_eval names the page as the cause of q1's
+    fall in a table and in numbers, the gate check's description names it, the report has it."""
+    from rag_pipeline.core.evaluation.gating.baselines import promote_if_better
+    from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+
+    config, instance, _ = setup
+    first = evaluate_golden(config, instance, mode="bm25")
+    assert promote_if_better(open_store(config.storage), first.summary["eval_id"], GatePolicy())[0]
+    metadata = instance.get_latest_materialization_event(dg.AssetKey("golden_eval")).asset_materialization.metadata
+    assert "case_changes" not in metadata  # no baseline then: nothing to explain
+    (tmp_path / "kb" / "refunds.md").write_text("# Plants\n\nThe office plants are watered on Fridays.\n")
+    assert ingest(config, instance)[0].success
+    second = evaluate_golden(config, instance, mode="bm25")
+
+    metadata = instance.get_latest_materialization_event(dg.AssetKey("golden_eval")).asset_materialization.metadata
+    [row] = metadata["case_changes"].value.records
+    assert (row.data["case"], row.data["cause"], row.data["document"], row.data["recovered"]) == (
+        "q1", "gold_changed", "kb:refunds.md", True)
+    assert row.data["baseline"] == 1.0 and row.data["candidate"] < 1.0
+    assert metadata["cause_gold_changed"].value == 1 and metadata["cause_outranked"].value == 0
+    assert metadata["cases_moved"].value == 1 and metadata["cases_fell"].value == 1
+    assert "## Why cases moved against the baseline" in metadata["report"].value
+    _, evaluation = _latest_gate(instance, second.revision)
+    assert "why: 1 case(s) fell (gold_changed 1: kb:refunds.md)" in evaluation.description
+    [checked] = evaluation.metadata["case_changes"].records
+    assert checked.data["case"] == "q1"

@@ -10,22 +10,22 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.cli import main as cli
-from rag_pipeline.cli.runner import evaluate_golden, ingest, monitor
+from rag_pipeline.cli.runner import evaluate_golden, monitor
 from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision
 from rag_pipeline.core.evaluation.golden.validation import load_golden_set
 from rag_pipeline.core.storage import open_store
-from rag_pipeline_tests.conftest import sample_pipeline
+from rag_pipeline_tests.conftest import copy_sample_index, sample_pipeline
 
 
 @pytest.fixture(scope="module")
-def triaged(tmp_path_factory):
+def triaged(tmp_path_factory, sample_index):
     tmp = tmp_path_factory.mktemp("triage")
     config = sample_pipeline(tmp)
     golden = config.golden_set
     instance = dg.DagsterInstance.ephemeral()
-    assert all(r.success for r in ingest(config, instance))
+    copy_sample_index(sample_index, config.storage.path)  # the sample ingested alike, written to below
     first = evaluate_golden(config, instance, mode="hybrid")
     assert first.success, first.error
     day = max(p.stem for p in config.monitoring.query_log.glob("*.jsonl"))
@@ -177,3 +177,39 @@ def test_a_grader_disagreeing_with_a_person_becomes_an_item(triaged, tmp_path):
     human = [i for i in items if i["origin"] == "grader_vs_human"]
     assert [(i["case_id"], i["evidence"]["rubrics"]) for i in human] == [("hv-x", ["faithful"])]
     assert human[0]["nearest_golden"] and human[0]["retrieved"]
+
+
+def test_the_questions_of_the_open_gaps_become_items_with_their_caller(triaged):
+    from datetime import date
+
+    from rag_pipeline.core.evaluation.triage import build_queue
+    from rag_pipeline.core.retrieval.retriever import Retriever
+
+    config = triaged["config"]
+    store = open_store(config.storage)
+    members = [{"query": "payroll tax filing india", "tenant": "acme", "roles": ["customer"], "best_score": 0.2},
+               {"query": "payroll tax filing india", "tenant": "acme", "roles": ["customer"], "best_score": 0.2},
+               {"query": "run payroll for contractors", "tenant": None, "roles": [], "best_score": 0.3}]
+    row = {"gap_id": "gap-x", "first_seen": date(2026, 12, 30), "last_seen": date(2026, 12, 30), "label": "payroll",
+           "question_count": 3, "share": 0.2, "best_score": 0.3, "threshold": 0.4, "nearest_doc": None,
+           "nearest_section": "", "tenants": ["acme"], "members": json.dumps(members), "centroid": [1.0],
+           "closed_by": None}
+    closed = {**row, "gap_id": "gap-y", "members": json.dumps([{**members[0], "query": "payroll calendar"}])}
+    store.gaps.save_day(date(2026, 12, 29), [{**closed, "day": date(2026, 12, 29), "status": "open"}])
+    store.gaps.save_day(date(2026, 12, 30), [{**row, "day": date(2026, 12, 30), "status": "open"}])
+    # A gap a later day closed is no item any more: the gaps still open are.
+    store.gaps.save_day(date(2026, 12, 31), [{**closed, "day": date(2026, 12, 31), "status": "closed",
+                                              "closed_by": "kb:payroll.md"}])
+    embedder = make_embedder(config.embedding)
+    items = build_queue(store, load_golden_set(config.golden_set), Retriever(store, embedder, config.retrieval), embedder)
+    gaps = [i for i in items if i["origin"] == "coverage_gap"]
+    asked = [i["question"] for i in gaps]
+    # Each question once; those of gap-x, and of any gap the fixture's monitoring day left open; not gap-y's.
+    assert len(asked) == len(set(asked)) and {"payroll tax filing india", "run payroll for contractors"} <= set(asked)
+    assert "payroll calendar" not in asked
+    assert {json.loads(r["members"])[0]["query"] for r in store.gaps.still_open()} <= set(asked)
+    first = next(i for i in gaps if i["question"] == "payroll tax filing india")
+    assert first["filters"] == {"tenant": "acme", "roles": ["customer"]}
+    assert first["evidence"]["gap_id"] == "gap-x" and first["evidence"]["label"] == "payroll"
+    assert first["nearest_golden"] and first["answerable"] is None
+    store.close()

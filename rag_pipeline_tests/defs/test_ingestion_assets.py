@@ -131,3 +131,26 @@ def test_only_an_unexpected_error_shows_its_stack(tmp_path, write_config, monkey
         assert not run.success and str(bug.args[0]) in run.error
         assert "step parsed_documents failed with an unexpected error" in err and type(bug).__name__ in err
         assert 'File "' in err and "in broken" in err
+
+
+def test_each_stages_progress_and_the_skipped_files_by_reason_are_in_the_run(tmp_path, write_config):
+    """The lines a person reads in the UI's run log: each stage's last line, with done/total and rate;
+    and discovery's skipped files counted by reason in its metadata."""
+    from rag_pipeline_tests.conftest import write_tree
+
+    pages = {f"page{n:02}.md": f"# Page {n}\n\nThis page explains topic {n} of the product.\n" for n in range(25)}
+    pages |= {"logo.png": b"\x89PNG", "icon.png": b"\x89PNG", ".DS_Store": b"\x00"}
+    config = write_config({"docs": write_tree(tmp_path / "docs", pages)})
+    instance = dg.DagsterInstance.ephemeral()
+    [run] = ingest(config, instance)
+    assert run.success, run.error
+    messages = [entry.user_message for record in instance.get_runs() for entry in instance.all_logs(record.run_id)
+                if entry.dagster_event is None]
+    for stage in ("discovery", "parsing", "chunking", "embedding", "probing"):
+        assert any(re.match(rf"docs: {stage}: \d+/\d+ \(100%\), [\d.]+/s, done$", m) for m in messages), (stage, messages)
+    # Discovery's metadata counts what it skipped by reason, beside the total.
+    event = instance.get_latest_materialization_event(dg.AssetKey("source_documents"))
+    metadata = event.asset_materialization.metadata
+    assert metadata["skipped"].value == 3
+    assert [(r.data["reason"], r.data["files"]) for r in metadata["skipped_by_reason"].value.records] == [
+        ("unsupported file type '.png'", 2), ("hidden file", 1)]

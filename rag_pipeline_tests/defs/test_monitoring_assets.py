@@ -38,7 +38,47 @@ def test_same_day_gives_the_same_sample_and_report(tmp_path, write_config):
     assert (tmp_path / "reports" / "drift-2026-11-20.png").stat().st_size > 10_000
     report = (tmp_path / "reports" / "drift-2026-11-20.md").read_text()
     assert "Candidates for new golden cases" in report and "![overview](drift-2026-11-20.png)" in report
-    assert set(first.checks) == {"drift_within_threshold"}
+    assert "## Coverage gaps" in report and "questions examined" in report.split("## Coverage gaps")[1]
+    assert set(first.checks) == {"drift_within_threshold", "no_large_new_gap"}
+
+
+def test_a_new_off_corpus_topic_warns_on_coverage_gaps_and_reaches_the_report(tmp_path, write_config):
+    root = tmp_path / "kb"
+    root.mkdir()
+    (root / "refunds.md").write_text("# Refunds\n\nRefunds are issued within 14 days of the request.\n")
+    (root / "sso.md").write_text("# SSO\n\nSet up single sign-on with Okta or Entra ID.\n")
+    log = tmp_path / "query_log"
+    log.mkdir()
+    day = "2026-11-20"
+    # Repeated questions: the same words, the same topic, whatever the embedder.
+    asked = ["how long do refunds take", "refunds within 14 days", "single sign-on with okta"] * 4 + \
+        ["analytics add-on quarterly pricing"] * 5
+    (log / f"{day}.jsonl").write_text("".join(json.dumps(
+        {"timestamp": f"{day}T{8 + i % 10:02d}:{i:02d}:00Z", "query": q, "tenant": "acme"}) + "\n"
+        for i, q in enumerate(asked)))
+    golden = tmp_path / "golden.jsonl"
+    cases = [("when are refunds issued", True), ("refunds within 14 days of the request", True),
+             ("single sign-on with okta", True), ("set up sso with entra id", True), ("refund request", True),
+             ("parking at the office", False), ("yearly staff bonus", False), ("dogs at work", False)]
+    golden.write_text("".join(json.dumps({"id": f"c{i}", "question": q, "reference": "r", "slice": "s", "split": "dev",
+                                          "gold_docs": ["kb:refunds.md"] if a else [], "answerable": a}) + "\n"
+                              for i, (q, a) in enumerate(cases)))
+    config = write_config({"kb": root}, golden_set=str(golden), monitoring={
+        "query_log": str(log), "start_date": "2026-11-10", "bootstrap_samples": 200, "gap_share_warn": 0.2})
+    instance = dg.DagsterInstance.ephemeral()
+    assert ingest(config, instance)[0].success
+    run = monitor(config, instance, day)
+    assert run.success, run.error
+    assert run.checks["no_large_new_gap"] is False  # a WARN: the run still succeeds
+    gaps = run.metadata["coverage_gaps"]
+    assert gaps[0]["count"] == 5 and gaps[0]["share"] == round(5 / len(asked), 4) and gaps[0]["first_seen"] == day
+    assert "analytics" in gaps[0]["label"] and gaps[0]["tenants"] == ["acme"] and gaps[0]["closed_by"] is None
+    assert [g["count"] for g in gaps] == sorted((g["count"] for g in gaps), reverse=True)
+    check = instance.get_latest_materialization_event(dg.AssetKey("coverage_gaps"))
+    assert check.asset_materialization.partition == day
+    report = (tmp_path / "reports" / f"drift-{day}.md").read_text()
+    assert "analytics add-on quarterly pricing" in report.split("## Coverage gaps")[1]
+    assert (tmp_path / "reports" / f"gaps-{day}.png").stat().st_size > 5_000
 
 
 def test_a_day_without_traffic_fails_the_drift_step_with_the_reason(tmp_path, write_config):
@@ -97,3 +137,7 @@ def test_hostile_queries_are_escaped_wherever_dagster_renders_markdown(tmp_path,
     candidates = metadata["candidates"]
     assert isinstance(candidates, dg.TableMetadataValue)
     assert set(HOSTILE_QUERIES) <= {record.data["query"] for record in candidates.records}
+    # Their scores stay numbers the table view sorts, rounded to what a person compares by eye.
+    scores = [record.data[c] for record in candidates.records for c in ("excess_density", "distance")]
+    assert scores and all(isinstance(s, float) and s == round(s, 4) for s in scores)
+    assert {c.name: c.type for c in candidates.schema.columns}["distance"] == "float"

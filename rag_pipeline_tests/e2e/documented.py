@@ -179,6 +179,8 @@ def flag_problems(shown: Shown) -> list[str]:
     if words[0] in NESTED:  # `golden triage | accept | ...` names several subcommands, `golden accept FILE` one
         names = [word for word in words[1:] if _WORD.fullmatch(word)] if "|" in words else words[1:2]
         commands = [(words[0], name) for name in names] or commands
+    elif words[0] == "gate" and len(words) > 1 and _WORD.fullmatch(words[1]):  # `gate waive ...`, `gate waivers`
+        commands = [("gate", words[1])]
     problems = [f"no subcommand `rag-pipeline {' '.join(c)}`" for c in commands if "usage:" not in help_text(*c)]
     # A line naming several subcommands shows the flags of any of them (`index list | restore --to ...`).
     usage = "\n".join(help_text(*c) for c in commands)

@@ -19,7 +19,7 @@ from rag_pipeline.core.faults import KILL_AT_ENV
 from rag_pipeline.core.storage import open_store
 from rag_pipeline.core.storage.contents import compare_contents, content_differences, served_contents
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG, require
-from tools.celery_deployment import (
+from rag_pipeline_tests.harness.celery_deployment import (
     HTTPX_PAGES,
     SCIFACT,
     broker_env,
@@ -29,7 +29,7 @@ from tools.celery_deployment import (
     steps_by_worker,
     worker_figures,
 )
-from tools.local_deployment import INGESTION_ASSETS, deployment, pipeline_config, postgres_server
+from rag_pipeline_tests.harness.local_deployment import INGESTION_ASSETS, deployment, pipeline_config, postgres_server
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ def celery(tmp_path_factory):
     raw["embedding"] = {"kind": "hashing"}
     out: dict = {"sources": sources}
     previous_dsn = os.environ.get("RAG_PIPELINE_PG_DSN")
-    with postgres_server(work / "pgdata") as dsn, redis_server(work / "redis") as redis_url:
+    with postgres_server() as dsn, redis_server(work / "redis") as redis_url:
         os.environ["RAG_PIPELINE_PG_DSN"] = dsn
         try:
             with deployment(work / "deployment", raw, "postgres", dsn, extra_env=broker_env(redis_url)) as running:

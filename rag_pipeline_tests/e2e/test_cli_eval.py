@@ -109,7 +109,12 @@ def test_monitor_reports_a_day_and_fails_on_drift_only_when_asked(tmp_path):
     out = _cli("monitor", "--config", str(config), "--json", cwd=tmp_path)  # the log's last day by default
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads(out.stdout)
-    assert report["day"] == "2026-11-03" and report["checks"] == {"drift_within_threshold": False}
+    assert report["day"] == "2026-11-03"
+    assert report["checks"] == {"drift_within_threshold": False, "no_large_new_gap": False}
+    # The shifted questions the corpus has no words for (each asked three times) are gaps; no other is.
+    gaps = report["coverage_gaps"]
+    assert gaps and {q for g in gaps for q in g["queries"]} <= set(shifted)
+    assert all(g["count"] == 3 and g["first_seen"] == "2026-11-03" for g in gaps)
     assert report["metadata"]["sampled_queries"] == 12 and report["metadata"]["malformed_lines"] == 2
     assert _cli("monitor", "--config", str(config), "--fail-on-drift", cwd=tmp_path).returncode == 1
     calm = _cli("monitor", "--config", str(config), "--day", "2026-11-02", "--fail-on-drift", cwd=tmp_path)

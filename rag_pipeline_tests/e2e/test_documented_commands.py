@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,16 @@ GROWTH = [  # exit 0: both reviewers agree, nothing waits for people
     (GOLDEN_DOC, "rag-pipeline golden accept reviewed-ana.jsonl reviewed-ben.jsonl", 0),
     (GOLDEN_DOC, "rag-pipeline golden release-holdout hb-031 --by ana --reason \"...\"", 0),
 ]
+GATE_WAIVERS = [  # exit 0: a known rule, a day to come (the doc's day stands for one a month ahead: WAIVER_UNTIL)
+    (GOLDEN_DOC, 'rag-pipeline gate waive --rule "protected slice permissioned recall_at_5" --by ana --reason '
+                 '"permissioned pages move to the intranet source; labels follow" --until 2026-12-31', 0),
+    (GOLDEN_DOC, "rag-pipeline gate waivers", 0),
+]
+# A waiver's last day must lie ahead: the docs' day, however far, will pass.
+WAIVER_UNTIL = (datetime.now(UTC).date() + timedelta(days=30)).isoformat()
 # The docs' placeholders, and what stands for them here.
-PLACEHOLDERS = {"path/to/rag_pipeline": str(PROJECT_ROOT), "hb-031": "hb-008"}  # hb-008: a holdout case of data/
+PLACEHOLDERS = {"path/to/rag_pipeline": str(PROJECT_ROOT), "hb-031": "hb-008",  # hb-008: a holdout case of data/
+                "2026-12-31": WAIVER_UNTIL}
 
 # The pages of the worked example's Skiff docs that its transcript lists without showing them.
 SKIFF_PAGES = {
@@ -146,7 +155,10 @@ SYNOPSIS_RUNS = {
              ("eval --config {config} --run {out}/run.trec --gate", 0)],
     "search": [("search 'how many vacation days do I get' --config {config} --tenant acme --roles employee,support "
                 "--status published,superseded --mode bm25 --k 3 --json", 0)],
-    "gate": [("gate --config {config} --baseline {eval_id} --candidate {eval_id} --policy {data}/gate_policy.yaml", 0)],
+    "gate": [("gate --config {config} --baseline {eval_id} --candidate {eval_id} --policy {data}/gate_policy.yaml", 0),
+             ("gate --config {config} waive --rule recall_at_5 --by ana --reason 'labels rewritten this week' "
+              "--until {until} --policy {data}/gate_policy.yaml", 0),
+             ("gate waivers --config {config} --json", 0)],
     "promote": [("promote --config {config} --eval {eval_id} --policy {data}/gate_policy.yaml", 0)],
     "experiment": [("experiment --config {config} --set chunking.strategy=fixed "
                     "--hypothesis 'fixed windows lose the headings' --allow-bundle", GATED)],
@@ -280,7 +292,7 @@ def test_the_rule_finds_every_kind_of_command(tmp_path):
 
 
 def test_every_documented_command_is_run_or_listed():
-    runs = {(doc, text) for steps in (README_STEPS, README_UI, QUICKSTART, WORKED_EXAMPLE, CI_JOBS, GROWTH)
+    runs = {(doc, text) for steps in (README_STEPS, README_UI, QUICKSTART, WORKED_EXAMPLE, CI_JOBS, GROWTH, GATE_WAIVERS)
             for doc, text, _ in steps}
     shown = {s.key: s for s in shown_commands() if s.kind == "shell"}
     unaccounted = [f"{s.doc}:{s.line}: {s.text}" for key, s in shown.items() if key not in runs and key not in NOT_RUN]
@@ -380,7 +392,7 @@ def sample(tmp_path_factory) -> dict:
     (out / "beir" / "queries.jsonl").write_text('{"_id": "q1", "text": "what causes tides?"}\n')
     (out / "beir" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
     (out / "ragas-import.jsonl").write_text(json.dumps(RAGAS_RECORD) + "\n")
-    values = {"config": str(config), "data": str(config.parent), "out": str(out)}
+    values = {"config": str(config), "data": str(config.parent), "out": str(out), "until": WAIVER_UNTIL}
     [(text, expected)] = SYNOPSIS_RUNS["ingest"]
     ingest = run_shown("rag-pipeline " + text.format(**values), root)
     _check(ingest, text, expected)
@@ -408,6 +420,8 @@ def test_the_command_line_synopsis(sample):
     assert "demo succeeded" in results["demo"][0].stdout
     assert "pinned to state" in results["index"][1].stdout and "follows its files again" in results["index"][4].stdout
     assert json.loads(results["eval"][-1].stdout)["at"]["handbook"].startswith("handbook@")
+    assert results["gate"][1].stdout.startswith(f"WAIVED recall_at_5: waived by ana until {WAIVER_UNTIL} (UTC)")
+    assert [w["rule"] for w in json.loads(results["gate"][2].stdout) if w["state"] == "active"] == ["recall_at_5"]
 
 
 @pytest.mark.slow
@@ -437,3 +451,10 @@ def test_the_golden_set_grows_from_production(sample, tmp_path):
                                   if line.strip() and not line.startswith("#"))}
     assert any(c["question"] == question for c in cases.values()), accept.stdout
     assert cases["hb-008"]["split"] == "validation", release.stdout
+
+
+@pytest.mark.slow
+def test_the_gate_waiver_commands(sample, tmp_path):
+    waive, listing = _run_steps(GATE_WAIVERS, tmp_path, sample["env"])
+    assert waive.stdout.startswith(f"WAIVED protected slice permissioned recall_at_5: waived by ana until {WAIVER_UNTIL}")
+    assert "protected slice permissioned recall_at_5" in listing.stdout and " active " in listing.stdout

@@ -13,7 +13,7 @@ from rag_pipeline.cli.runner import ingest
 from rag_pipeline.config import load_config
 from rag_pipeline.core.storage import open_store
 from rag_pipeline_tests.conftest import HTTPX_V023, SAMPLE_CONFIG, require
-from tools.local_deployment import deployment, pipeline_config, postgres_server
+from rag_pipeline_tests.harness.local_deployment import deployment, pipeline_config, postgres_server
 
 SOURCES = ("httpx_a", "httpx_b", "httpx_c")
 SERVED = {
@@ -30,10 +30,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
+def postgres():
     """A server of this module's own: the session's has many tests' connections open by now, and a
     deployment (webserver, daemon, a process per step) opens dozens more."""
-    with postgres_server(tmp_path_factory.mktemp("deployment-postgres")) as dsn:
+    with postgres_server() as dsn:
         yield dsn
 
 

@@ -1,4 +1,4 @@
-"""The nightly suite as it really runs (tools/night.py): the real webserver and daemon, the schedule's
+"""The nightly suite as it really runs (rag_pipeline_tests/harness/night.py): the real webserver and daemon, the schedule's
 tick, the sensors' chain, a backfill launched through GraphQL as the UI launches it, on both
 deployment shapes (DuckDB with the instance in SQLite; PostgreSQL for the store and the instance).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.night import SOURCES, VANISHED_SOURCE
+from rag_pipeline_tests.harness.night import SOURCES, VANISHED_SOURCE
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +29,14 @@ BACKENDS = ("duckdb", "postgres")
 
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory) -> dict[str, dict | str]:
-    """Both nights observed at once, each in its own process (`python -m tools.night`): a night
+    """Both nights observed at once, each in its own process (`python -m rag_pipeline_tests.harness.night`): a night
     spends most of its time waiting for its tick's minute and for the sensors. Per backend, what
     was seen, or the end of the process's output when it failed."""
     work = tmp_path_factory.mktemp("nights")
     running = {}
     for backend in BACKENDS:
         log = (work / f"{backend}.log").open("w")
-        command = [sys.executable, "-m", "tools.night", "--backend", backend, "--work", str(work / backend),
+        command = [sys.executable, "-m", "rag_pipeline_tests.harness.night", "--backend", backend, "--work", str(work / backend),
                    "--out", str(work / f"{backend}.json")]
         running[backend] = (subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log)
     seen: dict[str, dict | str] = {}

@@ -146,7 +146,7 @@ def test_the_drift_report_embeds_its_plot(ui):
 def test_every_asset_and_check_explains_itself(ui):
     checks = _checks(ui)
     assert set(checks) == {"coverage", "deletions_propagated", "sources_fresh", "no_failed_documents", "served_as_configured",
-                           "golden_labels_current", "gate_vs_baseline", "drift_within_threshold"}
+                           "golden_labels_current", "gate_vs_baseline", "drift_within_threshold", "no_large_new_gap"}
     for name, check in checks.items():
         assert len(check["description"] or "") > 40, name
     nodes = _graphql(ui, CHECKS)["assetNodes"]

@@ -6,6 +6,7 @@ the same command converges; the same actions as Dagster jobs with config, as the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -56,17 +57,28 @@ def _bad_night(folder: Path) -> None:
     (folder / "kb" / "refunds.md").write_text("# Refunds\n\nContact billing.\n")
 
 
-@pytest.fixture
-def night_after(tmp_path) -> tuple[Path, dict]:
-    """A baseline measured and promoted, then a night that deleted one gold page and gutted another."""
-    config = _workspace(tmp_path)
+@pytest.fixture(scope="module")
+def built_night(tmp_path_factory) -> tuple[Path, dict]:
+    """A baseline measured and promoted, then a night that deleted one gold page and gutted another
+    (four commands, made once: each test changes a copy)."""
+    folder = tmp_path_factory.mktemp("night_after")
+    config = _workspace(folder)
     _ok("ingest", "--config", str(config))
     first = json.loads(_ok("eval", "--config", str(config), "--json"))
     _ok("promote", "--config", str(config))
     baseline_served = _served(config)
-    _bad_night(tmp_path)
+    _bad_night(folder)
     _ok("ingest", "--config", str(config))
-    return config, {"eval": first, "served": baseline_served}
+    return folder, {"eval": first, "served": baseline_served}
+
+
+@pytest.fixture
+def night_after(built_night, tmp_path) -> tuple[Path, dict]:
+    """A copy of the workspace after the bad night (its paths are relative; file times are kept,
+    so the next ingest sees the files as the last one left them)."""
+    folder, before = built_night
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "pipeline.yaml", before
 
 
 def test_the_morning_after_list_restore_measure_again_unpin(night_after):

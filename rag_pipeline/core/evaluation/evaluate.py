@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from rag_pipeline.config import AnswersConfig, RetrievalConfig
+from rag_pipeline.config import AnswersConfig, RetrievalConfig, flat_settings
 from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.answers.abstention import abstention_summary, calibrate_threshold, fit_abstention
@@ -61,6 +61,8 @@ def evaluate(
     latency_sample: int = LATENCY_SAMPLE,
     report_k: int = DEFAULT_REPORT_K,
     suite: str = FULL,
+    settings: Mapping[str, object] | None = None,
+    served_states: Mapping[str, str] | None = None,
 ) -> EvalResult:
     """Run every case through retrieval with its own caller context and score it; with a
     generator, also answer every case from its top `context_k` chunks and check the answer.
@@ -68,7 +70,8 @@ def evaluate(
     (the abstention model fitted on the dev split, see abstention.py); both are reported per split.
     `latency_sample`: how many cases are also searched one at a time for the latency figures.
     `report_k`: the cutoff at which a case fails (listed in the report) and success@k is shown.
-    `suite`: the identity of the cases evaluated (`suites.suite_identity`)."""
+    `suite`: the identity of the cases evaluated (`suites.suite_identity`). `settings` and
+    `served_states`: what it ran with and on (recorded, see `EvalResult`)."""
     cases = golden.cases
     questions, filters = [c.question for c in cases], [case_filters(c) for c in cases]
     results = retriever.search_many(questions, filters, mode, EVAL_DEPTH)
@@ -98,7 +101,8 @@ def evaluate(
     final = [_with_decisions(row, decided, answer) for row, decided, answer in zip(retrieved, abstained, answers, strict=True)]
     return EvalResult(golden.revision, mode, config_fingerprint, dict(index_state), final, threshold,
                       f"{source}; abstention: {how}", **aggregate(final, threshold, abstention),
-                      abstention=abstention, suite=suite, report_k=report_k)
+                      abstention=abstention, suite=suite, report_k=report_k, settings=dict(settings or {}),
+                      embedding=retriever.embedder.identity, served_states=dict(served_states or {}))
 
 
 def _retrieval_result(case: GoldenCase, result: RetrievalResult, docs: list[tuple[str, float]], stale: list[str],
@@ -167,11 +171,14 @@ def run_golden_evaluation(
     suite: str = FULL,
     pr_subset_size: int = 30,
     report_k: int = DEFAULT_REPORT_K,
+    settings: Mapping[str, object] | None = None,
 ) -> tuple[GoldenSet, EvalResult]:
-    """Load and validate the golden set against the index, evaluate the suite, and persist the result."""
+    """Load and validate the golden set against the index, evaluate the suite, and persist the result.
+    `settings`: the config's flat settings (`PipelineConfig.retrieval_settings`), recorded with it."""
     golden = load_golden_set(golden_path, served_hashes=store.served.document_hashes(), known_documents=store.ledger.document_history())
     golden = select_suite(golden, suite, pr_subset_size)
     index_state = {source_id: store.served.manifest_hash(source_id) for source_id in source_ids}
+    states = {source_id: state.state_id for source_id in source_ids if (state := store.states.latest(source_id))}
     generating = answers is not None and answers.generator != "none"
     result = evaluate(
         golden, Retriever(store, embedder, retrieval), mode or retrieval.mode, config_fingerprint, index_state,
@@ -182,6 +189,9 @@ def run_golden_evaluation(
         abstention_method=retrieval.abstention,
         report_k=report_k,
         suite=suite_identity(suite, pr_subset_size),
+        settings={**flat_settings({"retrieval": retrieval.model_dump(mode="json")}), **(settings or {}),
+                  "retrieval.mode": mode or retrieval.mode},
+        served_states=states,
     )
     store.records.save_evaluation(result)
     return golden, result

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rag_pipeline.config import PipelineConfig
+from rag_pipeline.config import PipelineConfig, settings_diff
 from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
@@ -43,30 +43,15 @@ class BundleRefused(InputError):
     """The candidate changes more than one component and bundles were not allowed."""
 
 
-def _flatten(payload: dict, prefix: str = "") -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for key, value in payload.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, path + "."))
-        else:
-            flat[path] = value
-    return flat
-
-
 def _relevant(config: PipelineConfig) -> dict[str, object]:
-    return _flatten({
-        "chunking": config.chunking.model_dump(mode="json"),
-        "embedding": config.embedding.model_dump(mode="json", exclude={"batch_size"}),
-        "retrieval": config.retrieval.model_dump(mode="json"),
-        "answers": config.answers.model_dump(mode="json", exclude={"base_url_env", "api_key_env", "timeout_s", "max_retries"}),
-    })
+    """The settings an experiment compares: the recorded ones (`retrieval_settings`) but a source's
+    own chunking, which no component covers."""
+    return {key: value for key, value in config.retrieval_settings().items() if not key.startswith("sources.")}
 
 
 def config_diff(baseline: PipelineConfig, candidate: PipelineConfig) -> dict[str, list]:
     """Setting path -> [baseline value, candidate value] for every retrieval-relevant difference."""
-    base, cand = _relevant(baseline), _relevant(candidate)
-    return {key: [base.get(key), cand.get(key)] for key in sorted(set(base) | set(cand)) if base.get(key) != cand.get(key)}
+    return settings_diff(_relevant(baseline), _relevant(candidate))
 
 
 def components_changed(diff: dict[str, list]) -> list[str]:
@@ -111,7 +96,7 @@ def run_experiment(
         build_index(config, store, embedder, f"{experiment_id}-{label}")
         _, result = run_golden_evaluation(
             golden_path, store, embedder, config.retrieval, config.retrieval_fingerprint(), config.source_ids,
-            answers=config.answers,
+            answers=config.answers, settings=config.retrieval_settings(),
         )
         evaluations.append(result)
     base_eval, cand_eval = evaluations

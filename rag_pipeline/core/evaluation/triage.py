@@ -1,7 +1,9 @@
 """Triage: confirmed production failures become reviewed golden cases, in a new revision.
 
-    queue    `build_queue` gathers items to review from four places: the latest drift report's
-             candidates (queries least like the golden set), the latest evaluation's failed cases
+    queue    `build_queue` gathers items to review from five places: the latest drift report's
+             candidates (queries least like the golden set), the questions of the coverage gaps
+             still open (questions the corpus may not answer: an unanswerable case, or a page to
+             write), the latest evaluation's failed cases
              (holdout never: its text is withheld), disagreements between graders (the lexical
              proxy against the LLM judge on a case's claims; the deterministic grader against
              people's verdicts in a verdicts file), and a file of user-reported
@@ -110,6 +112,12 @@ def _raw_items(store: Store, reports: Path | None, grader_gap: float, verdicts: 
         for candidate in latest.get("candidates", []):
             items.append({"origin": "drift", "question": candidate["query"],
                           "evidence": {"day": str(latest["day"]), "excess_density": candidate["excess_density"]}})
+    for gap in store.gaps.still_open():
+        for member in json.loads(gap["members"]):
+            items.append({"origin": "coverage_gap", "question": member["query"],
+                          "evidence": {"day": str(gap["day"]), "gap_id": gap["gap_id"], "label": gap["label"],
+                                       "best_score": member["best_score"], "threshold": gap["threshold"]},
+                          "filters": {"tenant": member["tenant"], "roles": list(member["roles"] or [])}})
     eval_id = store.records.latest_evaluation()
     if eval_id is not None:
         record = store.records.evaluation_record(eval_id)

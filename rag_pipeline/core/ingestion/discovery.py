@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
@@ -30,12 +30,27 @@ from rag_pipeline.core.metadata import (
     split_front_matter,
 )
 from rag_pipeline.core.models import DiscoveredFile, DocumentMeta, EarlierRead, ManifestDiff
+from rag_pipeline.core.progress import Progress
 
 # The text limit of a BEIR record when the caller gives none (limits.max_text_chars's default).
 BEIR_DEFAULT_MAX_TEXT_CHARS = 2_000_000
 # The content hash of a file that was not read: its size and time identify the failed version.
 UNREAD_PREFIX = "unread:"
 FRONT_MATTER_TYPES = {"md", "txt"}
+# The skip reason of a file of a type the pipeline does not read (followed by its quoted suffix).
+UNSUPPORTED_TYPE = "unsupported file type"
+NO_EXTENSION = "(no extension)"
+# Files a docs tree carries beside its pages and nobody expects to be read as text: a site's
+# images, stylesheets, scripts, fonts, media and archives. They never count towards a source
+# being "mostly unsupported" (a built docs site is half assets and still a corpus).
+ASSET_SUFFIXES = frozenset({
+    ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".bmp", ".tif", ".tiff",
+    ".css", ".js", ".map", ".woff", ".woff2", ".ttf", ".otf", ".eot",
+    ".mp3", ".mp4", ".webm", ".ogg", ".wav", ".mov",
+    ".zip", ".gz", ".tgz", ".bz2", ".xz", ".tar", ".whl", ".pyc",
+})
+# Files without an extension named one by one in the advice to exclude them, at most.
+NAMED_FILES = 5
 # A file changed this close before the discovery that read it may change again within the same
 # tick of its clock (the "racy clean" case of git's index): it is read again by the next discovery.
 RACY_MARGIN_NS = 2_000_000_000
@@ -95,6 +110,7 @@ def _read_meta(
 def discover_files(
     source_id: str, root: Path, defaults: Mapping | None = None, exclude: Iterable[str] = (),
     follow_symlinks: str = "within_root", max_file_bytes: int | None = None, allow_hard_links: bool = False,
+    stage: str = "discovery",
 ) -> list[DiscoveredFile]:
     """Every name under `root`, in path order: supported documents, skipped and failed files alike.
 
@@ -103,7 +119,7 @@ def discover_files(
     """
     tree = SourceTree(source_id, root, follow_symlinks, max_file_bytes, exclude, allow_hard_links)
     entries, _ = tree.walk()
-    return describe_entries(tree, entries, defaults or {})
+    return describe_entries(tree, entries, defaults or {}, stage=stage)
 
 
 def defaults_digest(defaults: Mapping) -> str:
@@ -128,7 +144,8 @@ def _still_valid(earlier: EarlierRead | None, key: str, entry: TreeEntry) -> boo
 
 def describe_entries(
     tree: SourceTree, entries: Sequence[TreeEntry], defaults: Mapping,
-    earlier: Mapping[str, EarlierRead] | None = None,
+    earlier: Mapping[str, EarlierRead] | None = None, progress: Callable[[str], None] | None = None,
+    stage: str = "discovery",
 ) -> list[DiscoveredFile]:
     """Every entry described (sidecars consumed by their documents). A document whose `stat_key`
     equals the one an earlier discovery read it with (`earlier`, by relative path) is not read
@@ -138,7 +155,9 @@ def describe_entries(
     defaults_key = defaults_digest(defaults)
     earlier = earlier or {}
     found = []
+    done = Progress(f"{tree.source_id}: {stage}", len(entries), progress)
     for entry in entries:
+        done.advance()
         name = name_and_suffix(entry.rel_path)[0]
         if name.endswith(SIDECAR_SUFFIX) and entry.rel_path[: -len(SIDECAR_SUFFIX)] in names:
             continue
@@ -164,7 +183,7 @@ def describe_entry(
         elif name.startswith("."):
             skip_reason = "hidden file"
         elif suffix not in SUPPORTED_TYPES:
-            skip_reason = f"unsupported file type '{suffix or '(no extension)'}'"
+            skip_reason = f"{UNSUPPORTED_TYPE} '{suffix or NO_EXTENSION}'"
     error = entry.error
     meta, meta_error = DocumentMeta(), None
     if skip_reason is None and error is None and known is not None:
@@ -200,6 +219,32 @@ def describe_entry(
         # Only a document read whole, with sound metadata, may be carried over by the next discovery.
         stat_key=key if skip_reason is None and error is None and meta_error is None else None,
     )
+
+
+def refuse_mostly_unsupported(source_id: str, files: Sequence[DiscoveredFile], max_share: float, min_files: int) -> None:
+    """Raise SourceUnavailableError when most of a source's files are of types the pipeline does not
+    read: more than `max_share` of the files listed (excluded ones are never listed), and at least
+    `min_files` of them or every file; assets (ASSET_SUFFIXES) are left out of both counts. A run that indexes two requirement files and skips 71 pages
+    is not a success: the sentence names the types and what to do."""
+    files = [item for item in files if name_and_suffix(item.rel_path)[1].lower() not in ASSET_SUFFIXES]
+    unsupported: dict[str, list[str]] = {}
+    for item in files:
+        if not item.supported and (item.skip_reason or "").startswith(UNSUPPORTED_TYPE):
+            unsupported.setdefault(item.skip_reason[len(UNSUPPORTED_TYPE):].strip(" '"), []).append(item.rel_path)
+    count = sum(len(paths) for paths in unsupported.values())
+    if not files or count <= max_share * len(files) or (count < min_files and count < len(files)):
+        return
+    by_count = sorted(unsupported.items(), key=lambda item: (-len(item[1]), item[0]))
+    types = ", ".join(f"{suffix} {len(paths)}" for suffix, paths in by_count)
+    # As the files spell them: exclude patterns match case-sensitively (and `*` crosses folders).
+    spellings = {suffix: dict.fromkeys(name_and_suffix(path)[1] for path in paths) for suffix, paths in by_count}
+    patterns = [f"'*{spelled}'" for suffix, _ in by_count if suffix != NO_EXTENSION for spelled in spellings[suffix]]
+    patterns += [f"'{path}'" for path in unsupported.get(NO_EXTENSION, [])[:NAMED_FILES]]
+    raise SourceUnavailableError(
+        f"source {source_id!r}: {count:,} of {len(files):,} files are of types this pipeline does not read: {types}; "
+        f"exclude them in the source's config (exclude: [{', '.join(patterns)}]) or convert them "
+        f"(the limit: more than {max_share:.0%} of the files, limits.max_unsupported_share, and at least {min_files} "
+        "of them, limits.min_unsupported_files); nothing was changed")
 
 
 def discover_beir_corpus(

@@ -243,6 +243,6 @@ def _current_documents(source: SourceConfig) -> list[DiscoveredFile]:
                 for f in discovery.discover_beir_corpus(source.source_id, root, max_text_chars=source.limits.max_text_chars)]
     files = discovery.discover_files(
         source.source_id, root, source.defaults.model_dump(), source.exclude, source.follow_symlinks,
-        source.limits.max_file_bytes, source.allow_hard_links,
+        source.limits.max_file_bytes, source.allow_hard_links, stage="freshness check",
     )
     return [f for f in files if f.supported]

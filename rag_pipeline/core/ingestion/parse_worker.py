@@ -152,7 +152,8 @@ class ParserProcess:
         if not _exited(process):
             os.kill(process.pid, signal.SIGKILL)
         if process.returncode is None:
-            # Reaped here, with the kernel's account of its peak memory (ru_maxrss is in KiB).
+            # Reaped here, with the kernel's account of its peak memory (ru_maxrss is in KiB; it
+            # may include the parent's own peak at the fork, so it errs high, never low).
             try:
                 _, status, usage = os.wait4(process.pid, 0)
             except ChildProcessError:  # reaped elsewhere: its status is gone
@@ -274,15 +275,26 @@ def _die_with_parent(parent: int, with_thread: bool) -> None:
 
 
 def _peak_memory_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """The most resident memory this worker has held (VmHWM), in bytes. Not `ru_maxrss`: Linux
+    carries the parent's high-water mark into a child across fork and exec, so a fresh worker
+    started by a 1 GB process would report 1 GB before reading anything."""
+    return _status_bytes("VmHWM:") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _address_space_peak() -> int:
     """The most address space this process has held (VmPeak), in bytes."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmPeak:"):
-                return int(line.split()[1]) * 1024
+    return _status_bytes("VmPeak:")
+
+
+def _status_bytes(field: str) -> int:
+    """A size field of /proc/self/status (given in kB), in bytes; 0 where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 

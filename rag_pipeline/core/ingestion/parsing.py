@@ -17,7 +17,10 @@ from rag_pipeline.core.ingestion.batched_classification import PARTITION_LOCK, p
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
 from rag_pipeline.core.ingestion.markdown_fences import FENCES_VERSION, normalize_fences
-from rag_pipeline.core.ingestion.structural_text import STRUCTURE_VERSION, markdown_elements, text_elements
+from rag_pipeline.core.ingestion.myst import MYST_VERSION
+from rag_pipeline.core.ingestion.notebook_text import NOTEBOOK_VERSION, NotebookError, notebook_elements
+from rag_pipeline.core.ingestion.rst_text import RST_VERSION, RstError, rst_elements
+from rag_pipeline.core.ingestion.structural_text import STRUCTURE_VERSION, Located, markdown_elements, text_elements
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -45,10 +48,14 @@ def parser_version() -> str:
     # `_PARTITION_OPTIONS` are not part of it: they give the elements unstructured's defaults give
     # (test_parsing_speed_options); an option that changes elements must change this string, as
     # the Markdown fence normalisation does (markdown_fences.py: documents parsed before it re-parse).
-    # Markdown and plain text are read by their structure (structural_text.py): its rules and the
-    # Markdown parser's version are part of the string too.
-    return (f"unstructured {importlib.metadata.version('unstructured')}; md fences {FENCES_VERSION}; "
-            f"md/txt structure {STRUCTURE_VERSION} (markdown-it-py {importlib.metadata.version('markdown-it-py')}); "
+    # Markdown, plain text, reStructuredText and notebooks are read by their structure
+    # (structural_text.py, myst.py, rst_text.py, notebook_text.py): their rules and their parsers'
+    # versions are part of the string too.
+    version = importlib.metadata.version
+    return (f"unstructured {version('unstructured')}; md fences {FENCES_VERSION}; "
+            f"md/txt structure {STRUCTURE_VERSION} (markdown-it-py {version('markdown-it-py')}); "
+            f"myst {MYST_VERSION} (mdit-py-plugins {version('mdit-py-plugins')}); "
+            f"rst {RST_VERSION} (docutils {version('docutils')}); ipynb {NOTEBOOK_VERSION} (nbformat {version('nbformat')}); "
             f"layout headings {HEADINGS_VERSION}")
 
 
@@ -103,7 +110,7 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
     text: str | None = None
     if job.file_type == "docx":
         _check_docx(data, job.max_unpacked_bytes)
-    if job.file_type in ("md", "txt", "html"):
+    if job.file_type in ("md", "txt", "html", "rst", "ipynb"):
         text = _decode_text(data, job.file_type)
         if not text.strip():
             raise ParseError("no text: the file holds only white space and a byte-order mark; add content or delete it")
@@ -116,13 +123,15 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
                 raise ParseError("the file has front matter but no body text")
         if job.file_type == "md" and parser_defaults:
             text = normalize_fences(text)  # MkDocs fences with attributes are code, not prose
-        _check_text_length(len(text), job.max_text_chars)
-    if job.file_type in ("md", "txt") and not parser_defaults:
-        located = markdown_elements(text) if job.file_type == "md" else text_elements(text)
+        if job.file_type != "ipynb":  # a notebook's JSON holds its outputs too: its text is counted once read
+            _check_text_length(len(text), job.max_text_chars)
+    if job.file_type in STRUCTURAL_TYPES and not (parser_defaults and job.file_type in ("md", "txt")):
+        located = _structural(job.file_type, text)
         spans = [(item.line_start, item.line_end) for item in located]
         elements = _to_elements(job.doc_id, [item.element for item in located], spans, line_offset)
         if not elements:
             raise ParseError("no text could be extracted: the file holds only markup")
+        _check_text_length(sum(len(e.text) for e in elements), job.max_text_chars)
         _check_element_count(len(elements), job.max_elements)
         title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
         return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
@@ -150,6 +159,20 @@ def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument
         elements = locate_lines(elements, text.splitlines(), line_offset)
     title = job.title or _first_title(elements) or PurePosixPath(job.rel_path).stem
     return ParsedDocument(job.doc_id, job.content_hash, parser_version(), title, tuple(elements))
+
+
+# Read by their structure in this process (no NLP model); `parser_defaults` has unstructured's
+# partitioners read Markdown and plain text instead (it has none for the other two).
+STRUCTURAL_TYPES = ("md", "txt", "rst", "ipynb")
+
+
+def _structural(file_type: str, text: str) -> list[Located]:
+    """The elements of a text document read by its structure; ParseError for one its parser refuses."""
+    readers = {"md": markdown_elements, "txt": text_elements, "rst": rst_elements, "ipynb": notebook_elements}
+    try:
+        return readers[file_type](text)
+    except (RstError, NotebookError) as exc:
+        raise ParseError(str(exc)) from None
 
 
 def _check_text_length(chars: int, limit: int | None) -> None:
@@ -217,15 +240,18 @@ def _check_docx(data: bytes, max_unpacked_bytes: int | None = None) -> None:
 
 
 # The file types whose parser runs in the parser process (a BEIR corpus is read directly).
-WARM_UP_TYPES = ("md", "html", "txt", "pdf", "docx")
+WARM_UP_TYPES = ("md", "html", "txt", "rst", "ipynb", "pdf", "docx")
 
 def warm_up(file_type: str) -> None:
     """Import the partitioner of a file type, and for text formats run it once on a tiny page
     (spaCy loads on first use), so no document pays for it in its time limit."""
     samples = {"md": "# Warm up\n\nA short sentence.\n", "txt": "A short sentence.\n",
+               "rst": "Warm up\n=======\n\nA short sentence.\n\n.. note:: A note.\n",
+               "ipynb": '{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": '
+                        '[{"cell_type": "markdown", "metadata": {}, "source": "# Warm up"}]}',
                "html": "<html><body><h1>Warm up</h1><p>A short sentence.</p></body></html>"}
-    if file_type in ("md", "txt"):
-        (markdown_elements if file_type == "md" else text_elements)(samples[file_type])
+    if file_type in STRUCTURAL_TYPES:
+        _structural(file_type, samples[file_type])
         return
     if file_type in samples:
         _partition(file_type, samples[file_type].encode(), samples[file_type])

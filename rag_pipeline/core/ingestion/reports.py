@@ -19,6 +19,8 @@ class StageReport:
     failures: list[StageFailure] = field(default_factory=list)
     details: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    # Discovery: how many files were skipped, by reason ("unsupported file type '.png'": 3).
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
 
     def failure_rows(self) -> list[dict[str, str]]:
         return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]
@@ -54,3 +56,4 @@ def ledger_entry(doc_id: str, source_id: str, content_hash: str | None, stage: s
     """One ledger row: a document's outcome at one stage, for one version of its content."""
     return {"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": status,
             "content_hash": content_hash, "reason": reason, "parser_version": parser_version}
+

@@ -5,9 +5,14 @@ the source's lock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rag_pipeline.core.errors import DomainError
 
 if TYPE_CHECKING:  # imported when deciding, so that a command that never decides does not pay for them
     from rag_pipeline.config import SourceConfig
@@ -73,7 +78,7 @@ class SourceRun:
     def as_json(self) -> dict:
         # Every count, 0 where this outcome has none (a source not run, a busy one): one shape for scripts.
         return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures,
-                "skipped_files": self.skipped,
+                "skipped_files": self.skipped, "skipped_by_reason": skipped_by_reason(s["reason"] for s in self.skipped),
                 "checks": self.checks, "warnings": self.warnings, "success": self.success, "error": self.error,
                 "not_run": self.not_run, "interrupted": self.interrupted}
 
@@ -123,3 +128,42 @@ def skipped_files(rows: list[dict]) -> list[dict]:
     """`{"doc_id", "reason"}` of every row of a discovery or manifest that discovery skipped."""
     return [{"doc_id": row["doc_id"], "reason": row.get("skip_reason") or "not a supported document"}
             for row in rows if not row["supported"]]
+
+
+def skipped_by_reason(reasons: Iterable[str | None]) -> dict[str, int]:
+    """Skipped files counted by reason, the most frequent first."""
+    counts = Counter(reason or "not a supported document" for reason in reasons)
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+@contextmanager
+def failure_recorded(store: Store, source_id: str, run_id: str) -> Iterator[None]:
+    """Keep with the source why a stage of its run failed (`source_runs.last_failure`), as a refused
+    switch is kept: what it serves stays, and the next evaluation's `sources` table and the next
+    `ingest` see that its latest run did not land. The error goes on as it was."""
+    try:
+        yield
+    except DomainError as error:
+        try:
+            store.ledger.record_source_run(source_id, None, run_id, failure=str(error))
+        except DomainError:
+            pass  # the store itself is the fault (busy, full): the run's own failure says so
+        raise
+
+
+def served_state(store: Store, source_id: str, root: Path | None = None) -> str:
+    """What the source serves, in a sentence for the on-call person: current, or served from the
+    version of its last committed switch because its latest run failed (with the reason) or its
+    folder is gone (`root`, the configured one, no longer exists)."""
+    record = store.ledger.source_record(source_id)
+    last_success = record["last_success_at"] if record else None
+    served = (f"served from the version of {last_success:%Y-%m-%d %H:%M} UTC" if last_success
+              else "nothing served")
+    failure = record["last_failure"] if record else None
+    if failure and (last_success is None or (record["last_failure_at"] or last_success) >= last_success):
+        return f"{served}; latest run failed: {failure}"
+    if root is not None and not Path(root).exists():
+        return f"{served}; its folder {root} is gone (no run has failed on it yet)"
+    if last_success is None:
+        return "nothing served: never ingested"
+    return f"current (switched {last_success:%Y-%m-%d %H:%M} UTC)"

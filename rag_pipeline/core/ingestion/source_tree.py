@@ -20,11 +20,14 @@ from pathlib import Path
 
 from rag_pipeline.core.errors import UnavailableError
 
-# File types that unstructured parses for us; everything else is recorded as skipped.
+# File types the pipeline reads (parsing.py says how); everything else is recorded as skipped.
 SUPPORTED_TYPES: dict[str, str] = {
     ".md": "md",
     ".markdown": "md",
     ".txt": "txt",
+    ".rst": "rst",
+    ".rest": "rst",
+    ".ipynb": "ipynb",
     ".html": "html",
     ".htm": "html",
     ".pdf": "pdf",
@@ -36,7 +39,8 @@ SIDECAR_SUFFIX = ".meta.yaml"
 
 
 class SourceUnavailableError(UnavailableError):
-    """The source cannot be trusted for this run (missing, unreadable, emptied, mass deletion).
+    """The source cannot be trusted for this run (missing, unreadable, emptied, mass deletion, most
+    of its files of types the pipeline does not read).
 
     Raised before anything is written, so the index keeps serving its previous state.
     """

@@ -13,13 +13,9 @@ A document that fails a stage fails alone, with its reason in the ledger; the re
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
-import queue
+import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +27,14 @@ from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion import discovery, inputs, source_tree
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.lifecycle import guard_against_mass_deletion
-from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
+from rag_pipeline.core.ingestion.parse_pool import parsed_in_order
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess
 from rag_pipeline.core.ingestion.parsing import (
     ParseError,
-    ParseJob,
-    parse_document,
     parser_for,
 )
 from rag_pipeline.core.ingestion.reports import StageReport, ledger_entry
+from rag_pipeline.core.ingestion.source_runs import skipped_by_reason
 from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.models import DiscoveredFile, StageFailure
 from rag_pipeline.core.progress import Progress
@@ -46,11 +42,16 @@ from rag_pipeline.core.retrieval.lexical import term_frequencies
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.staging import utcnow
 
-# Documents per staging write, and texts per embedding call: each batch is kept as soon as it is
-# done, so a crash loses at most one batch, and a batch is at most a quarter of the stage's work.
+# Documents per staging write: each batch is kept as soon as it is done, so a crash loses at most
+# one batch, and a batch is at most a quarter of the stage's work.
 WRITE_BATCH = 500
-EMBED_BATCH = 2048
-MIN_EMBED_BATCH = 64
+# Texts per embedding call, each call's vectors cached at once: two of the model's batches, a few
+# seconds of work (25 s on a machine loaded ten times over: the wait reports meanwhile). Fixed, not
+# timed: which texts share a batch must not depend on the machine's speed (padding changes the last
+# float bits).
+EMBED_CALL = 64
+# While a call encodes, how often the wait looks up to report progress.
+TICK_SECONDS = 1.0
 
 
 def batch_size(total: int, largest: int, smallest: int = 1) -> int:
@@ -63,7 +64,8 @@ def _tree(source: SourceConfig) -> source_tree.SourceTree:
 
 
 def discover_source(
-    source: SourceConfig, store: Store, lifecycle: LifecycleConfig, run_id: str, settings: str = ""
+    source: SourceConfig, store: Store, lifecycle: LifecycleConfig, run_id: str, settings: str = "",
+    progress: Callable[[str], None] | None = None,
 ) -> StageReport:
     """Walk the source, diff with the committed manifest, refuse unsafe deletions, stage the discovery.
 
@@ -85,7 +87,10 @@ def discover_source(
         digest = inputs.tree_digest(entries, unreadable)
         # Files whose size, times and inode are those an earlier discovery read them with are not read again.
         files = discovery.describe_entries(tree, entries, source.defaults.model_dump(),
-                                           store.staging.earlier_reads(source_id))
+                                           store.staging.earlier_reads(source_id), progress)
+        # Before anything is written: a source of files it does not read fails loudly, the index keeps serving.
+        discovery.refuse_mostly_unsupported(source_id, files, source.limits.max_unsupported_share,
+                                            source.limits.min_unsupported_files)
         if unreadable:  # the committed manifest is read again only for what cannot be listed
             files += _behind_unreadable_folders(source_id, store.staging.manifest_rows(source_id), unreadable,
                                                 {f.doc_id for f in files})
@@ -123,6 +128,7 @@ def discover_source(
         "unreadable": list(diff.unreadable),
         "skipped": [f"{f.rel_path}: {f.skip_reason}" for f in files if not f.supported],
     }
+    report.skipped_by_reason = skipped_by_reason(f.skip_reason for f in files if not f.supported)
     if allowed:
         report.details["mass_delete_allowed"] = [allowed]
     return report
@@ -172,7 +178,7 @@ def parse_source(
 
     per_write = batch_size(len(todo), WRITE_BATCH)
     done = Progress(f"{source_id}: parsing", len(todo), progress)
-    for row, doc in _parsed_in_order(source, todo, parser):
+    for row, doc in parsed_in_order(source, todo, parser, done.tick):
         done.advance()
         if isinstance(doc, ParseError):
             fail(row, str(doc))
@@ -222,102 +228,6 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
             continue
         todo.append(row)
     return todo
-
-
-def _parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProcess | None):
-    """(row, ParsedDocument or its ParseError) for every row, in order, from the source's parse
-    workers at once (`parse_workers`). The caller writes them in this order, so batches and the
-    ledger read as with one worker. An interrupt stops every worker: their replies must not
-    outlive the run (and each thread then ends at once, its worker gone)."""
-    doc_ids = [r["doc_id"] for r in todo]
-    if parser is not None or source.kind == "beir":
-        parsers = [parser]
-    else:
-        parsers = shared_parsers(parse_workers_for(source.parse_workers, len(todo)))
-        for worker in parsers:
-            worker.use_memory_limit(source.limits.max_parser_memory_mb)
-    readers = [_reader(source, doc_ids, p) for p in parsers]
-
-    def attempt(read, row: dict):
-        try:
-            return read(row)
-        except ParseError as exc:
-            return exc
-
-    if len(readers) == 1:
-        for row in todo:
-            yield row, attempt(readers[0], row)
-        return
-    workers = len(readers)
-    idle: queue.SimpleQueue = queue.SimpleQueue()
-    for read in readers:
-        idle.put(read)
-
-    def parse_one(row: dict):
-        read = idle.get()
-        try:
-            return attempt(read, row)
-        finally:
-            idle.put(read)
-
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"parse-{source.source_id}")
-    try:
-        # At most two documents per worker in flight: a source's bytes are not all read ahead.
-        pending: deque = deque()
-        rows = iter(todo)
-        for row in itertools.islice(rows, 2 * workers):
-            pending.append((row, pool.submit(parse_one, row)))
-        while pending:
-            row, future = pending.popleft()
-            result = future.result()
-            following = next(rows, None)
-            if following is not None:
-                pending.append((following, pool.submit(parse_one, following)))
-            yield row, result
-    except BaseException:
-        for worker in parsers:
-            worker.kill()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None):
-    """A function row -> ParsedDocument for this source's kind; raises ParseError with the reason.
-    Files go to `parser`; BEIR records are parsed here (`parser` is None for them)."""
-    if source.kind == "beir":
-        wanted = set(doc_ids)
-        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path),
-                                                                       max_text_chars=source.limits.max_text_chars)
-                   if f.doc_id in wanted} if wanted else {}
-
-        def read_record(row: dict):
-            item = records.get(row["doc_id"])
-            if item is None or item.content_hash != row["content_hash"]:
-                raise ParseError("record changed or vanished between discovery and parsing; rerun the source")
-            return parse_document(item)
-
-        return read_record
-    tree = _tree(source)
-    limits = source.limits
-
-    def read_file(row: dict):
-        limit = limits.max_parse_bytes(row["file_type"])
-        if row["size"] > limit:
-            raise ParseError(f"{row['size'] / 2**20:,.1f} MB, over the {limit / 2**20:,.1f} MB limit for {row['file_type']} "
-                             f"files (limits.max_file_mb_by_type.{row['file_type']}): refused before parsing")
-        try:
-            data = tree.read(row["rel_path"])
-        except source_tree.DocumentReadError as exc:
-            raise ParseError(str(exc)) from None
-        if discovery.sha256_bytes(data) != row["content_hash"]:
-            raise ParseError("file changed between discovery and parsing; the next run picks up the new version")
-        title = json.loads(row["meta_json"] or "{}").get("title")
-        job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars,
-                       int(limits.max_unpacked_mb * 2**20), limits.max_elements)
-        return parser.parse(job, limits.max_parse_seconds)
-
-    return read_file
 
 
 def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str,
@@ -394,11 +304,10 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     # Sorted by length so that each batch pads little (what model.encode does within one call);
     # cached batch by batch, so that an interrupted run keeps what it already embedded.
     hashes = sorted(misses, key=lambda h: len(misses[h]))
-    per_call = batch_size(len(hashes), EMBED_BATCH, MIN_EMBED_BATCH)
     done = Progress(f"{source_id}: embedding", len(hashes), progress)
-    for start in range(0, len(hashes), per_call):
-        batch = hashes[start : start + per_call]
-        vectors = embedder.encode([misses[h] for h in batch])
+    for start in range(0, len(hashes), EMBED_CALL):
+        batch = hashes[start : start + EMBED_CALL]
+        vectors = _encoded(embedder, [misses[h] for h in batch], done.tick)
         done.advance(len(batch))
         if not np.all(np.isfinite(vectors)):
             raise ValueError(f"embedder {identity} returned non-finite values; this batch was not cached")
@@ -414,6 +323,30 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
     hits = sum(1 for _, h, _ in pending if h in cached)
     report.counts = {"embedded": len(misses), "cache_hits": hits, "chunks_pending": len(pending)}
     return report
+
+
+def _encoded(embedder: Embedder, texts: list[str], tick: Callable[[], None]) -> np.ndarray:
+    """`embedder.encode(texts)` in a thread of its own while this one calls `tick` every second (a
+    call may take long on a loaded machine, and progress must still report). A daemon thread: an
+    interrupt ends the run at once, not after the call."""
+    outcome: dict[str, object] = {}
+
+    def encode() -> None:
+        try:
+            outcome["vectors"] = embedder.encode(texts)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=encode, name="embed", daemon=True)
+    worker.start()
+    while True:
+        worker.join(TICK_SECONDS)
+        if not worker.is_alive():
+            break
+        tick()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["vectors"]
 
 
 def ingest_source(

@@ -60,29 +60,45 @@ class Located:
 
 def markdown_elements(text: str) -> list[Located]:
     """`unstructured` elements of a Markdown text, in document order."""
-    tokens = _markdown().parse(text)
-    return _with_parents(list(_markdown_blocks(tokens)))
+    return with_parents(markdown_located(text))
+
+
+def markdown_located(text: str, nesting: int = 0) -> list[Located]:
+    """The elements of a Markdown text with their line spans in it, parents not yet set (a notebook
+    joins its cells first; a MyST directive's body is read at `nesting` + 1)."""
+    # `:::` opens a MyST colon fence only on pages that use them: mkdocstrings writes `::: module`
+    # lines, and as fences they would swallow the rest of the page.
+    parser = _markdown(colon_fences=_COLON_DIRECTIVE.search(text) is not None)
+    return list(_markdown_blocks(parser.parse(text), nesting))
 
 
 def text_elements(text: str) -> list[Located]:
     """`unstructured` elements of a plain text, in document order."""
-    return _with_parents(list(_text_blocks(text.splitlines())))
+    return with_parents(list(_text_blocks(text.splitlines())))
 
 
 # --- Markdown -----------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
-def _markdown():
+_COLON_DIRECTIVE = re.compile(r"^ {0,3}:{3,}\s*\{[\w.+:-]+\}", re.MULTILINE)
+
+
+@lru_cache(maxsize=2)
+def _markdown(colon_fences: bool = False):
     from markdown_it import MarkdownIt
+    from mdit_py_plugins.colon_fence import colon_fence_plugin
+    from mdit_py_plugins.myst_role import myst_role_plugin
 
     # html=True: raw HTML blocks become tokens of their own (their text is kept, their tags not),
-    # rather than paragraphs of literal markup.
-    return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
+    # rather than paragraphs of literal markup. MyST's `{role}` text is a token too.
+    parser = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).use(myst_role_plugin)
+    return parser.use(colon_fence_plugin) if colon_fences else parser
 
 
-def _markdown_blocks(tokens: Sequence) -> Iterator[Located]:
+def _markdown_blocks(tokens: Sequence, nesting: int = 0) -> Iterator[Located]:
     from unstructured.documents.elements import CodeSnippet, ElementMetadata, ListItem, Table, Title
+
+    from rag_pipeline.core.ingestion import myst
 
     item_started: list[bool] = []  # one flag per open list item: has its first paragraph been seen
     index = 0
@@ -106,9 +122,13 @@ def _markdown_blocks(tokens: Sequence) -> Iterator[Located]:
                     item_started[-1] = True
                     yield _located(ListItem(text, metadata=ElementMetadata()), token.map)
                 else:
-                    yield _located(_prose(text), token.map)
+                    yield _located(prose_element(text), token.map)
             index += 2
-        elif kind in ("fence", "code_block"):
+        elif kind in ("fence", "colon_fence") and myst.is_directive(token):
+            if item_started:
+                item_started[-1] = True
+            yield from myst.directive_elements(token, nesting)
+        elif kind in ("fence", "code_block", "colon_fence"):
             code = token.content.rstrip("\n")
             if code.strip():
                 if item_started:
@@ -117,10 +137,10 @@ def _markdown_blocks(tokens: Sequence) -> Iterator[Located]:
         elif kind == "table_open":
             end = next(i for i in range(index, len(tokens)) if tokens[i].type == "table_close")
             rows = _table_rows(tokens[index:end + 1])
-            table_html = _markdown().renderer.render(tokens[index:end + 1], _markdown().options, {})
+            rendered = _markdown().renderer.render(tokens[index:end + 1], _markdown().options, {})
             text = "\n".join(" ".join(row) for row in rows).strip()
             if text:
-                yield _located(Table(text, metadata=ElementMetadata(text_as_html=table_html.strip())), token.map)
+                yield _located(Table(text, metadata=ElementMetadata(text_as_html=rendered.strip())), token.map)
             index = end
         elif kind == "html_block":
             yield from _html_block(token.content, token.map)
@@ -128,11 +148,16 @@ def _markdown_blocks(tokens: Sequence) -> Iterator[Located]:
 
 
 def _inline_text(inline) -> str:
-    """The text of an inline token as a reader sees it: markup, links' targets and raw HTML dropped."""
+    """The text of an inline token as a reader sees it: markup, links' targets and raw HTML dropped,
+    a MyST role's text as Sphinx shows it."""
+    from rag_pipeline.core.ingestion.rst_text import role_text
+
     parts: list[str] = []
     for child in inline.children or ():
         if child.type in ("text", "code_inline"):
             parts.append(child.content)
+        elif child.type == "myst_role":
+            parts.append(role_text(child.content))
         elif child.type == "softbreak":
             parts.append(" ")
         elif child.type == "hardbreak":
@@ -192,7 +217,7 @@ def _html_block(fragment: str, line_map: Sequence[int] | None) -> Iterator[Locat
         if not text:
             continue
         if level is None:
-            yield _located(_prose(text), line_map)
+            yield _located(prose_element(text), line_map)
         else:
             yield _located(Title(text, metadata=ElementMetadata(category_depth=level - 1)), line_map)
 
@@ -255,7 +280,7 @@ def _unmarked_block(start: int, block: list[str], has_next: bool) -> Iterator[Lo
     if len(block) >= 2 and len(cells[0]) >= 2 and all(len(row) == len(cells[0]) for row in cells):
         rows = [[" ".join(cell.split()) for cell in row] for row in cells]
         text = "\n".join(" ".join(row) for row in rows)
-        yield Located(Table(text, metadata=ElementMetadata(text_as_html=_table_html(rows))), start + 1,
+        yield Located(Table(text, metadata=ElementMetadata(text_as_html=table_html(rows))), start + 1,
                       start + len(block))
         return
     if any(_BULLET.match(line) for line in block):
@@ -299,7 +324,7 @@ def _prose_block(start: int, block: list[str]) -> Iterator[Located]:
             piece_start = start + offset
         piece.append(line)
         if _SENTENCE_END.search(line.rstrip()) or offset == len(block) - 1:
-            yield Located(_prose(_joined(piece)), piece_start + 1, piece_start + len(piece))
+            yield Located(prose_element(_joined(piece)), piece_start + 1, piece_start + len(piece))
             piece = []
 
 
@@ -315,7 +340,7 @@ def _looks_like_heading(line: str) -> bool:
             and not line.endswith((",", ";")) and not _BULLET.match(line))
 
 
-def _table_html(rows: Sequence[Sequence[str]]) -> str:
+def table_html(rows: Sequence[Sequence[str]]) -> str:
     def row_html(row: Sequence[str], cell: str) -> str:
         return "<tr>" + "".join(f"<{cell}>{html.escape(text)}</{cell}>" for text in row) + "</tr>"
 
@@ -327,7 +352,7 @@ def _table_html(rows: Sequence[Sequence[str]]) -> str:
 # --- Shared -------------------------------------------------------------------------------------
 
 
-def _prose(text: str):
+def prose_element(text: str):
     """NarrativeText, or Text for one short fragment without a sentence end (a label, a caption)."""
     from unstructured.documents.elements import ElementMetadata, NarrativeText, Text
 
@@ -343,7 +368,7 @@ def _located(element, line_map: Sequence[int] | None) -> Located:
     return Located(element, line_map[0] + 1, max(line_map[1], line_map[0] + 1))
 
 
-def _with_parents(located: list[Located]) -> list[Located]:
+def with_parents(located: list[Located]) -> list[Located]:
     """Set every element's `parent_id` to its enclosing Title (by `category_depth`), then give the
     elements `unstructured`'s deterministic hash ids."""
     from unstructured.documents.elements import assign_and_map_hash_ids

@@ -9,7 +9,7 @@ never a record that disagrees with what is served.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import numpy as np
@@ -21,6 +21,7 @@ from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.lifecycle import deletion_report
 from rag_pipeline.core.ingestion.reports import IndexReport, ledger_entry
 from rag_pipeline.core.models import SearchFilters, StageFailure
+from rag_pipeline.core.progress import Progress
 from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
@@ -28,6 +29,9 @@ from rag_pipeline.core.storage.staging import utcnow
 
 # A document is queryable when a search with its own opening text finds it this high.
 QUERYABLE_TOP_K = 10
+# Documents probed per search: each search is one pass over the vectors, and a progress line can
+# follow each (a full build of a large source is probed in a few passes, not one per document).
+PROBE_BATCH = 1000
 
 
 class _Refused(Exception):
@@ -35,7 +39,8 @@ class _Refused(Exception):
 
 
 def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id: str,
-                 lifecycle: LifecycleConfig | None = None, settings: str = "") -> IndexReport:
+                 lifecycle: LifecycleConfig | None = None, settings: str = "",
+                 progress: Callable[[str], None] | None = None) -> IndexReport:
     """The switch: serve the source's staged state only if it is proven, in one transaction.
 
     Inside the transaction: the served rows are replaced, every served document whose current
@@ -64,7 +69,7 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             counts = store.served.replace_served(source_id, embedder.identity, keep_history=lifecycle.keep_states > 0,
                                                  analyzer=analyzer_identity())
             kill_point("switch:replaced")
-            ledger, probed, failures, served = _reconcile_ledger(store, source_id, before)
+            ledger, probed, failures, served = _reconcile_ledger(store, source_id, before, progress)
             store.ledger.record(ledger, run_id)
             pruned = store.staging.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
             store.staging.commit_manifest(source_id)
@@ -114,7 +119,7 @@ def _record_state(store: Store, source_id: str, run_id: str, settings: str, mode
 
 
 def _reconcile_ledger(
-    store: Store, source_id: str, before: dict[str, dict]
+    store: Store, source_id: str, before: dict[str, dict], progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict], int, list[StageFailure], list[dict]]:
     """Ledger rows that make the record match what is now served (call inside the switch).
 
@@ -147,7 +152,13 @@ def _reconcile_ledger(
                                         f"served with new metadata: {', '.join(changed)}",
                                         parser_version=row["parser_version"]))
     to_probe = sorted(d for d in served if not proven(d, "queryable"))
-    queryable, not_found = probe_queryable(store, to_probe)
+    queryable, not_found = set(), {}
+    done = Progress(f"{source_id}: probing", len(to_probe), progress)
+    for start in range(0, len(to_probe), PROBE_BATCH):
+        found, missing = probe_queryable(store, to_probe[start:start + PROBE_BATCH])
+        queryable |= found
+        not_found |= missing
+        done.advance(len(to_probe[start:start + PROBE_BATCH]))
     failures = []
     for doc_id in to_probe:
         content_hash = served[doc_id]["content_hash"]

@@ -81,20 +81,25 @@ def _require(by: str, reason: str) -> None:
         raise InputError("say who does this and why (--by NAME --reason TEXT): the pin shows both to everyone")
 
 
+# What the ledger says of an action, by its origin.
+_DONE = {"restore": "restored", "disable": "disabled"}
+
+
 def _serve(store: Store, source_id: str, state: IndexState | None, origin: str, kind: str, by: str,
            reason: str) -> Undone:
     run_id = f"{origin}-{uuid.uuid4().hex[:12]}"
     what = f"state {state.state_id}" if state else "nothing"
+    done = _DONE[origin]
     with store.transaction():
         kill_point(f"{origin}:begin")
         swap = store.states.restore(source_id, state)
         kill_point(f"{origin}:swapped")
         ledger = [ledger_entry(d["doc_id"], source_id, d["content_hash"], stage, "ok",
-                               f"{origin}d to {what} by {by}: {reason} (proven when that state was first served)",
+                               f"{done} to {what} by {by}: {reason} (proven when that state was first served)",
                                parser_version=d["parser_version"])
                   for d in swap.arrived for stage in ("indexed", "queryable")]
         ledger += [{"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": "deleted",
-                    "reason": f"not served: {origin}d to {what} by {by}: {reason}"}
+                    "reason": f"not served: {done} to {what} by {by}: {reason}"}
                    for doc_id in swap.removed for stage in ("indexed", "queryable")]
         store.ledger.record(ledger, run_id)
         new = store.states.record(source_id, run_id, origin, state.settings if state else "", state.model if state else "",

@@ -17,6 +17,8 @@ from rag_pipeline.core.ingestion.lifecycle import freshness_report
 from rag_pipeline.core.monitoring import sampling
 from rag_pipeline.core.monitoring.drift import DriftReport, drift_report
 from rag_pipeline.core.monitoring.drift_plots import render, report_markdown
+from rag_pipeline.core.monitoring.gap_day import day_gaps, gaps_markdown
+from rag_pipeline.core.monitoring.gap_plots import gap_traffic_plot
 from rag_pipeline.core.plots import markdown_image
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
@@ -94,10 +96,15 @@ class DriftDay:
     path: Path
     plot: Path
     measures: dict
+    # The coverage gaps section (markdown, escaped) and its traffic plot, when a day listed gaps.
+    gaps: str = ""
+    gap_plot: Path | None = None
 
     def markdown(self) -> str:
-        """The report's text with its plot embedded (for Dagster metadata: a file link would not render)."""
-        return report_markdown(self.report, self.measures, markdown_image(self.plot, "drift overview"))
+        """The report's text with its plots embedded (for Dagster metadata: a file link would not render)."""
+        gap_image = f"\n{markdown_image(self.gap_plot, 'gap traffic')}\n" if self.gap_plot else ""
+        return report_markdown(self.report, self.measures, markdown_image(self.plot, "drift overview")) + "\n" \
+            + self.gaps + gap_image
 
 
 def drift_day(config: PipelineConfig, store: Store, embedder: Embedder, day: date, folder: Path) -> DriftDay:
@@ -122,5 +129,9 @@ def drift_day(config: PipelineConfig, store: Store, embedder: Embedder, day: dat
                                          "candidates": report.candidates})
     trend = store.records.monitoring_history("drift", day)
     measures = {k: v for k, v in sample_measures.items() if k not in ("day", "refused_lines")}
-    markdown, pngs = render(report, measures, trend, folder)
-    return DriftDay(report, markdown, pngs[0], measures)
+    gap_measures = next((m for m in store.records.monitoring_history("gaps", day) if m["day"] == day), None)
+    gaps = gaps_markdown(day_gaps(store, day), gap_measures)
+    gap_plot = gap_traffic_plot(store.gaps.traffic(day), folder / f"gaps-{day.isoformat()}.png")
+    sections = "\n" + gaps + (f"\n![gap traffic]({gap_plot.name})\n" if gap_plot else "")
+    markdown, pngs = render(report, measures, trend, folder, sections)
+    return DriftDay(report, markdown, pngs[0], measures, gaps, gap_plot)

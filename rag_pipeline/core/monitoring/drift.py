@@ -17,6 +17,17 @@ than the exact one: the threshold errs towards fewer alarms.) The threshold is o
 as the golden set is a sample of the traffic it should describe: a golden set written in another
 style than its users type is flagged from the first day, and rightly so.
 
+The smallest shift the check can see is stated with it. A share e of the sample moved to a new
+topic N gives the mixture P = (1 - e) G + e N, whose population MMD² is e² |mu_N - mu_G|² =
+e² (mean k(n, n') + mean k(g, g') - 2 mean k(n, g)). That is largest, 1 + mean k(g, g'), for a
+topic of identical questions with no golden question near it; so below
+
+    e_min = sqrt(threshold / (1 + mean over distinct golden pairs of k(g, g')))
+
+the expected MMD² of any new topic stays under the threshold: a topic holding less than e_min of
+the day cannot be told from chance, however foreign; a looser topic, or one near golden questions,
+needs more. A small golden set (a wide null) or a small sample raises e_min.
+
 Candidates for new golden cases are ranked by the MMD witness function at each production query,
 
     witness(q) = mean over other production queries p of k(q, p) - mean over golden questions g of k(q, g),
@@ -87,6 +98,14 @@ def mmd2(x: np.ndarray, y: np.ndarray, bandwidth: float) -> float:
     kxy = np.exp(-_squared_distances(x, y) / bandwidth)
     n, m = len(x), len(y)
     return float((kxx.sum() - np.trace(kxx)) / (n * (n - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1)) - 2 * kxy.mean())
+
+
+def min_detectable_share(golden_vectors: np.ndarray, threshold: float, bandwidth: float) -> float:
+    """e_min of the module docstring: sqrt(threshold / (1 + mean kernel over distinct golden pairs))."""
+    m = len(golden_vectors)
+    kernel = np.exp(-_squared_distances(golden_vectors, golden_vectors) / bandwidth)
+    golden_mean = (kernel.sum() - np.trace(kernel)) / (m * (m - 1))
+    return float(min(1.0, np.sqrt(max(threshold, 0.0) / (1.0 + golden_mean))))
 
 
 def median_bandwidth(golden_vectors: np.ndarray) -> float:
@@ -186,6 +205,12 @@ class DriftReport:
     null_distribution: list[float] = field(default_factory=list)
     distances: list[float] = field(default_factory=list)
     quantile: float = 0.95
+    # Documents the sample's queries found first that no golden case names: where the golden set should
+    # grow next ({source, doc_id, hits}, most hit first).
+    uncovered_pages: list[dict] = field(default_factory=list)
+    # The smallest share of the sample a new topic must hold before its expected MMD² reaches the
+    # threshold (module docstring).
+    min_detectable_share: float = float("nan")
 
     @property
     def drifted(self) -> bool:
@@ -203,7 +228,10 @@ class DriftReport:
                    f"calibrated on the golden set)")
         if self.drifted and self.candidates:
             summary += f"; top candidate: {self.candidates[0]['query'][:120]}"
+        if not self.drifted:
+            summary += f"; a new topic under {self.min_detectable_share:.0%} of the day cannot be seen"
         numbers = {"mmd2_distance": round(self.distance, 6), "drift_threshold": round(self.threshold, 6),
+                   "min_detectable_share": round(self.min_detectable_share, 4),
                    "p_value": round(self.p_value, 4), "production_queries": self.production_queries,
                    "golden_cases": self.golden_cases}
         return Verdict(not self.drifted, summary, numbers,
@@ -247,6 +275,7 @@ def drift_report(
         null_distribution=null,
         distances=distances.tolist(),
         quantile=1 - alpha,
+        min_detectable_share=min_detectable_share(golden_vectors, threshold, bandwidth),
     )
     golden_vocabulary = {t for text in golden_texts for t in analyze(text)}
     unseen: Counter[str] = Counter()
@@ -271,4 +300,8 @@ def drift_report(
         if len(report.candidates) >= candidates:
             break
     report.pages = page_counts(hit_docs, golden_docs)
+    covered = {d for docs in golden_docs for d in docs}
+    first_hits = Counter(docs[0] for docs in hit_docs if docs)
+    report.uncovered_pages = [{"source": d.split(":", 1)[0], "doc_id": d, "hits": n}
+                              for d, n in sorted(first_hits.items(), key=lambda item: (-item[1], item[0])) if d not in covered]
     return report

@@ -14,8 +14,10 @@ from rag_pipeline.core.render import Markdown, inline, number, table
 MAX_PAGES_PER_SOURCE = 25
 
 
-def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path) -> tuple[Path, list[Path]]:
-    """Write `drift-<day>.md` and its PNGs into `folder`; return (markdown path, png paths)."""
+def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[Mapping], folder: Path,
+           sections: str = "") -> tuple[Path, list[Path]]:
+    """Write `drift-<day>.md` and its PNGs into `folder`; return (markdown path, png paths).
+    `sections`: markdown appended to the report (built and escaped by its caller)."""
     folder.mkdir(parents=True, exist_ok=True)
     plt = pyplot()
     from matplotlib import dates
@@ -71,7 +73,7 @@ def render(report: DriftReport, measures: Mapping[str, float], trend: Sequence[M
     pngs.append(overview)
 
     markdown = folder / f"drift-{report.day}.md"
-    markdown.write_text(report_markdown(report, measures, f"![overview]({overview.name})"), encoding="utf-8")
+    markdown.write_text(report_markdown(report, measures, f"![overview]({overview.name})") + sections, encoding="utf-8")
     return markdown, pngs
 
 
@@ -84,6 +86,9 @@ def report_markdown(report: DriftReport, measures: Mapping[str, float], image: s
         f"- MMD² production vs golden **{report.distance:.4f}** against threshold {report.threshold:.4f} "
         f"(calibrated on the golden set: the {report.quantile:.0%} quantile of {len(report.null_distribution)} resamples): "
         + ("**DRIFT**" if report.drifted else "no drift"),
+        f"- power: with {report.golden_cases} golden cases and {report.production_queries} sampled queries, a new topic "
+        f"holding less than **{report.min_detectable_share:.0%}** of the day cannot reach the threshold, however unlike "
+        "the golden set (a topic of identical questions far from every golden one; looser topics need more)",
         f"- production queries in the window: {report.production_queries}; golden cases: {report.golden_cases}",
         *(f"- {inline(key)}: {number(value, 4) if isinstance(value, float) else inline(value)}" for key, value in measures.items()),
         "",
@@ -112,6 +117,13 @@ def report_markdown(report: DriftReport, measures: Mapping[str, float], image: s
         "## Query-log lines refused",
         "",
         refused_text(report),
+        "",
+        "## Documents production reaches that no golden case covers",
+        "",
+        "The first document of each sampled query, when no golden case names it: where the golden set should grow next.",
+        "",
+        table(report.uncovered_pages, ["source", "doc_id", "hits"], headers=["source", "document", "top-1 hits"],
+              limit=None),
     ]
     return "\n".join(lines) + "\n"
 

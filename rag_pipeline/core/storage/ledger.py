@@ -1,5 +1,6 @@
 """The ledger: the latest status of every (document, stage), with its reason, and the record of
-every source's switches (last success, last refusal and why, how many documents each left served)."""
+every source's switches (last success, the last refusal or failed run and why, how many documents
+each left served)."""
 
 from __future__ import annotations
 
@@ -66,23 +67,34 @@ class Ledger:
             "SELECT * FROM ledger WHERE source_id = ? AND status = 'failed' ORDER BY updated_at, stage", [source_id])
         return {r["doc_id"]: r for r in rows}
 
-    def record_source_run(self, source_id: str, root: str, run_id: str, failure: str | None = None) -> None:
-        """A switch of the source committed (`failure` None), or was refused with this reason."""
+    def record_source_run(self, source_id: str, root: str | None, run_id: str, failure: str | None = None) -> None:
+        """A switch of the source committed (`failure` None), or the run was refused or failed with
+        this reason (what is served stays, and so does the time of the last success). `root` None
+        keeps the root recorded before (a run that failed before it knew its source's root)."""
         now = utcnow()
         with self.db.transaction():
             previous = self.db.rows(
-                "SELECT last_success_at, last_failure, last_failure_at FROM source_runs WHERE source_id = ?", [source_id])
-            last_success, last_failure, last_failure_at = previous[0] if previous else (None, None, None)
+                "SELECT last_success_at, last_failure, last_failure_at, root FROM source_runs WHERE source_id = ?",
+                [source_id])
+            last_success, last_failure, last_failure_at, last_root = previous[0] if previous else (None, None, None, None)
             if failure is None:
                 last_success, last_failure, last_failure_at = now, None, None
             else:
                 last_failure, last_failure_at = failure, now
             self.db.execute("DELETE FROM source_runs WHERE source_id = ?", [source_id])
             self.db.insert("source_runs", columns("source_runs"),
-                           [(source_id, root, now, last_success, None, run_id, last_failure, last_failure_at)])
+                           [(source_id, root if root is not None else last_root, now, last_success, None, run_id,
+                             last_failure, last_failure_at)])
+
+    def source_record(self, source_id: str) -> dict | None:
+        """The source's row of `source_runs` (root, last_success_at, last_failure, last_failure_at,
+        run_id), or None for a source no run ever recorded."""
+        rows = self.db.dicts("SELECT * FROM source_runs WHERE source_id = ?", [source_id])
+        return rows[0] if rows else None
 
     def last_failure(self, source_id: str) -> str | None:
-        """Why the source's last switch was refused, if it was (cleared by the next committed one)."""
+        """Why the source's latest run failed or its switch was refused, if it did (cleared by the next
+        committed switch)."""
         return self.db.value("SELECT last_failure FROM source_runs WHERE source_id = ?", [source_id])
 
     def last_success(self, source_id: str) -> datetime | None:

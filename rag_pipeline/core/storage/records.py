@@ -99,6 +99,21 @@ class Records:
             "ON s.eval_id = c.eval_id AND s.case_id = c.case_id WHERE c.eval_id = ? ORDER BY c.case_id", [eval_id])
         return [(case_id, list(docs or []), list(scores) if scores is not None else None) for case_id, docs, scores in rows]
 
+    def save_case_changes(self, eval_id: str, baseline_id: str, changes: list[dict]) -> None:
+        """Keep why each case of an evaluation moved against `baseline_id` (its `CaseChange.as_json()`
+        rows, in the order shown), replacing what was kept for it before."""
+        rows = [(eval_id, baseline_id, position, c["case_id"], c["cause"]["kind"], json.dumps(c, default=str))
+                for position, c in enumerate(changes)]
+        with self.db.transaction():
+            self.db.execute("DELETE FROM eval_case_changes WHERE eval_id = ?", [eval_id])
+            self.db.insert("eval_case_changes", columns("eval_case_changes"), rows)
+
+    def case_changes(self, eval_id: str) -> list[dict]:
+        """Why each case of the evaluation moved against its baseline, falls first ([] when none moved
+        or it had no baseline)."""
+        rows = self.db.rows("SELECT change FROM eval_case_changes WHERE eval_id = ? ORDER BY position", [eval_id])
+        return [json.loads(change) for (change,) in rows]
+
     # ---- baselines and experiments ---------------------------------------------------------
 
     def evaluated_manifests(self, since) -> dict[str, set[str]]:
@@ -154,6 +169,16 @@ class Records:
 
     def golden_changes(self) -> list[dict]:
         return self.db.dicts("SELECT * FROM golden_changes ORDER BY changed_at")
+
+    # ---- gate waivers ----------------------------------------------------------------------
+
+    def add_waiver(self, rule: str, waived_by: str, reason: str, until_day: date) -> None:
+        """Record an exception to one gate rule, in force through `until_day` (UTC)."""
+        self.db.insert("gate_waivers", columns("gate_waivers"), [(rule, waived_by, reason, until_day, utcnow())])
+
+    def waivers(self) -> list[dict]:
+        """Every waiver ever recorded, active or expired, oldest first."""
+        return self.db.dicts("SELECT * FROM gate_waivers ORDER BY waived_at, rule")
 
     def log_experiment(self, row: dict) -> None:
         """Log one experiment, once per experiment id (a command run again after a kill logs it once)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -107,6 +107,8 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("changed_at", _TS), ("change", _TEXT), ("case_ids", _TEXTS), ("old_revision", _TEXT), ("new_revision", _TEXT),
         ("changed_by", _TEXT), ("reason", _TEXT),
     ],
+    # Exceptions to a gate rule: who, why, until which day (core/evaluation/gating/waivers.py).
+    "gate_waivers": [("rule", _TEXT), ("waived_by", _TEXT), ("reason", _TEXT), ("until_day", _DATE), ("waived_at", _TS)],
     "experiments": [
         ("experiment_id", _TEXT), ("created_at", _TS), ("component", _TEXT), ("hypothesis", _TEXT),
         ("config_diff", _TEXT), ("baseline_eval", _TEXT), ("candidate_eval", _TEXT), ("deltas", _TEXT),
@@ -118,6 +120,14 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("latency_ms", _REAL),
     ],
     "monitoring_days": [("day", _DATE), ("kind", _TEXT), ("measures", _TEXT), ("created_at", _TS)],
+    # Coverage gaps (core/monitoring/gaps.py): a row per gap a day listed, open (asked that day) or
+    # closed that day; `members` is JSON [{query, tenant, roles, best_score}], `centroid` its identity.
+    "coverage_gaps": [
+        ("day", _DATE), ("gap_id", _TEXT), ("first_seen", _DATE), ("last_seen", _DATE), ("status", _TEXT),
+        ("label", _TEXT), ("question_count", _INT), ("share", _REAL), ("best_score", _REAL), ("threshold", _REAL),
+        ("nearest_doc", _TEXT), ("nearest_section", _TEXT), ("tenants", _TEXTS), ("members", _TEXT),
+        ("centroid", _REALS), ("closed_by", _TEXT), ("created_at", _TS),
+    ],
     "golden_snapshots": [("revision", _TEXT), ("path", _TEXT), ("content", _TEXT), ("saved_at", _TS)],
     "eval_runs": [
         ("eval_id", _TEXT), ("revision", _TEXT), ("mode", _TEXT), ("config_fingerprint", _TEXT), ("index_state", _TEXT),
@@ -132,6 +142,12 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     # The retrieval score of each document in `eval_cases.ranked_docs` (same order), for the run
     # files other tools read. A table of its own: a database without it only gains the table.
     "eval_scores": [("eval_id", _TEXT), ("case_id", _TEXT), ("doc_scores", _REALS)],
+    # Why each case moved against the baseline (`core/evaluation/attribution/`): one row per case
+    # that moved, in the order shown (falls first), the whole finding as JSON. A table of its own too.
+    "eval_case_changes": [
+        ("eval_id", _TEXT), ("baseline_id", _TEXT), ("position", _INT), ("case_id", _TEXT), ("kind", _TEXT),
+        ("change", _TEXT),
+    ],
     "schema_version": [("version", _INT)],
 }
 
@@ -142,10 +158,10 @@ INDEXES = {
     "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
     "served_history": ["source_id, recorded_at"],
-    "eval_cases": ["eval_id"], "eval_scores": ["eval_id"],
+    "eval_cases": ["eval_id"], "eval_scores": ["eval_id"], "eval_case_changes": ["eval_id"],
     "index_states": ["source_id, seq"], "served_spans": ["source_id, doc_id", "version"],
     "history_documents": ["version"], "history_chunks": ["version", "chunk_id"], "history_vectors": ["version"],
-    "history_postings": ["version"],
+    "history_postings": ["version"], "coverage_gaps": ["day"],
 }
 
 # Keys that concurrent writers must never duplicate (unique indexes in PostgreSQL; DuckDB has one
@@ -234,14 +250,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE discovery ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
         "ALTER TABLE manifest ADD COLUMN IF NOT EXISTS stat_key VARCHAR",
     ),
-    # 5 -> 6: index states. A served document's version (its rows' identity, `states.py`), given to
-    # the documents already served by the first switch or restore that records a state.
+    # 5 -> 6: index states and gate waivers. A served document's version (its rows' identity,
+    # `states.py`), given to the documents already served by the first switch or restore that
+    # records a state; the states', history's and waivers' tables are created with the missing tables.
     5: (
         "ALTER TABLE documents ADD COLUMN IF NOT EXISTS version VARCHAR",
     ),
-    # 6 -> 7: the analyzer a served chunk's postings were made with. Rows served before have none,
+    # 6 -> 7: coverage gaps and the causes of cases that moved (eval_case_changes); their tables are
+    # created with the missing tables, nothing else changes.
+    6: (),
+    # 7 -> 8: the analyzer a served chunk's postings were made with. Rows served before have none,
     # so the next run of their source posts them again with the current analyzer.
-    6: (
+    7: (
         "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS analyzer VARCHAR",
         "ALTER TABLE history_chunks ADD COLUMN IF NOT EXISTS analyzer VARCHAR",
     ),

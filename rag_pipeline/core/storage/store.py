@@ -6,6 +6,8 @@
     store.ledger    every document's stages with reasons; every source's switches
     store.records   evaluations, baselines, experiments, golden snapshots, production samples
     store.states    every served state of each source, its history, restores and pins
+    store.versions  one document's versions: what each held; counterfactuals inside `scratch()`
+    store.gaps      the coverage gaps each monitored day listed
 
 All SQL lives in this package. `open_store` builds a store from the storage config, so the CLI,
 the runner and the Dagster resources all get theirs the same way.
@@ -20,12 +22,14 @@ from contextlib import AbstractContextManager, contextmanager
 
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.gaps import GapRecords
 from rag_pipeline.core.storage.ledger import Ledger
 from rag_pipeline.core.storage.records import Records
 from rag_pipeline.core.storage.search import Search
 from rag_pipeline.core.storage.served import ServedIndex
 from rag_pipeline.core.storage.staging import Staging
 from rag_pipeline.core.storage.states import IndexStates
+from rag_pipeline.core.storage.versions import DocumentVersions
 
 
 class Store:
@@ -37,6 +41,8 @@ class Store:
         self.ledger = Ledger(db)
         self.records = Records(db)
         self.states = IndexStates(db)
+        self.versions = DocumentVersions(db)
+        self.gaps = GapRecords(db)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

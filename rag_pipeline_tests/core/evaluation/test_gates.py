@@ -244,11 +244,62 @@ def test_one_component_at_a_time():
         run_experiment(base, both, None, base.golden_set, POLICY, "h", lambda c: None)
 
 
-def test_the_false_alarm_benchmark_copies_the_policy_with_only_its_budget_changed(tmp_path):
-    from benchmarks.gate_false_alarms import with_latency_budget
+def test_the_false_alarm_benchmark_copies_the_policy_with_only_its_budget_changed(tmp_path, monkeypatch):
+    # Imported as the script runs: from its own folder (where its performance_page module sits).
+    monkeypatch.syspath_prepend(str(SAMPLE_CONFIG.parent.parent / "benchmarks"))
+    from gate_false_alarms import with_latency_budget
 
     policy_path = SAMPLE_CONFIG.parent / "gate_policy.yaml"
     copy = with_latency_budget(policy_path, 105.0, tmp_path / "policy.yaml")
     # The copy lives elsewhere: its grader_verdicts still names the sample's file.
     assert load_policy(copy) == load_policy(policy_path).model_copy(update={"latency_budget_p95_ms": 105.0})
     assert load_policy(copy).grader_verdicts.is_file()
+
+
+def test_a_waived_regression_warns_with_its_owner_and_is_never_promoted():
+    from datetime import date
+
+    from rag_pipeline.core.evaluation.gating.waivers import Waiver, active_waivers
+
+    base = _baseline()
+    cand = {cid: ("billing", 1.0) if s == "billing" else (s, v) for cid, (s, v) in base.items()}
+    for i in range(8):
+        cand[f"p{i}"] = ("permissioned", 0.0)
+    rule = "protected slice permissioned recall_at_5"
+    waiver = Waiver(rule, "ana", "permissioned pages move on 12-15", date(2026, 12, 31))
+    waived = compare(_record(base), _record(cand), POLICY, waivers=active_waivers([waiver], date(2026, 12, 31)))
+    assert waived.passed and waived.verdict == "waived" and not waived.errors
+    assert not waived.promote and waived.decision == f"keep baseline — a waived regression is not promoted ({rule})"
+    [result] = waived.waived
+    assert result.rule == rule and result.waiver == waiver
+    line = "WAIVED (regression): protected slice permissioned: recall_at_5 1.0000 -> 0.2000"
+    assert line in render_gate(waived, terminal=True)
+    assert render_gate(waived, terminal=True).count("— waived by ana until 2026-12-31 (UTC): permissioned pages move") == 1
+    assert gate_reasons(waived, "b1")[-1].endswith("[baseline b1] — waived by ana until 2026-12-31 (UTC): "
+                                                   "permissioned pages move on 12-15")
+    # The day after, the waiver is not in force: the rule gates again.
+    expired = compare(_record(base), _record(cand), POLICY, waivers=active_waivers([waiver], date(2027, 1, 1)))
+    assert expired.verdict == "regression" and [f.rule for f in expired.errors] == [rule]
+
+
+def test_waivers_name_known_rules_and_a_day_to_come():
+    from datetime import date
+
+    from rag_pipeline.core.errors import InputError
+    from rag_pipeline.core.evaluation.gating.waivers import Waiver, active_waivers, known_rules, new_waiver
+
+    known = known_rules(POLICY, ["billing"])
+    assert known == ["context size budget", "mrr_at_10", "protected slice permissioned abstain_rate",
+                     "protected slice permissioned recall_at_5", "recall_at_5", "slice billing forbidden_leak_cases",
+                     "slice permissioned forbidden_leak_cases"]
+    today = date(2026, 12, 4)
+    assert new_waiver(" recall_at_5 ", "ana", "why", today, today, known).rule == "recall_at_5"  # today is allowed
+    for rule, by, reason, until, said in [("recall@5", "ana", "why", today, "not a rule this gate knows"),
+                                          ("recall_at_5", "ana", "why", date(2026, 12, 3), "is in the past"),
+                                          ("recall_at_5", " ", "why", today, "--by is empty"),
+                                          ("recall_at_5", "ana", "", today, "--reason is empty")]:
+        with pytest.raises(InputError, match=said):
+            new_waiver(rule, by, reason, until, today, known)
+    short, long = (Waiver("recall_at_5", "ana", "r", date(2026, 12, d)) for d in (10, 20))
+    assert active_waivers([long, short], today) == {"recall_at_5": long}
+    assert active_waivers([long, short], date(2026, 12, 21)) == {}

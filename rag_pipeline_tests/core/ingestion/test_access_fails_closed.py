@@ -1,6 +1,6 @@
 """Access metadata fails closed, through the real ingestion and the real search, on both backends.
 
-The corpus of tools/access_probes.py: every odd value x access field x front matter or sidecar x
+The corpus of rag_pipeline_tests/harness/access_probes.py: every odd value x access field x front matter or sidecar x
 four kinds of source defaults, each on a page indexed good first and on a page that arrives odd.
 Every caller (another tenant's customer, the same tenant's employee, anonymous, an employee who
 reads drafts) searches for every page: no page may come back to a caller its good metadata does
@@ -15,7 +15,7 @@ import pytest
 from rag_pipeline.config import EmbeddingConfig
 from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline_tests.conftest import BACKENDS, make_store
-from tools.access_probes import CALLERS, FIELDS, ODD_VALUES, SOURCE_DEFAULTS, WHERE, run_probes
+from rag_pipeline_tests.harness.access_probes import CALLERS, FIELDS, ODD_VALUES, SOURCE_DEFAULTS, WHERE, run_probes
 
 # The one odd value with a documented meaning: `tenant: null` is "shared by all tenants", which a
 # shared source's pages are anyway. Everywhere else an odd value is an error of the page.

@@ -152,3 +152,49 @@ def test_a_beir_line_over_what_its_text_limit_allows_is_not_read(tmp_path):
     assert [f.doc_id for f in files] == ["sci:d1", "sci:line-2", "sci:d2"]
     assert "line 2: a line of 19.1 MB, over the 70 KB a record within the text limit" in files[1].error
     assert peak < 4 * 1024 * 1024, peak
+
+
+def _files(tmp_path, names: list[str]):
+    write_tree(tmp_path / "src", {name: f"# {name}\n\nSome text of {name}.\n" for name in names})
+    return discover_files("docs", tmp_path / "src", exclude=["drafts/*"])
+
+
+@pytest.mark.parametrize(("names", "refused"), [
+    (["a.md"] + [f"p{n}.rst.bak" for n in range(10)], "10 of 11 files are of types this pipeline does not read: .bak 10"),
+    (["a.md", "b.md"] + [f"i{n}.dat" for n in range(9)], None),  # most, but fewer than 10 of them
+    (["a.md", "b.md"] + [f"_static/i{n}.{s}" for n in range(10) for s in ("png", "css", "js", "woff2")], None),  # assets never count
+    (["a.md", "b.md", "LICENSE"], None),  # one of three
+    (["LICENSE", "NOTICE"], "2 of 2 files are of types this pipeline does not read: (no extension) 2"),  # nothing readable
+    ([f"p{n}.md" for n in range(10)] + [f"i{n}.dat" for n in range(10)], None),  # exactly half is not most
+    (["a.md"] + [f"drafts/p{n}.foo" for n in range(30)], None),  # excluded files are never counted
+    ([".gitignore", ".nojekyll", "a.md"] + [f"i{n}.dat" for n in range(10)], "10 of 13 files"),  # hidden files count as files
+    (["a.md", "logo.png"] + [f"i{n}.dat" for n in range(10)], "10 of 11 files"),  # an asset is in neither count
+])
+def test_a_source_of_mostly_unread_types_is_refused(tmp_path, names, refused):
+    from rag_pipeline.core.ingestion.discovery import refuse_mostly_unsupported
+
+    files = _files(tmp_path, names)
+    if refused is None:
+        refuse_mostly_unsupported("docs", files, 0.5, 10)
+        return
+    with pytest.raises(SourceUnavailableError) as raised:
+        refuse_mostly_unsupported("docs", files, 0.5, 10)
+    assert refused in str(raised.value) and "nothing was changed" in str(raised.value)
+    refuse_mostly_unsupported("docs", files, 1.0, 10)  # a share of 1: never refused
+
+
+def test_the_refusal_names_the_exclude_patterns_that_silence_it(tmp_path):
+    from rag_pipeline.core.ingestion.discovery import refuse_mostly_unsupported
+
+    files = _files(tmp_path, ["a.md", "Makefile"] + [f"d/p{n}.rst.txt.foo" for n in range(6)] + [f"i{n}.DAT" for n in range(4)]
+                   + ["i.dat"])
+    with pytest.raises(SourceUnavailableError) as raised:
+        refuse_mostly_unsupported("docs", files, 0.5, 10)
+    assert ("source 'docs': 12 of 13 files are of types this pipeline does not read: .foo 6, .dat 5, (no extension) 1; "
+            "exclude them in the source's config (exclude: ['*.foo', '*.dat', '*.DAT', 'Makefile']) or convert them") \
+        in str(raised.value)
+    import fnmatch
+
+    for item in files:  # each pattern excludes what it names, at any depth (as the walk matches them)
+        if not item.supported:
+            assert any(fnmatch.fnmatchcase(item.rel_path, p) for p in ("*.foo", "*.DAT", "*.dat", "Makefile")), item.rel_path

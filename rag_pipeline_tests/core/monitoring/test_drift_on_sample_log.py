@@ -15,6 +15,9 @@ from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 ORDINARY_DAYS = [date(2026, 11, 12) + timedelta(days=i) for i in range(14)]  # 11-12 .. 11-25
 SHIFT_DAYS = [date(2026, 11, 26) + timedelta(days=i) for i in range(4)]  # 11-26 .. 11-29
 
+# The real model: drift is measured in its space.
+pytestmark = pytest.mark.slow
+
 
 def _scenarios(folder) -> dict[str, str]:
     """Query text -> the scenario the log generator marked it with (`_scenario`; normal when absent)."""

@@ -137,3 +137,41 @@ def test_topic_text_keeps_what_is_asked_not_how():
     assert topic_text("Hey, how do I change my invoice template?") == "change invoice template"
     assert topic_text("invoice template change") == "invoice template change"
     assert topic_text("What's error TLY-4012?") == "whats error tly-4012"
+
+
+def test_the_smallest_detectable_share_is_where_a_foreign_topic_reaches_the_threshold():
+    from rag_pipeline.core.monitoring.drift import min_detectable_share
+
+    # Five golden questions, pairwise squared distance 2 (orthonormal): bandwidth 2, every kernel e^-1.
+    golden = np.eye(6)[:5]
+    e_min = min_detectable_share(golden, 0.01, bandwidth=2.0)
+    assert e_min == pytest.approx(np.sqrt(0.01 / (1 + np.exp(-1))))
+    # A share e_min of identical questions on a sixth axis (kernel e^-1 to every golden one, so not
+    # wholly foreign) stays under the threshold: e² (1 + e^-1 - 2 e^-1) < 0.01.
+    assert e_min**2 * (1 - np.exp(-1)) < 0.01
+    # A truly foreign topic (kernel 0 to the golden questions) reaches the threshold exactly at e_min.
+    assert e_min**2 * (1 + np.exp(-1)) == pytest.approx(0.01)
+    assert min_detectable_share(golden, 50.0, bandwidth=2.0) == 1.0  # never more than the whole day
+
+
+def test_the_report_states_the_smallest_shift_it_could_see():
+    from rag_pipeline.core.monitoring.drift_plots import report_markdown
+
+    golden = np.eye(8)[:6]
+    report = drift_report("2026-11-29", ["a", "b", "c"], np.eye(8)[:3] + 0.01, [f"g{i}" for i in range(6)],
+                          [f"g{i}" for i in range(6)], ["s"] * 6, golden, [["x:1"]] * 6, bootstrap_samples=100)
+    assert 0 < report.min_detectable_share <= 1
+    assert f"less than **{report.min_detectable_share:.0%}** of the day" in report_markdown(report, {}, "")
+    verdict = report.verdict()
+    assert verdict.numbers["min_detectable_share"] == round(report.min_detectable_share, 4)
+    assert report.drifted or "cannot be seen" in verdict.summary
+
+
+def test_pages_production_reaches_without_a_golden_case_are_listed_by_hits():
+    golden = np.eye(8)[:6]
+    hits = [["kb:a.md", "kb:b.md"], ["kb:c.md"], ["kb:c.md", "kb:a.md"], [], ["web:d.html"]]
+    report = drift_report("2026-11-29", list("abcde"), np.eye(8)[:5] + 0.01, [f"g{i}" for i in range(6)],
+                          [f"g{i}" for i in range(6)], ["s"] * 6, golden, [["kb:a.md"]] * 6, hits, bootstrap_samples=100)
+    # Only the first document of each query counts; kb:a.md has golden cases; kb:b.md was never first.
+    assert report.uncovered_pages == [{"source": "kb", "doc_id": "kb:c.md", "hits": 2},
+                                      {"source": "web", "doc_id": "web:d.html", "hits": 1}]

@@ -5,31 +5,28 @@ from __future__ import annotations
 
 import pytest
 
-from rag_pipeline.config import load_config
-from rag_pipeline.core.embedding.embedder import make_embedder
 from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation
 from rag_pipeline.core.ingestion.stages import ingest_source
-from rag_pipeline_tests.conftest import BACKENDS, SAMPLE_CONFIG, make_store
+from rag_pipeline_tests.conftest import BACKENDS, make_store
 
 MODES = ("dense", "bm25", "hybrid")
 
 
 @pytest.fixture(scope="module")
-def built(request, tmp_path_factory):
-    config = load_config(SAMPLE_CONFIG)
-    embedder = make_embedder(config.embedding.model_copy(update={"kind": "hashing"}))
-    stores, results = {}, {}
+def built(request, sample_index, tmp_path_factory):
+    """The session's sample index (DuckDB), and the same corpus ingested into PostgreSQL alike."""
+    config, duckdb_store, embedder = sample_index
+    pg_store = make_store(request, "postgres", tmp_path_factory.mktemp("postgres"))
+    for source in config.sources:
+        ingest_source(source, pg_store, embedder, config.chunking, config.lifecycle, "parity")
+    stores = {"duckdb": duckdb_store, "postgres": pg_store}
+    results = {}
     for backend in BACKENDS:
-        store = make_store(request, backend, tmp_path_factory.mktemp(backend))
-        for source in config.sources:
-            ingest_source(source, store, embedder, config.chunking, config.lifecycle, "parity")
-        stores[backend] = store
         for mode in MODES:
             _, results[backend, mode] = run_golden_evaluation(
-                config.golden_set, store, embedder, config.retrieval, "fp", config.source_ids, mode)
+                config.golden_set, stores[backend], embedder, config.retrieval, "fp", config.source_ids, mode)
     yield stores, results
-    for store in stores.values():
-        store.close()
+    pg_store.close()
 
 
 def test_the_served_rows_are_the_same(built):

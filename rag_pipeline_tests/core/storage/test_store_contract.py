@@ -72,6 +72,66 @@ def test_a_store_at_this_version_missing_a_table_gets_it_back(store, tmp_path):
         reopened.close()
 
 
+def test_a_store_of_schema_5_gains_the_waivers_and_keeps_its_rows(store, tmp_path):
+    # A store written before gate waivers existed: brought forward when a writer opens it, refused
+    # by a reader until then (readers write nothing), on both engines.
+    from rag_pipeline.core.storage.database import NoIndexError
+
+    store.records.record_golden_change("release", ["c1"], "rev1", "rev2", "ana", "kept")
+    store.db.execute("DROP TABLE gate_waivers")
+    store.db.execute("UPDATE schema_version SET version = 5")
+    reader = Store(DuckDBDatabase(store.db.path, read_only=True)) if store.backend == "duckdb" else \
+        Store(PostgresDatabase(store.db.dsn, schema=store.db.schema, read_only=True))
+    with pytest.raises(NoIndexError, match="schema version 5"):
+        reader.records.waivers()
+    reader.close()
+    reopened = _reopen(store)
+    try:
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION
+        assert reopened.records.waivers() == [] and len(reopened.records.golden_changes()) == 1
+        reopened.records.add_waiver("recall_at_5", "ana", "labels rewritten", date(2026, 12, 31))
+        [row] = reopened.records.waivers()
+        assert (row["rule"], row["waived_by"], row["until_day"]) == ("recall_at_5", "ana", date(2026, 12, 31))
+    finally:
+        reopened.close()
+
+
+def _gap_row(day, gap_id, status="open", **changes):
+    row = {"day": day, "gap_id": gap_id, "first_seen": date(2026, 11, 20), "last_seen": day, "status": status,
+           "label": "dashboard, widget", "question_count": 2, "share": 0.25, "best_score": 0.31, "threshold": 0.4,
+           "nearest_doc": "kb:a.md", "nearest_section": "Alpha", "tenants": ["(no tenant)", "acme"],
+           "members": '[{"query": "dashboard widgets", "tenant": "acme", "roles": [], "best_score": 0.31}]',
+           "centroid": [0.6, 0.8], "closed_by": None}
+    return {**row, **changes}
+
+
+def test_a_store_of_schema_6_gains_the_gaps_table_and_gaps_read_back(store, tmp_path):
+    # A store written before coverage gaps: brought forward by a writer, its rows kept, on both engines.
+    store.records.add_waiver("recall_at_5", "ana", "kept", date(2026, 12, 31))
+    store.db.execute("DROP TABLE coverage_gaps")
+    store.db.execute("UPDATE schema_version SET version = 6")
+    reopened = _reopen(store)
+    try:
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 7
+        assert len(reopened.records.waivers()) == 1 and reopened.gaps.of_day(date(2026, 11, 20)) == []
+        day1, day2 = date(2026, 11, 20), date(2026, 11, 21)
+        reopened.gaps.save_day(day1, [_gap_row(day1, "gap-a"), _gap_row(day1, "gap-b", question_count=5)])
+        reopened.gaps.save_day(day2, [_gap_row(day2, "gap-a", "closed", closed_by="kb:dash.md")])
+        # Saving a day again replaces it whole.
+        reopened.gaps.save_day(day1, [_gap_row(day1, "gap-a"), _gap_row(day1, "gap-b", question_count=5)])
+        rows = reopened.gaps.of_day(day1)
+        assert [r["gap_id"] for r in rows] == ["gap-b", "gap-a"]  # largest first
+        assert rows[1]["centroid"] == [0.6, 0.8] and rows[1]["tenants"] == ["(no tenant)", "acme"]
+        assert rows[1]["first_seen"] == day1 and rows[1]["share"] == 0.25
+        # gap-a was closed on day 2: open before day 2 both, before day 3 only gap-b.
+        assert sorted(r["gap_id"] for r in reopened.gaps.open_before(day2)) == ["gap-a", "gap-b"]
+        assert [r["gap_id"] for r in reopened.gaps.open_before(date(2026, 11, 22))] == ["gap-b"]
+        assert [(r["day"], r["status"]) for r in reopened.gaps.traffic(day2) if r["gap_id"] == "gap-a"] == [
+            (day1, "open"), (day2, "closed")]
+    finally:
+        reopened.close()
+
+
 @pytest.mark.parametrize("rows", [5, SMALL_VECTOR_ROWS + 1])
 def test_vectors_come_back_bit_for_bit(store, tmp_path, rows):
     # A few rows go in and out as lists, more through Arrow: both paths, on both backends.

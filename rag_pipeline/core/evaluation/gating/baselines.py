@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from rag_pipeline.core.evaluation.gating.gates import GateResult, check_budgets, compare, gate_reasons, render_gate
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
+from rag_pipeline.core.evaluation.gating.waivers import Waiver, active_waivers, utc_today
 from rag_pipeline.core.evaluation.golden.cases import file_revision
 from rag_pipeline.core.evaluation.golden.lines import golden_lines
 from rag_pipeline.core.evaluation.golden.suites import FULL
@@ -44,8 +46,9 @@ class BaselineComparison:
         return (f"baseline {self.baseline_id} of the previous golden revision {self.baseline_revision}, "
                 f"on the {self.unchanged_cases} case(s) the two revisions share unchanged")
 
-    def verdict(self) -> Verdict:
-        """`gate_vs_baseline`: ERROR on a regression, WARN on an unprotected drop or when there is no baseline."""
+    def verdict(self, why: str = "") -> Verdict:
+        """`gate_vs_baseline`: ERROR on a regression, WARN on an unprotected drop or when there is no
+        baseline. `why`: the line naming the top causes of the cases that moved (`attribution/render.py`)."""
         if self.gate is None:
             return Verdict(False, f"{self.missing_reason}; promote one with `rag-pipeline promote`", severity="WARN")
         gate = self.gate
@@ -53,6 +56,9 @@ class BaselineComparison:
         summary = f"{self.suite} suite: {summary}"
         if self.baseline_revision is not None:
             summary += f" (against {self.against})"
+        if why:
+            summary += f"; {why}"
+        summary += "".join(f"\nWAIVED {r.rule} — {r.waiver.describe()}" for r in gate.waived)
         numbers = {f"delta_{d.metric}": round(d.delta, 6) for d in gate.deltas if not math.isnan(d.delta)}
         markdown = {"baseline_eval": inline(self.baseline_id), "suite": inline(self.suite), "gate": render_gate(gate)}
         return Verdict(not gate.findings, summary, numbers, markdown=markdown, severity=None if gate.errors else "WARN")
@@ -86,9 +92,11 @@ def baseline_index_state(store: Store, golden_set: Path | None) -> dict[str, str
 
 
 def compare_with_baseline(
-    store: Store, eval_id: str, policy: GatePolicy, baseline_id: str | None = None
+    store: Store, eval_id: str, policy: GatePolicy, baseline_id: str | None = None, today: date | None = None
 ) -> BaselineComparison:
-    """Gate an evaluation against `baseline_id`, or against the promoted baseline of its revision."""
+    """Gate an evaluation against `baseline_id`, or against the promoted baseline of its revision,
+    with the waivers in force on `today` (a UTC day; default: today)."""
+    waivers = active_waivers((Waiver.from_row(row) for row in store.records.waivers()), today or utc_today())
     candidate = store.records.evaluation_record(eval_id)
     revision, suite = candidate["revision"], candidate.get("suite", FULL)
     baseline_id = baseline_id or store.records.baseline(revision, suite)
@@ -101,7 +109,7 @@ def compare_with_baseline(
             # alike: otherwise any edit of the golden file, even a blank line, would open the gate.
             unchanged = unchanged_cases(store.records.golden_snapshot(other[0]), store.records.golden_snapshot(revision))
             if unchanged is not None:
-                gate = compare(store.records.evaluation_record(other[1]), candidate, policy, unchanged)
+                gate = compare(store.records.evaluation_record(other[1]), candidate, policy, unchanged, waivers)
                 return BaselineComparison(eval_id, revision, other[1], gate, suite=suite, baseline_revision=other[0],
                                           unchanged_cases=len(unchanged))
             reason = f"the latest baseline is on golden revision {other[0]}, whose text is not in the store: not comparable"
@@ -109,7 +117,8 @@ def compare_with_baseline(
             reason = "no baseline promoted yet"
         return BaselineComparison(eval_id, revision, None, None, f"no {suite}-suite baseline for revision {revision} ({reason})",
                                   suite=suite)
-    return BaselineComparison(eval_id, revision, baseline_id, compare(store.records.evaluation_record(baseline_id), candidate, policy),
+    return BaselineComparison(eval_id, revision, baseline_id,
+                              compare(store.records.evaluation_record(baseline_id), candidate, policy, waivers=waivers),
                               suite=suite)
 
 
@@ -184,6 +193,7 @@ def gate_text(comparison: BaselineComparison) -> str:
         lines += [table_text, ""]
     lines += gate_reasons(gate, comparison.baseline_id)
     verdict = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE (no regression shown; not a failure)",
+               "waived": "PASS WITH WAIVERS (each regression above is WAIVED: not a failure until its waiver ends)",
                "pass": "PASS", "not comparable": "NOT COMPARABLE"}[gate.verdict]
     lines.append(f"verdict: {verdict}")
     if gate.errors:

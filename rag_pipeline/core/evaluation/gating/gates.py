@@ -18,6 +18,9 @@ retrieved where the baseline retrieved none is a fact, not an estimate: always a
 Promotion needs a significant gain of at least `min_gain` on a headline metric and no ERROR or
 inconclusive drop.
 
+A rule with an active waiver (`waivers.py`: who, why, until when) that regresses is WAIVED: a
+WARN shown with its waiver, not a failure; it still holds the baseline back.
+
 Budgets: the mean context size is a count, the same on every run of a config: over its budget it
 fails the gate. Latency is one wall-clock measurement on a machine that may be busy (a shared CI
 runner measured the same config at 1.2 s and 2.3 s): over its budget it warns and never fails
@@ -32,10 +35,11 @@ from typing import Literal
 
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
 from rag_pipeline.core.evaluation.gating.significance import Delta, paired_delta
+from rag_pipeline.core.evaluation.gating.waivers import Waiver
 from rag_pipeline.core.render import Markdown, inline, printable, table, text_table
 
 Severity = Literal["ERROR", "WARN"]
-Outcome = Literal["pass", "regression", "inconclusive", "warn"]
+Outcome = Literal["pass", "regression", "inconclusive", "warn", "waived"]
 
 
 @dataclass
@@ -52,6 +56,8 @@ class RuleResult:
     rule: str
     outcome: Outcome
     message: str
+    # The waiver that turned this rule's regression into a warning ("waived").
+    waiver: Waiver | None = None
 
 
 @dataclass
@@ -64,6 +70,8 @@ class GateResult:
     reasons: list[str] = field(default_factory=list)
     rules: list[RuleResult] = field(default_factory=list)
     alpha: float = 0.05
+    # Rule -> the waiver in force for it (core/evaluation/gating/waivers.py: active_waivers).
+    waivers: dict[str, Waiver] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Finding]:
@@ -78,28 +86,40 @@ class GateResult:
         return [r for r in self.rules if r.outcome == "inconclusive"]
 
     @property
+    def waived(self) -> list[RuleResult]:
+        """Rules that regressed under an active waiver: shown, not failed, never promoted."""
+        return [r for r in self.rules if r.outcome == "waived"]
+
+    @property
     def passed(self) -> bool:
         """No ERROR finding (a candidate that is merely not better, or inconclusive, still passes)."""
         return self.comparable and not self.errors
 
     @property
     def verdict(self) -> str:
-        """`regression` (an ERROR), `inconclusive` (a drop the cases cannot decide), or `pass`."""
+        """`regression` (an ERROR), `waived` (regressions, each under an active waiver), `inconclusive`
+        (a drop the cases cannot decide), or `pass`."""
         if not self.passed:
             return "regression" if self.comparable else "not comparable"
-        return "inconclusive" if self.inconclusive else "pass"
+        return "waived" if self.waived else "inconclusive" if self.inconclusive else "pass"
 
     @property
     def decision(self) -> str:
         return "PROMOTE" if self.promote else "keep baseline — " + "; ".join(self.reasons)
 
     def add(self, rule: str, outcome: Outcome, message: str) -> None:
-        """Record a rule's outcome; a regression is an ERROR finding, an inconclusive drop or a warning a WARN."""
-        self.rules.append(RuleResult(rule, outcome, message))
+        """Record a rule's outcome; a regression is an ERROR finding (a WARN when its rule is waived),
+        an inconclusive drop or a warning a WARN."""
+        waiver = self.waivers.get(rule) if outcome == "regression" and rule != "comparable" else None
+        if waiver is not None:
+            outcome = "waived"
+        self.rules.append(RuleResult(rule, outcome, message, waiver))
         if outcome == "regression":
             self.findings.append(Finding("ERROR", message, rule))
         elif outcome in ("inconclusive", "warn"):
             self.findings.append(Finding("WARN", message, rule))
+        elif outcome == "waived":
+            self.findings.append(Finding("WARN", f"WAIVED {message} ({waiver.describe()})", rule))
 
     def worst_slice(self) -> tuple[str, float] | None:
         if not self.slice_deltas:
@@ -118,7 +138,7 @@ def three_way(delta: Delta, tolerance: float) -> Outcome:
 
 
 def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy,
-            unchanged_cases: Collection[str] | None = None) -> GateResult:
+            unchanged_cases: Collection[str] | None = None, waivers: Mapping[str, Waiver] | None = None) -> GateResult:
     """Gate a candidate evaluation against a baseline.
 
     Both arguments are evaluation records: `revision`, `by_slice`, `latency`, `unanswerable`
@@ -129,6 +149,8 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy,
     baseline is the previous revision's; only these cases (the same in both revisions) are
     compared, slices by their mean over them. Such a candidate is promotable when it passes (no
     ERROR): it sets the new revision's first baseline, so it must not regress, not win.
+
+    `waivers`: rule -> the waiver in force today (`waivers.active_waivers`).
     """
     across = unchanged_cases is not None
     problem = None
@@ -143,7 +165,7 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy,
         result.add("comparable", "regression", problem)
         result.reasons.append(problem)
         return result
-    result = GateResult(comparable=True, alpha=policy.significance.alpha)
+    result = GateResult(comparable=True, alpha=policy.significance.alpha, waivers=dict(waivers or {}))
     base_cases, cand_cases = baseline["cases"], candidate["cases"]
     shared_ids = set(base_cases) & set(cand_cases)
     if across:
@@ -162,8 +184,9 @@ def compare(baseline: Mapping, candidate: Mapping, policy: GatePolicy,
     _decide(result, policy)
     if across:
         # Sets the new revision's first baseline: it must not regress, nor leave a drop undecided.
-        result.promote = not result.errors and not result.inconclusive
-        result.reasons = [f.message for f in result.errors] + [r.message for r in result.inconclusive]
+        result.promote = not result.errors and not result.inconclusive and not result.waived
+        result.reasons = ([f.message for f in result.errors] + [r.message for r in result.inconclusive]
+                          + [f"waived: {r.message}" for r in result.waived])
     return result
 
 
@@ -317,6 +340,10 @@ def _decide(result: GateResult, policy: GatePolicy) -> None:
     if result.errors:
         result.reasons = [f.message for f in result.errors]
         return
+    if result.waived:
+        # A waiver lets the candidate pass; it does not make its regression the new baseline.
+        result.reasons = ["a waived regression is not promoted (" + ", ".join(r.rule for r in result.waived) + ")"]
+        return
     alpha = policy.significance.alpha
     wins = [d for d in result.deltas if d.delta >= policy.min_gain and d.p_value < alpha]
     undecided = result.inconclusive
@@ -357,8 +384,10 @@ def render_gate(result: GateResult, terminal: bool = False) -> str:
         lines += ["", render(slice_rows, ["slice", "baseline", "candidate", "delta"])]
     lines.append("")
     text = printable if terminal else inline
-    labels = {"regression": "ERROR (regression)", "inconclusive": "WARN (inconclusive)", "warn": "WARN"}
-    lines += [f"{labels[r.outcome]}: {text(r.message)}" for r in result.rules if r.outcome != "pass"]
+    labels = {"regression": "ERROR (regression)", "inconclusive": "WARN (inconclusive)", "warn": "WARN",
+              "waived": "WAIVED (regression)"}
+    lines += [f"{labels[r.outcome]}: {text(r.message)}" + (f" — {text(r.waiver.describe())}" if r.waiver else "")
+              for r in result.rules if r.outcome != "pass"]
     lines.append(text(result.decision))
     return "\n".join(lines)
 
@@ -367,7 +396,8 @@ def gate_reasons(result: GateResult, baseline_id: str | None) -> list[str]:
     """The lines a failed or inconclusive gate prints: each rule that did not pass, with the
     baseline's evaluation id; plain text."""
     against = f" [baseline {baseline_id}]" if baseline_id else ""
-    labels = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE", "warn": "WARNING"}
+    labels = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE", "warn": "WARNING", "waived": "WAIVED"}
     # A metric's rule states its outcome itself ("...; tolerance 0.02: REGRESSION"): said once.
     return [(printable(r.message) if f": {labels[r.outcome]}" in r.message else f"{labels[r.outcome]} {printable(r.message)}")
-            + against for r in result.rules if r.outcome != "pass"]
+            + against + (f" — {printable(r.waiver.describe())}" if r.waiver else "")
+            for r in result.rules if r.outcome != "pass"]

@@ -4,9 +4,12 @@ as test results: a test case per golden case and per gate rule.
 - Golden cases (suite `golden cases`): a case fails when no gold document is in its top k (the
   report's k) or when it retrieved a forbidden document; a case with stale labels is skipped
   (scored apart); an unanswerable case passes, its abstention in its output. Holdout cases are one
-  test case together, failed when any of them failed, none named: holdout stays unseen.
-- Gate rules (suite `gate`): a regression fails; an inconclusive drop or a warning is skipped with
-  its reason (JUnit has no warning); a passed rule passes. With no baseline, or `--no-gate`, one
+  test case together, failed when any of them failed, none named: holdout stays unseen. A case
+  that moved against the baseline says why (its cause, `attribution/`): in its failure message,
+  or in its output when it still passes.
+- Gate rules (suite `gate`): a regression fails; an inconclusive drop, a warning or a WAIVED
+  regression (with who waived it, why and until when) is skipped with its reason (JUnit has no
+  warning); a passed rule passes. With no baseline, or `--no-gate`, one
   skipped case says so.
 """
 
@@ -41,8 +44,11 @@ def _count(suite: ET.Element) -> None:
     suite.set("time", "0")
 
 
-def golden_suite(root: ET.Element, eval_id: str, rows: Sequence[Mapping], report_k: int) -> ET.Element:
-    """The golden cases of a stored evaluation (`Records.case_rows`)."""
+def golden_suite(root: ET.Element, eval_id: str, rows: Sequence[Mapping], report_k: int,
+                 moved: Mapping[str, str] | None = None) -> ET.Element:
+    """The golden cases of a stored evaluation (`Records.case_rows`). `moved`: case id -> why it moved
+    against the baseline (its cause), added to its failure message, or to its output when it passes."""
+    moved = moved or {}
     suite = ET.SubElement(root, "testsuite", name=f"golden cases ({eval_id})")
     held, held_failed = 0, 0
     for row in rows:
@@ -55,11 +61,14 @@ def golden_suite(root: ET.Element, eval_id: str, rows: Sequence[Mapping], report
         if row["stale"]:
             _case(suite, classname, row["case_id"], "skipped", "stale labels, scored apart: " + "; ".join(row["stale"]))
         elif failed:
-            _case(suite, classname, row["case_id"], "failure", message)
+            why = moved.get(row["case_id"])
+            _case(suite, classname, row["case_id"], "failure", message + (f"; moved: {why}" if why else ""))
         elif not row["answerable"]:
             _case(suite, classname, row["case_id"], output="unanswerable: " + ("abstained" if row["abstained"] else "answered"))
         else:
-            _case(suite, classname, row["case_id"], output=f"first gold document at rank {row['first_gold_rank']}")
+            why = moved.get(row["case_id"])
+            _case(suite, classname, row["case_id"], output=f"first gold document at rank {row['first_gold_rank']}"
+                                                           + (f"; moved: {why}" if why else ""))
     if held:
         _case(suite, "golden.holdout", f"holdout ({held} cases)", "failure" if held_failed else "pass",
               f"{held_failed} of {held} holdout cases failed (not named: holdout stays unseen)" if held_failed else "")
@@ -92,18 +101,22 @@ def gate_suite(root: ET.Element, comparison: BaselineComparison | None, gated: b
     else:
         against = f" [baseline {comparison.baseline_id}]"
         for rule in comparison.gate.rules:
-            outcome = {"regression": "failure", "inconclusive": "skipped", "warn": "skipped"}.get(rule.outcome, "pass")
-            label = {"inconclusive": "inconclusive: ", "warn": "warning: "}.get(rule.outcome, "")
-            _case(suite, "gate", rule.rule, outcome, label + rule.message + against, rule.message if outcome == "pass" else "")
+            outcome = {"regression": "failure", "inconclusive": "skipped", "warn": "skipped",
+                       "waived": "skipped"}.get(rule.outcome, "pass")
+            label = {"inconclusive": "inconclusive: ", "warn": "warning: ", "waived": "WAIVED: "}.get(rule.outcome, "")
+            waiver = f" — {rule.waiver.describe()}" if rule.waiver else ""
+            _case(suite, "gate", rule.rule, outcome, label + rule.message + against + waiver,
+                  rule.message if outcome == "pass" else "")
     _count(suite)
     return suite
 
 
 def write_junit(out: Path, eval_id: str, rows: Sequence[Mapping], report_k: int,
-                comparison: BaselineComparison | None, gated: bool = True) -> Path:
-    """Write the JUnit XML report of one evaluation and its gate; the file is replaced whole."""
+                comparison: BaselineComparison | None, gated: bool = True, moved: Mapping[str, str] | None = None) -> Path:
+    """Write the JUnit XML report of one evaluation and its gate (`moved`: case id -> its cause, see
+    `golden_suite`); the file is replaced whole."""
     root = ET.Element("testsuites", name=f"rag-pipeline eval {eval_id}")
-    suites = [golden_suite(root, eval_id, rows, report_k), gate_suite(root, comparison, gated)]
+    suites = [golden_suite(root, eval_id, rows, report_k, moved), gate_suite(root, comparison, gated)]
     for key in ("tests", "failures", "errors", "skipped"):
         root.set(key, str(sum(int(s.get(key)) for s in suites)))
     ET.indent(root)

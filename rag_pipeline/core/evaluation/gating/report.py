@@ -7,11 +7,12 @@ every one goes through the renderer (`core/render.py`), which escapes them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rag_pipeline.core.evaluation.gating.baselines import BaselineComparison, compare_with_baseline
+from rag_pipeline.core.evaluation.gating.gates import render_gate
 from rag_pipeline.core.evaluation.gating.policy import GatePolicy
 from rag_pipeline.core.evaluation.gating.slice_plot import slice_comparison
 from rag_pipeline.core.evaluation.golden.holdout import withheld
@@ -153,28 +154,47 @@ class WrittenReport:
     plot: Path
     comparison: BaselineComparison
     result: EvalResult
+    gated: bool = True
+    sections: Sequence[str] = ()
 
     def markdown(self) -> str:
         """The report's text with the plot embedded (for Dagster metadata: a file link would not render)."""
-        return render_markdown(self.result, markdown_image(self.plot, "slices against the baseline"))
+        return render_markdown(self.result, markdown_image(self.plot, "slices against the baseline"),
+                               gate_markdown(self.comparison, self.gated), self.sections)
 
 
-def write_report(result: EvalResult, store: Store, policy: GatePolicy, folder: Path) -> WrittenReport:
-    """Gate the evaluation against its revision's baseline, draw each slice against it, and write the
-    markdown report beside the plot (`<eval id>.md`, `<eval id>-slices.png`)."""
-    comparison = compare_with_baseline(store, result.eval_id, policy)
+def gate_markdown(comparison: BaselineComparison, gated: bool = True) -> str:
+    """The report's gate section: against what, the metric table, each rule that did not pass (a
+    WAIVED one with who waived it, why and until when) and the decision."""
+    if not gated:
+        return "_not gated: this evaluation only measured_"
+    if comparison.gate is None:
+        return f"_nothing to compare with: {inline(comparison.missing_reason)}_"
+    return f"Against {inline(comparison.against)}.\n\n{render_gate(comparison.gate)}"
+
+
+def write_report(result: EvalResult, store: Store, policy: GatePolicy, folder: Path, gated: bool = True,
+                 comparison: BaselineComparison | None = None, sections: Sequence[str] = ()) -> WrittenReport:
+    """Gate the evaluation against its revision's baseline (unless `comparison` is that gate already),
+    draw each slice against it, and write the markdown report beside the plot (`<eval id>.md`,
+    `<eval id>-slices.png`); `gated` False: the report says it only measured. `sections`: markdown
+    shown after the gate (why cases moved)."""
+    comparison = comparison or compare_with_baseline(store, result.eval_id, policy)
     candidate = store.records.evaluation_record(result.eval_id)
     baseline = store.records.evaluation_record(comparison.baseline_id) if comparison.baseline_id else None
     plot = slice_comparison(candidate, baseline, policy.headline_metrics, policy.significance,
                             folder / f"{result.eval_id}-slices.png")
     path = folder / f"{result.eval_id}.md"
     folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_markdown(result, f"![slices against the baseline]({plot.name})"), encoding="utf-8")
-    return WrittenReport(path, plot, comparison, result)
+    path.write_text(render_markdown(result, f"![slices against the baseline]({plot.name})", gate_markdown(comparison, gated),
+                                    sections), encoding="utf-8")
+    return WrittenReport(path, plot, comparison, result, gated, tuple(sections))
 
 
-def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
-    """The full report: header, slice table and plot, splits, unanswerable, failed cases and traces."""
+def render_markdown(result: EvalResult, slice_plot: str | None = None, gate: str | None = None,
+                    sections: Sequence[str] = ()) -> str:
+    """The full report: header, slice table and plot, the gate, `sections` (why cases moved), splits,
+    unanswerable, failed cases and traces."""
     columns = slice_columns(result.report_k)
     split_rows = [[s, int(v.get("cases", 0)), *(v.get(c) for c in columns)] for s, v in result.by_split.items()]
     parts = [
@@ -198,6 +218,8 @@ def render_markdown(result: EvalResult, slice_plot: str | None = None) -> str:
         slice_table(result),
         "",
         *([slice_plot, ""] if slice_plot else []),
+        *(["## Gate", "", gate, ""] if gate else []),
+        *(part for section in sections for part in (section, "")),
         "## By split",
         "",
         table(split_rows, ["split", "scored", *columns], limit=None),

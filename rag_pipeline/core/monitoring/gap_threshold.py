@@ -1,0 +1,84 @@
+"""The weak-evidence threshold: under it, a question counts as one the corpus cannot answer.
+
+Calibrated on the golden set, whose cases say whether the corpus answers them. Each case outside
+holdout (holdout never tunes anything) is searched as its own caller would (`evidence.py`); then
+
+    t_J   = the threshold maximising Youden's J = TPR - FPR over answerable (score >= t) against
+            unanswerable (score < t) cases: the same argmax as balanced accuracy (J = 2 BA - 1);
+    t_cap = the nearest-rank `max_flag_rate` quantile of the answerable cases' best scores, so that
+            fewer than that share of answerable cases score under it;
+    t     = min(t_J, t_cap).
+
+The cap exists because golden sets are written with near-miss unanswerable cases (the topic is in
+the corpus, the fact is not): J alone then sets t among the scores of answered questions and calls
+much ordinary traffic a gap. A golden set without unanswerable cases gives t = t_cap (stated).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rag_pipeline.core.errors import InputError
+from rag_pipeline.core.evaluation.answers.abstention import best_threshold
+from rag_pipeline.core.evaluation.golden.holdout import withheld
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
+from rag_pipeline.core.monitoring.evidence import Question, best_evidence
+from rag_pipeline.core.retrieval.retriever import Retriever
+
+
+class NoAnswerableCasesError(InputError):
+    """The golden set has no answerable case to calibrate on."""
+
+
+@dataclass(frozen=True)
+class WeakThreshold:
+    """The threshold, how it was set, and what it does on the golden set it was set on."""
+
+    value: float
+    rule: str
+    answerable: int
+    unanswerable: int
+    # Share of answerable golden cases under the threshold, and of unanswerable ones (NaN without any).
+    answerable_flagged: float
+    unanswerable_caught: float
+
+    def measures(self) -> dict[str, float]:
+        return {"weak_threshold": self.value, "golden_answerable_flagged": self.answerable_flagged,
+                "golden_unanswerable_caught": self.unanswerable_caught}
+
+
+def calibrate(scores: Sequence[float], answerable: Sequence[bool], max_flag_rate: float) -> WeakThreshold:
+    """The threshold of the module docstring from the cases' best scores and labels."""
+    kept = sum(1 for a in answerable if a)
+    if not kept:
+        raise NoAnswerableCasesError("the golden set has no answerable case outside holdout: the weak-evidence "
+                                     "threshold of coverage gaps needs some (mark cases answerable: true)")
+    answered = [s for s, a in zip(scores, answerable, strict=True) if a]
+    unanswered = [s for s, a in zip(scores, answerable, strict=True) if not a]
+    cap = nearest_rank_quantile(answered, max_flag_rate)
+    if unanswered:
+        youden = best_threshold(scores, answerable)
+        value = min(youden, cap)
+        rule = (f"Youden's J on {len(answered)} answerable and {len(unanswered)} unanswerable golden cases "
+                f"({youden:.4f})" + (f", capped at the {max_flag_rate:.0%} quantile of answerable cases' scores "
+                                     f"({cap:.4f})" if cap < youden else ""))
+    else:
+        value = cap
+        rule = (f"no unanswerable golden case: the {max_flag_rate:.0%} quantile of {len(answered)} answerable "
+                f"cases' scores")
+    return WeakThreshold(
+        value=float(value), rule=rule, answerable=len(answered), unanswerable=len(unanswered),
+        answerable_flagged=sum(1 for s in answered if s < value) / len(answered),
+        unanswerable_caught=sum(1 for s in unanswered if s < value) / len(unanswered) if unanswered else math.nan,
+    )
+
+
+def golden_threshold(cases: Sequence, retriever: Retriever, max_flag_rate: float) -> WeakThreshold:
+    """Calibrate on the golden cases outside holdout, each searched with its own tenant and roles;
+    a case whose caller may see nothing at all scores 0."""
+    tunable = [c for c in cases if not withheld(c)]
+    evidence = best_evidence(retriever, [Question(c.question, c.tenant, tuple(c.roles)) for c in tunable])
+    scores = [e.best_score if e.best_score is not None else 0.0 for e in evidence]
+    return calibrate(scores, [c.answerable for c in tunable], max_flag_rate)

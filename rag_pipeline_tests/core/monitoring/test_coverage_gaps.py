@@ -1,0 +1,210 @@
+"""Coverage gaps on a real store (DuckDB, real parsing and ingestion, the hashing embedder: the
+questions of a topic share its words, which is the similarity these tests need)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import date
+
+import numpy as np
+import pytest
+
+from rag_pipeline.core.embedding.hashing import HashingEmbedder
+from rag_pipeline.core.ingestion.stages import ingest_source
+from rag_pipeline.core.monitoring.evidence import Evidence, Question
+from rag_pipeline.core.monitoring.gap_day import coverage_gaps_day, day_gaps
+from rag_pipeline.core.monitoring.gap_threshold import NoAnswerableCasesError, calibrate
+from rag_pipeline.core.monitoring.gap_topics import distinctive_terms, topics
+from rag_pipeline.core.monitoring.gaps import Gap, closing_document, match
+from rag_pipeline.core.storage import open_store
+
+PAGES = {
+    "refunds.md": "# Refunds\n\nRefunds of an annual plan are issued within 14 days of the refund request. "
+                  "A refund goes back to the card that paid the invoice.\n",
+    "sso.md": "# Single sign-on\n\nSet up single sign-on with Okta or Entra ID: upload the SAML metadata "
+              "and copy the entity id into your identity provider.\n",
+    "exports.md": "# Data export\n\nExport your invoices and customers as CSV from Settings, Data export. "
+                  "An export link stays valid for seven days.\n",
+    "invoices.md": "# Invoices\n\nCreate an invoice, add line items and send the invoice by email. "
+                   "Payment reminders go out three days after the due date.\n",
+}
+DASHBOARDS = "# Dashboards\n\nBuild a custom dashboard from widgets: add a chart widget, share the dashboard " \
+             "with your team, and schedule a dashboard export of every widget.\n"
+NORMAL = ["how long do refunds take", "refund of an annual plan", "refund to the card that paid",
+          "set up single sign-on with okta", "saml metadata for single sign-on", "entity id for sso",
+          "export invoices as csv", "how long is an export link valid", "export customers csv",
+          "send an invoice by email", "add line items to an invoice", "when do payment reminders go out"]
+OFF_CORPUS = ["custom dashboard widgets", "share a dashboard with my team", "dashboard chart widget",
+              "schedule a dashboard export", "add a widget to my dashboard", "dashboard widget chart colours",
+              "dashboard for my team", "chart widget on the dashboard"]
+GOLDEN = [("refunds of an annual plan", True), ("single sign-on with entity id", True), ("data export as csv", True),
+          ("send an invoice with line items", True), ("payment reminders after the due date", True),
+          ("refund request card", True), ("okta saml metadata", True), ("export link valid days", True),
+          ("parking at the office garage", False), ("yearly bonus for staff", False),
+          ("bring a dog to work", False)]
+DAY1, DAY2 = date(2026, 11, 20), date(2026, 11, 21)
+
+
+def _log(folder, day: date, queries: list[str]) -> None:
+    folder.mkdir(exist_ok=True)
+    lines = [{"timestamp": f"{day}T{8 + i % 10:02d}:{i % 60:02d}:00Z", "query": q, "tenant": None}
+             for i, q in enumerate(queries)]
+    (folder / f"{day}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.fixture
+def pipeline(tmp_path, write_config):
+    root = tmp_path / "kb"
+    root.mkdir()
+    for name, text in PAGES.items():
+        (root / name).write_text(text)
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("".join(json.dumps({
+        "id": f"c{i}", "question": q, "reference": "r", "gold_docs": ["kb:refunds.md"] if a else [], "slice": "s",
+        "split": "dev", "answerable": a}) + "\n" for i, (q, a) in enumerate(GOLDEN)))
+    config = write_config({"kb": root}, golden_set=str(golden), monitoring={
+        "query_log": str(tmp_path / "log"), "start_date": "2026-11-01", "gap_share_warn": 0.2,
+        # Hashing vectors of short questions that share one word are far apart (0.5 to 0.9): a wide cut.
+        "gap_distance": 0.9})
+    store = open_store(config.storage)
+    embedder = HashingEmbedder(config.embedding)
+
+    def ingest(run_id: str) -> None:
+        ingest_source(config.sources[0], store, embedder, config.chunking, config.lifecycle, run_id)
+
+    ingest("r1")
+    yield config, store, embedder, root, ingest
+    store.close()
+
+
+def test_an_off_corpus_topic_is_one_gap_holding_most_of_it(pipeline, tmp_path):
+    config, store, embedder, _, _ = pipeline
+    _log(tmp_path / "log", DAY1, NORMAL + OFF_CORPUS)
+    result = coverage_gaps_day(config, store, embedder, DAY1)
+    large = [g for g in result.gaps if g.share > config.monitoring.gap_share_warn]
+    assert len(large) == 1, [(g.label, [m.question.text for m in g.members]) for g in result.gaps]
+    [gap] = large
+    asked = {m.question.text for m in gap.members}
+    assert len(asked & set(OFF_CORPUS)) >= 6 and not asked & set(NORMAL)
+    assert "dashboard" in gap.label and gap.first_seen == DAY1 and gap.status == "open"
+    assert gap.share == pytest.approx(gap.count / len(NORMAL + OFF_CORPUS))
+    assert gap.best_score is not None and gap.best_score < result.threshold.value
+    assert gap.nearest_doc and gap.nearest_doc.startswith("kb:")
+    verdict = result.verdict(config.monitoring.gap_share_warn)
+    assert not verdict.passed and "dashboard" in verdict.summary
+    # Stored: read back as the same gaps, and the day's measures with the threshold's rule.
+    assert [g.gap_id for g in day_gaps(store, DAY1)] == [g.gap_id for g in result.gaps]
+    [measures] = [m for m in store.records.monitoring_history("gaps", DAY1) if m["day"] == DAY1]
+    assert measures["weak_threshold"] == result.threshold.value and "Youden" in measures["threshold_rule"]
+
+
+def test_the_same_day_without_the_topic_has_no_gap_over_the_share(pipeline, tmp_path):
+    config, store, embedder, _, _ = pipeline
+    _log(tmp_path / "log", DAY1, NORMAL)
+    result = coverage_gaps_day(config, store, embedder, DAY1)
+    assert all(g.share <= config.monitoring.gap_share_warn for g in result.gaps)
+    assert result.verdict(config.monitoring.gap_share_warn).passed
+    assert result.examined == len(NORMAL)
+
+
+def test_a_gap_keeps_its_identity_then_closes_when_a_document_answers_it(pipeline, tmp_path):
+    config, store, embedder, root, ingest = pipeline
+    _log(tmp_path / "log", DAY1, NORMAL + OFF_CORPUS)
+    _log(tmp_path / "log", DAY2, NORMAL + OFF_CORPUS[::-1])
+    day3, day4 = date(2026, 11, 22), date(2026, 11, 23)
+    _log(tmp_path / "log", day3, NORMAL)
+    _log(tmp_path / "log", day4, NORMAL)
+    [first] = [g for g in coverage_gaps_day(config, store, embedder, DAY1).gaps if "dashboard" in g.label]
+    # Asked again the next day: the same gap, first seen on the first day, not new.
+    again = coverage_gaps_day(config, store, embedder, DAY2)
+    [same] = [g for g in again.gaps if "dashboard" in g.label]
+    assert (same.gap_id, same.first_seen, same.last_seen) == (first.gap_id, DAY1, DAY2)
+    assert same not in again.new_gaps and again.verdict(config.monitoring.gap_share_warn).passed
+    # Not asked, not answered yet: stays open, not listed as closed.
+    assert not [g for g in coverage_gaps_day(config, store, embedder, day3).gaps if g.gap_id == first.gap_id]
+    assert first.gap_id in {row["gap_id"] for row in store.gaps.open_before(day4)}
+    (root / "dashboards.md").write_text(DASHBOARDS)
+    ingest("r2")
+    closing = coverage_gaps_day(config, store, embedder, day4)
+    [done] = [g for g in closing.gaps if g.gap_id == first.gap_id]
+    assert done.status == "closed" and done.closed_by == "kb:dashboards.md" and done.closed_on == day4
+    assert done.first_seen == DAY1 and done.as_json()["closed_by"] == "kb:dashboards.md"
+    assert closing.measures()["closed_gaps"] == 1
+    # Closed: a later day no longer carries it as open.
+    assert first.gap_id not in {row["gap_id"] for row in store.gaps.open_before(date(2026, 11, 24))}
+
+
+def test_the_threshold_is_youdens_j_capped_by_the_answerable_quantile():
+    # Answerable 0.9, 0.8, 0.7, 0.3; unanswerable 0.75, 0.2. J is best at 0.25 (TPR 1, FPR 0.5) and at
+    # 0.775 (TPR 0.5, FPR 0): J = 0.5 both; the tie goes to the one nearest 0.5 (`best_threshold`): 0.25.
+    scores, labels = [0.9, 0.8, 0.7, 0.3, 0.75, 0.2], [True, True, True, True, False, False]
+    wide = calibrate(scores, labels, max_flag_rate=0.5)
+    assert wide.value == pytest.approx(0.25) and "Youden" in wide.rule and "capped" not in wide.rule
+    assert (wide.answerable_flagged, wide.unanswerable_caught) == (0.0, 0.5)
+    # 1% of answerable cases at most: the cap is the lowest answerable score, 0.3, above J's 0.25.
+    strict = calibrate(scores, labels, max_flag_rate=0.01)
+    assert strict.value == pytest.approx(0.25)
+    # Near-miss unanswerable cases (0.7, 0.6) put J's best at 0.75, above an answered 0.4: the cap at
+    # the 25% quantile of answerable scores (0.4) keeps that answered question out.
+    capped = calibrate([0.9, 0.85, 0.8, 0.4, 0.7, 0.6], [True, True, True, True, False, False], max_flag_rate=0.25)
+    assert capped.value == pytest.approx(0.4) and "capped at the 25% quantile" in capped.rule
+    assert (capped.answerable_flagged, capped.unanswerable_caught) == (0.0, 0.0)
+
+
+def test_without_unanswerable_cases_the_threshold_is_the_stated_quantile_and_without_answerable_an_error():
+    only = calibrate([0.9, 0.8, 0.7, 0.6], [True] * 4, max_flag_rate=0.25)
+    assert only.value == pytest.approx(0.6) and only.rule.startswith("no unanswerable golden case")
+    assert math.isnan(only.unanswerable_caught)
+    with pytest.raises(NoAnswerableCasesError, match="no answerable case"):
+        calibrate([0.1, 0.2], [False, False], max_flag_rate=0.1)
+
+
+def test_topics_and_labels():
+    vectors = np.array([[1.0, 0.0, 0.0], [0.95, 0.05, 0.0], [0.0, 1.0, 0.0], [0.0, 0.9, 0.1], [0.0, 0.0, 0.0]])
+    assert topics(vectors, 0.3) == [0, 0, 1, 1, 2]
+    assert topics(vectors[:1], 0.3) == [0] and topics(np.zeros((0, 3)), 0.3) == []
+    # "payroll" is in every question of the group and nowhere else; "refund" is everywhere else.
+    [label] = distinctive_terms([["payroll tax", "payroll run", "payroll refund"]], ["refund please", "refund time"], n=2)
+    assert label[0] == "payroll" and "refund" not in label
+    assert distinctive_terms([["how do I"]], ["what is it"]) == [[]]
+
+
+def _evidence(doc: str | None, score: float | None) -> Evidence:
+    return Evidence(Question("q"), score, doc)
+
+
+def test_a_gap_closes_when_half_its_questions_are_answered_by_the_document_most_of_them_find():
+    assert closing_document([_evidence("kb:a", 0.9), _evidence("kb:b", 0.1), _evidence("kb:c", 0.2)], 0.5) is None
+    assert closing_document([_evidence("kb:a", 0.9), _evidence("kb:b", 0.6), _evidence("kb:b", 0.7),
+                             _evidence(None, None)], 0.5) == "kb:b"
+    # A tie in votes goes to the higher best score.
+    assert closing_document([_evidence("kb:a", 0.9), _evidence("kb:b", 0.6)], 0.5) == "kb:a"
+    assert closing_document([], 0.5) is None
+
+
+def _gap(gap_id: str, centroid) -> Gap:
+    return Gap(gap_id, DAY1, DAY1, "x", (), 0.1, None, "", None, tuple(centroid))
+
+
+def test_each_earlier_gap_continues_at_most_one_topic_closest_first():
+    earlier = [_gap("a", [1.0, 0.0]), _gap("b", [0.0, 1.0])]
+    near_a, nearer_a, far = np.array([0.8, 0.6]), np.array([0.99, 0.141]), np.array([-1.0, 0.0])
+    matched = match([near_a, nearer_a, far], earlier, distance=0.3)
+    assert [g.gap_id if g else None for g in matched] == [None, "a", None]
+
+
+def test_the_report_section_escapes_what_users_typed():
+    from rag_pipeline.core.monitoring.gap_day import gaps_markdown
+    from rag_pipeline.core.monitoring.gaps import Member
+
+    hostile = "<script>alert(1)</script> | pipe [x](javascript:alert(2))"
+    gap = Gap("gap-1", DAY1, DAY1, hostile, (Member(Question(hostile, "acme"), 0.1),), 0.5, "kb:a.md", "A > B",
+              0.1, (1.0,))
+    text = gaps_markdown([gap], {"weak_threshold": 0.3, "threshold_rule": "rule", "weak_queries": 1.0,
+                                 "examined_queries": 2.0})
+    assert "<script>" not in text and "javascript:" not in text and not re.search(r"(?<!\\)\]\(", text)
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(rows) == 3 and len({row.count("|") - row.count("\\|") for row in rows}) == 1
+    assert "_coverage_gaps was not materialized" in gaps_markdown([], None)
