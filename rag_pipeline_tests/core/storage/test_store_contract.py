@@ -112,7 +112,7 @@ def test_a_store_of_schema_6_gains_the_gaps_table_and_gaps_read_back(store, tmp_
     store.db.execute("UPDATE schema_version SET version = 6")
     reopened = _reopen(store)
     try:
-        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 7
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 8
         assert len(reopened.records.waivers()) == 1 and reopened.gaps.of_day(date(2026, 11, 20)) == []
         day1, day2 = date(2026, 11, 20), date(2026, 11, 21)
         reopened.gaps.save_day(day1, [_gap_row(day1, "gap-a"), _gap_row(day1, "gap-b", question_count=5)])
