@@ -5,6 +5,7 @@ The file is `data/pipeline.yaml` by default, or the path in the environment vari
 config works from any working directory. An invalid file fails at load with the field and reason.
 """
 
+from rag_pipeline.config.flat import flat_settings, settings_diff
 from rag_pipeline.config.loading import (
     as_written,
     config_path_from_env,
@@ -33,8 +34,6 @@ from rag_pipeline.config.sections import (
     SourceDefaults,
     StorageConfig,
     TypeSizeLimits,
-    flat_settings,
-    settings_diff,
     slugify_source_id,
 )
 

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 from typing import Literal
@@ -20,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from rag_pipeline.config.flat import flat_settings
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.metadata import validate_defaults
 
@@ -431,7 +431,6 @@ class PipelineConfig(_Strict):
             }
         )
 
-
     def retrieval_settings(self) -> dict[str, object]:
         """Every setting that shapes what an evaluation measures, flat (`retrieval.bm25_k1`,
         `chunking.max_tokens`, `embedding.model`, and `sources.<id>.chunking.*` for a source that
@@ -444,23 +443,6 @@ class PipelineConfig(_Strict):
             "sources": {s.source_id: {"chunking": s.effective_chunking(self.chunking).model_dump(mode="json")}
                         for s in self.sources if s.effective_chunking(self.chunking) != self.chunking},
         })
-
-
-def flat_settings(payload: Mapping, prefix: str = "") -> dict[str, object]:
-    """Nested settings as `section.key` -> value."""
-    flat: dict[str, object] = {}
-    for key, value in payload.items():
-        if isinstance(value, Mapping):
-            flat.update(flat_settings(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def settings_diff(baseline: Mapping[str, object], candidate: Mapping[str, object]) -> dict[str, list]:
-    """Setting key -> [baseline value, candidate value] for every key whose value differs."""
-    return {key: [baseline.get(key), candidate.get(key)] for key in sorted(set(baseline) | set(candidate))
-            if baseline.get(key) != candidate.get(key)}
 
 
 def _fingerprint(payload: object) -> str:

@@ -93,6 +93,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         pipeline = settings.load()
         path = _golden_file(settings, store, context.partition_key)
         if config.run_file:
+            # Another system's run: this pipeline's settings are not what it ran with, so none are recorded.
             _, result, run_summary = evaluate_run_file(path, Path(config.run_file), db, pipeline.source_ids, config.suite,
                                                        pipeline.evaluation.pr_subset_size, pipeline.evaluation.report_k)
             context.log.info(render.plain_text(run_summary))
