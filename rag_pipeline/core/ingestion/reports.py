@@ -19,6 +19,8 @@ class StageReport:
     failures: list[StageFailure] = field(default_factory=list)
     details: dict[str, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    # What the source as a whole was at (a git commit), for a source that says.
+    revision: str | None = None
 
     def failure_rows(self) -> list[dict[str, str]]:
         return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]

@@ -13,13 +13,8 @@ A document that fails a stage fails alone, with its reason in the ledger; the re
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
-import queue
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +26,11 @@ from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion import discovery, inputs, source_tree
 from rag_pipeline.core.ingestion.chunking import chunk_document
 from rag_pipeline.core.ingestion.lifecycle import guard_against_mass_deletion
-from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
-from rag_pipeline.core.ingestion.parsing import (
-    ParseError,
-    ParseJob,
-    parse_document,
-    parser_for,
-)
+from rag_pipeline.core.ingestion.parse_reading import parsed_in_order
+from rag_pipeline.core.ingestion.parse_worker import ParserProcess
+from rag_pipeline.core.ingestion.parsing import ParseError, parser_for
 from rag_pipeline.core.ingestion.reports import StageReport, ledger_entry
+from rag_pipeline.core.ingestion.sources import listed
 from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.models import DiscoveredFile, StageFailure
 from rag_pipeline.core.progress import Progress
@@ -74,7 +66,10 @@ def discover_source(
     source_id = source.source_id
     previous = store.staging.previous_manifest(source_id)
     started = utcnow()
-    if source.kind == "beir":
+    revision = None
+    if not source.is_folder:
+        files, digest, revision, incomplete = listed.discover_listed(source, store)
+    elif source.kind == "beir":
         digest = inputs.file_digest(Path(source.path))
         files = discovery.discover_beir_corpus(
             source_id, Path(source.path), source.defaults.model_dump(), source.limits.max_text_chars
@@ -93,7 +88,7 @@ def discover_source(
     diff = discovery.diff_manifest(files, previous, meta_json)
     served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
     allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
-    report = StageReport(source_id, "discovered")
+    report = StageReport(source_id, "discovered", revision=revision)
     ledger: list[dict] = []
     for f in files:
         if not f.supported:
@@ -105,7 +100,8 @@ def discover_source(
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
     with store.db.session():
         store.staging.write_discovery(source_id, files, meta_json, started)
-        store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
+        store.staging.stage_inputs(source_id, inputs.with_revision(inputs.inputs_fingerprint(source, digest, settings),
+                                                                   revision))
         store.ledger.record(ledger, run_id)
     kill_point("discovered")
     supported = [f for f in files if f.supported]
@@ -125,6 +121,8 @@ def discover_source(
     }
     if allowed:
         report.details["mass_delete_allowed"] = [allowed]
+    if not source.is_folder and incomplete:
+        report.details["listing_incomplete"] = [incomplete]
     return report
 
 
@@ -172,7 +170,7 @@ def parse_source(
 
     per_write = batch_size(len(todo), WRITE_BATCH)
     done = Progress(f"{source_id}: parsing", len(todo), progress)
-    for row, doc in _parsed_in_order(source, todo, parser):
+    for row, doc in parsed_in_order(source, todo, parser, store.folder):
         done.advance()
         if isinstance(doc, ParseError):
             fail(row, str(doc))
@@ -222,102 +220,6 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
             continue
         todo.append(row)
     return todo
-
-
-def _parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProcess | None):
-    """(row, ParsedDocument or its ParseError) for every row, in order, from the source's parse
-    workers at once (`parse_workers`). The caller writes them in this order, so batches and the
-    ledger read as with one worker. An interrupt stops every worker: their replies must not
-    outlive the run (and each thread then ends at once, its worker gone)."""
-    doc_ids = [r["doc_id"] for r in todo]
-    if parser is not None or source.kind == "beir":
-        parsers = [parser]
-    else:
-        parsers = shared_parsers(parse_workers_for(source.parse_workers, len(todo)))
-        for worker in parsers:
-            worker.use_memory_limit(source.limits.max_parser_memory_mb)
-    readers = [_reader(source, doc_ids, p) for p in parsers]
-
-    def attempt(read, row: dict):
-        try:
-            return read(row)
-        except ParseError as exc:
-            return exc
-
-    if len(readers) == 1:
-        for row in todo:
-            yield row, attempt(readers[0], row)
-        return
-    workers = len(readers)
-    idle: queue.SimpleQueue = queue.SimpleQueue()
-    for read in readers:
-        idle.put(read)
-
-    def parse_one(row: dict):
-        read = idle.get()
-        try:
-            return attempt(read, row)
-        finally:
-            idle.put(read)
-
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"parse-{source.source_id}")
-    try:
-        # At most two documents per worker in flight: a source's bytes are not all read ahead.
-        pending: deque = deque()
-        rows = iter(todo)
-        for row in itertools.islice(rows, 2 * workers):
-            pending.append((row, pool.submit(parse_one, row)))
-        while pending:
-            row, future = pending.popleft()
-            result = future.result()
-            following = next(rows, None)
-            if following is not None:
-                pending.append((following, pool.submit(parse_one, following)))
-            yield row, result
-    except BaseException:
-        for worker in parsers:
-            worker.kill()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None):
-    """A function row -> ParsedDocument for this source's kind; raises ParseError with the reason.
-    Files go to `parser`; BEIR records are parsed here (`parser` is None for them)."""
-    if source.kind == "beir":
-        wanted = set(doc_ids)
-        records = {f.doc_id: f for f in discovery.discover_beir_corpus(source.source_id, Path(source.path),
-                                                                       max_text_chars=source.limits.max_text_chars)
-                   if f.doc_id in wanted} if wanted else {}
-
-        def read_record(row: dict):
-            item = records.get(row["doc_id"])
-            if item is None or item.content_hash != row["content_hash"]:
-                raise ParseError("record changed or vanished between discovery and parsing; rerun the source")
-            return parse_document(item)
-
-        return read_record
-    tree = _tree(source)
-    limits = source.limits
-
-    def read_file(row: dict):
-        limit = limits.max_parse_bytes(row["file_type"])
-        if row["size"] > limit:
-            raise ParseError(f"{row['size'] / 2**20:,.1f} MB, over the {limit / 2**20:,.1f} MB limit for {row['file_type']} "
-                             f"files (limits.max_file_mb_by_type.{row['file_type']}): refused before parsing")
-        try:
-            data = tree.read(row["rel_path"])
-        except source_tree.DocumentReadError as exc:
-            raise ParseError(str(exc)) from None
-        if discovery.sha256_bytes(data) != row["content_hash"]:
-            raise ParseError("file changed between discovery and parsing; the next run picks up the new version")
-        title = json.loads(row["meta_json"] or "{}").get("title")
-        job = ParseJob(row["doc_id"], row["rel_path"], row["file_type"], data, row["content_hash"], title, limits.max_text_chars,
-                       int(limits.max_unpacked_mb * 2**20), limits.max_elements)
-        return parser.parse(job, limits.max_parse_seconds)
-
-    return read_file
 
 
 def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str,
