@@ -2,7 +2,7 @@
 
 from rag_pipeline.config import ChunkingConfig, EmbeddingConfig, LifecycleConfig, SourceConfig
 from rag_pipeline.core.embedding.hashing import HashingEmbedder
-from rag_pipeline.core.ingestion import parsing, stages
+from rag_pipeline.core.ingestion import parse_reading, parsing, stages
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline_tests.conftest import write_tree
 
@@ -26,7 +26,7 @@ def _run(source, store, embedder, run_id):
 
 
 def test_an_upgraded_parser_reparses_and_rechunks_unchanged_documents(tmp_path, monkeypatch):
-    monkeypatch.setattr(stages, "shared_parsers", lambda count: [InProcessParser()])
+    monkeypatch.setattr(parse_reading, "shared_parsers", lambda count: [InProcessParser()])
     source = SourceConfig(name="kb", path=write_tree(tmp_path / "src", PAGES))
     store = duckdb_store(tmp_path / "index.duckdb")
     embedder = HashingEmbedder(EmbeddingConfig(kind="hashing"))
