@@ -30,7 +30,7 @@ def load_args_with_sources(args: argparse.Namespace) -> tuple[PipelineConfig, di
 def check_source_paths(config: PipelineConfig) -> None:
     """A source path that does not exist is a config error (exit 2), unless the source was served
     from it before: then it vanished (unmounted, moved), an outage that fails that source alone."""
-    missing = [s for s in config.sources if not Path(s.path).exists()]
+    missing = [s for s in config.sources if s.path is not None and not Path(s.path).exists()]
     if not missing:
         return
     from rag_pipeline.core.storage import NoIndexError

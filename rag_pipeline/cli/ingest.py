@@ -20,13 +20,14 @@ from rag_pipeline.core.render import printable
 def _walks(config: PipelineConfig) -> dict:
     """Each source's walk (names, sizes, times), made once for the two decisions below; a source
     whose root cannot be walked has none (its run says why)."""
+    from rag_pipeline.core.errors import DomainError
     from rag_pipeline.core.ingestion.inputs import walk_source
 
     walks = {}
     for source in config.sources:
         try:
-            walks[source.source_id] = walk_source(source)
-        except (OSError, RuntimeError):
+            walks[source.source_id] = walk_source(source, config.storage.path.parent)
+        except (OSError, RuntimeError, DomainError):
             continue
     return walks
 

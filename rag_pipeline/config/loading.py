@@ -5,6 +5,7 @@ and the field."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -26,6 +27,10 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     for source in raw.get("sources") or []:
         if isinstance(source, dict) and "path" in source:
             source["path"] = str((base / str(source["path"])).resolve())
+        git = source.get("git") if isinstance(source, dict) else None
+        # A local repository is relative to the config file; a URL (scheme:// or user@host:) is kept.
+        if isinstance(git, dict) and isinstance(git.get("repo"), str) and not re.match(r"^[\w+.-]+://|^[^/]+@[^/]+:", git["repo"]):
+            git["repo"] = str((base / git["repo"]).resolve())
     answers = raw.get("answers")
     if isinstance(answers, dict):
         answers["prompt"] = str((base / str(answers.get("prompt", "prompts/answer.md"))).resolve())

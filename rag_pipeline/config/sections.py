@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from rag_pipeline.config.flat import flat_settings
+from rag_pipeline.config.source_kinds import ConnectorConfig, GitSourceConfig, HttpSourceConfig
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.metadata import validate_defaults
 
@@ -147,10 +148,14 @@ class DocumentLimits(_Strict):
 
 
 class SourceConfig(_Strict):
-    """One configured source: a folder of files, or a BEIR-format corpus.jsonl."""
+    """One configured source: a folder of files, a BEIR-format corpus.jsonl (`path`), a git ref
+    (`git`), a web site (`http`) or a third party's connector (`connector`): exactly one of them."""
 
     name: str
-    path: Path
+    path: Path | None = None
+    git: GitSourceConfig | None = None
+    http: HttpSourceConfig | None = None
+    connector: ConnectorConfig | None = None
     kind: Literal["files", "beir"] = "files"
     defaults: SourceDefaults = SourceDefaults()
     exclude: tuple[str, ...] = Field(
@@ -184,6 +189,32 @@ class SourceConfig(_Strict):
     def _name_has_slug(cls, value: str) -> str:
         slugify_source_id(value)
         return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> SourceConfig:
+        given = [key for key in ("path", "git", "http", "connector") if getattr(self, key) is not None]
+        if len(given) != 1:
+            raise ValueError(f"source {self.name!r} needs exactly one of path, git, http or connector "
+                             f"({', '.join(given) or 'none'} given)")
+        if self.kind == "beir" and self.path is None:
+            raise ValueError(f"source {self.name!r}: kind beir reads a corpus.jsonl given as path")
+        return self
+
+    @property
+    def is_folder(self) -> bool:
+        """Read from the local file system (a folder, or a BEIR corpus file), not through a `DocumentSource`."""
+        return self.path is not None
+
+    @property
+    def location(self) -> str:
+        """Where the source reads from, in a line (its path, its repository and ref, its site)."""
+        if self.path is not None:
+            return str(self.path)
+        if self.git is not None:
+            return f"git {self.git.repo} {self.git.ref}" + (f":{self.git.path}" if self.git.path else "")
+        if self.http is not None:
+            return f"http {self.http.sitemap or self.http.start_url}"
+        return f"connector {self.connector.name}"
 
 
 class EmbeddingConfig(_Strict):
@@ -415,7 +446,8 @@ class PipelineConfig(_Strict):
             kind = "beir" if Path(path).suffix == ".jsonl" else "files"
             existing = by_id.get(source_id)
             if existing is not None:
-                by_id[source_id] = existing.model_copy(update={"path": Path(path).resolve()})
+                by_id[source_id] = existing.model_copy(update={"path": Path(path).resolve(), "git": None, "http": None,
+                                                               "connector": None})
             else:
                 by_id[source_id] = SourceConfig(name=name, path=Path(path).resolve(), kind=kind)
         return self.model_copy(update={"sources": tuple(by_id.values())})

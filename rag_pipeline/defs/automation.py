@@ -23,7 +23,7 @@ import dagster as dg
 
 from rag_pipeline.config import AutomationConfig, MonitoringConfig
 from rag_pipeline.core.evaluation.due import EvaluatedState, decide
-from rag_pipeline.core.ingestion.discovery import source_fingerprint
+from rag_pipeline.core.ingestion.sources.watch import sensor_fingerprint
 from rag_pipeline.core.monitoring.sampling import read_query_log
 from rag_pipeline.defs.common import (
     DAY_TAG,
@@ -100,7 +100,7 @@ def source_change_sensor_for(interval_s: int) -> dg.SensorDefinition:
         for run_id in close_dead_runs(context.instance):
             context.log.warning(f"closed run {run_id}: its process is gone")
         previous = json.loads(context.cursor) if context.cursor else {}
-        current = {s.source_id: source_fingerprint(s.path, s.kind) for s in config.sources}
+        current = {s.source_id: sensor_fingerprint(s, config.storage.path.parent) for s in config.sources}
         existing = set(context.instance.get_dynamic_partitions(source_partitions.name))
         new = sorted(set(current) - existing)
         removed = sorted(existing - set(current))

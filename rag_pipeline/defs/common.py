@@ -19,6 +19,8 @@ GOLDEN_TAG = "rag_pipeline/golden_revision"
 DAY_TAG = "rag_pipeline/day"
 # Documents of the source that fail a stage for their current content (set on runs that have any).
 FAILED_DOCUMENTS_TAG = "rag_pipeline/failed_documents"
+# The revision (a git commit) the discovery of a listed source read.
+REVISION_TAG = "rag_pipeline/revision"
 # Why a run failed, in the pipeline's words and without a stack trace: the runs list shows tags.
 FAILURE_TAG = "rag_pipeline/failure"
 MAX_FAILURE_TAG_CHARS = 200

@@ -18,7 +18,7 @@ from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, STORE_POOL, tag_failure, tag_trigger
+from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, REVISION_TAG, STORE_POOL, tag_failure, tag_trigger
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.metadata import outcome, stage_metadata, table
 from rag_pipeline.defs.partitions import source_partitions
@@ -70,7 +70,13 @@ def source_documents(
         report = stages.discover_source(source, db, lifecycle, context.run.run_id,
                                         settings_fingerprint(pipeline.chunking, embedder.get().identity),
                                         progress=context.log.info)
-    return _materialized(context, report, root=dg.MetadataValue.path(str(source.path)))
+    where = {"root": dg.MetadataValue.path(str(source.path))} if source.is_folder else \
+        {"location": dg.MetadataValue.text(source.location)}
+    if report.revision:
+        where["revision"] = dg.MetadataValue.text(report.revision)
+        # On the run too, so that the runs list shows (and filters by) the commit each run served.
+        context.instance.add_run_tags(context.run.run_id, {REVISION_TAG: report.revision})
+    return _materialized(context, report, **where)
 
 
 @dg.asset(deps=[source_documents], kinds={"unstructured", "duckdb"}, **_common)

@@ -57,6 +57,17 @@ def inputs_fingerprint(source: SourceConfig, files_digest: str, settings: str) -
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def with_revision(fingerprint: str, revision: str | None) -> str:
+    """The fingerprint with the source's revision (a git commit) in clear after `@`: committed by the
+    switch with the manifest, so what a source serves and the revision it came from move together."""
+    return f"{fingerprint}@{revision}" if revision else fingerprint
+
+
+def revision_of(fingerprint: str | None) -> str | None:
+    """The revision `with_revision` put in a fingerprint, if any."""
+    return (fingerprint or "").partition("@")[2] or None
+
+
 def source_tree(source: SourceConfig) -> SourceTree:
     """Safe access to a source's files, with its own link policy, size limit and exclusions."""
     return SourceTree(source.source_id, Path(source.path), source.follow_symlinks, source.limits.max_file_bytes,
@@ -71,9 +82,10 @@ class SourceWalk:
     source: SourceConfig
     files_digest: str
     entries: tuple[TreeEntry, ...] = ()
+    revision: str | None = None
 
     def fingerprint(self, settings: str) -> str:
-        return inputs_fingerprint(self.source, self.files_digest, settings)
+        return with_revision(inputs_fingerprint(self.source, self.files_digest, settings), self.revision)
 
     def types_likely_to_parse(self, manifest: Sequence[dict]) -> set[str]:
         """The file types of the documents whose size or time differ from the committed `manifest`
@@ -86,14 +98,25 @@ class SourceWalk:
                 and known.get(entry.rel_path) != (entry.size, entry.mtime_ns)}
 
 
-def walk_source(source: SourceConfig) -> SourceWalk:
-    """The source's walk now (OSError or RuntimeError for a root that cannot be read)."""
+def walk_source(source: SourceConfig, store_folder: Path | None = None) -> SourceWalk:
+    """The source's walk now (OSError or RuntimeError for a root that cannot be read). A source that
+    is not a folder is listed (`store_folder`: where its cache lives); a `DomainError` if it cannot be."""
+    if not source.is_folder:
+        from rag_pipeline.core.ingestion.sources.listed import listing_digest
+        from rag_pipeline.core.ingestion.sources.registry import open_source
+
+        opened = open_source(source, store_folder)
+        try:
+            listing = opened.list()
+        finally:
+            opened.close()
+        return SourceWalk(source, listing_digest(listing), revision=listing.revision)
     if source.kind == "beir":
         return SourceWalk(source, file_digest(Path(source.path)))
     entries, unreadable = source_tree(source).walk()
     return SourceWalk(source, tree_digest(entries, unreadable), tuple(entries))
 
 
-def current_fingerprint(source: SourceConfig, settings: str) -> str:
+def current_fingerprint(source: SourceConfig, settings: str, store_folder: Path | None = None) -> str:
     """The source's fingerprint now, from a walk that opens no file."""
-    return walk_source(source).fingerprint(settings)
+    return walk_source(source, store_folder).fingerprint(settings)

@@ -12,6 +12,7 @@ import numpy as np
 
 from rag_pipeline.config import LifecycleConfig, SourceConfig
 from rag_pipeline.core.embedding.embedder import Embedder
+from rag_pipeline.core.errors import DomainError
 from rag_pipeline.core.ingestion import discovery
 from rag_pipeline.core.models import DiscoveredFile, ManifestDiff, SearchFilters
 from rag_pipeline.core.retrieval.lexical import analyze
@@ -209,8 +210,8 @@ def freshness_report(
     if last_success is not None:
         report.index_age_hours = (now - last_success).total_seconds() / 3600
     try:
-        current = _current_documents(source)
-    except discovery.SourceUnavailableError as exc:
+        current = _current_documents(source, store)
+    except (discovery.SourceUnavailableError, DomainError) as exc:
         report.stale = [{"doc_id": d, "reason": f"source unreadable: {exc}", "age_hours": report.index_age_hours or 0.0}
                         for d in served]
         return report
@@ -234,8 +235,13 @@ def freshness_report(
     return report
 
 
-def _current_documents(source: SourceConfig) -> list[DiscoveredFile]:
-    """The source's supported documents as they are now (hashes, modification times, read errors)."""
+def _current_documents(source: SourceConfig, store: Store) -> list[DiscoveredFile]:
+    """The source's supported documents as they are now (hashes, modification times, read errors);
+    a listed source fetches only what changed since its latest discovery."""
+    if not source.is_folder:
+        from rag_pipeline.core.ingestion.sources.listed import discover_listed
+
+        return [f for f in discover_listed(source, store)[0] if f.supported]
     root = Path(source.path)
     if source.kind == "beir":
         modified = root.stat().st_mtime_ns

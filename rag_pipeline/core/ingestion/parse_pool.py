@@ -1,7 +1,8 @@
 """A source's documents through its parser workers, in discovery order.
 
-Each document's bytes are read through the source's safety checks, compared with the hash
-discovery recorded, and handed to a parser worker (`parse_worker.py`) under the source's limits;
+Each document's bytes are read (a file through the folder's safety checks, a BEIR record, a listed
+source's document in the version discovery hashed), compared with the hash discovery recorded, and
+handed to a parser worker (`parse_worker.py`) under the source's limits;
 several workers parse at once when the source asks for them, and results come back in order.
 """
 
@@ -20,16 +21,19 @@ from rag_pipeline.config import SourceConfig
 from rag_pipeline.core.ingestion import discovery, inputs, source_tree
 from rag_pipeline.core.ingestion.parse_worker import ParserProcess, parse_workers_for, shared_parsers
 from rag_pipeline.core.ingestion.parsing import ParseError, ParseJob, parse_document
+from rag_pipeline.core.ingestion.sources import listed
+from rag_pipeline.core.ingestion.sources.base import DocumentSource, ListedDocument
+from rag_pipeline.core.ingestion.sources.registry import open_source
 
 # While a document is being parsed, how often the wait looks up to report progress.
 TICK_SECONDS = 1.0
 
 
 def parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProcess | None,
-                     tick: Callable[[], None] = lambda: None):
+                     tick: Callable[[], None] = lambda: None, store_folder: Path | None = None):
     """(row, ParsedDocument or its ParseError) for every row, in order, from the source's parse
     workers at once (`parse_workers`), calling `tick` every second while it waits (a document
-    may take minutes: progress still reports). The caller writes them in this order, so batches
+    may take minutes: progress still reports); a listed source keeps its cache in `store_folder`. The caller writes them in this order, so batches
     and the ledger read as with one worker. An interrupt stops every worker: their replies must
     not outlive the run (and each thread then ends at once, its worker gone)."""
     if not todo:
@@ -42,7 +46,16 @@ def parsed_in_order(source: SourceConfig, todo: list[dict], parser: ParserProces
         for worker in parsers:
             worker.use_memory_limit(source.limits.max_parser_memory_mb)
             worker.start(())  # from this thread (as before the pool): the kernel ends it with this one
-    readers = [_reader(source, doc_ids, p) for p in parsers]
+    opened: list[DocumentSource] = []
+    try:
+        readers = [_reader(source, doc_ids, p, store_folder, opened) for p in parsers]
+        yield from _in_order(source, todo, parsers, readers, tick)
+    finally:
+        for each in opened:
+            each.close()
+
+
+def _in_order(source: SourceConfig, todo: list[dict], parsers: list, readers: list, tick: Callable[[], None]):
 
     def attempt(read, row: dict):
         try:
@@ -94,7 +107,8 @@ def _waited(future: Future, tick: Callable[[], None]):
             tick()
 
 
-def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None):
+def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess | None,
+            store_folder: Path | None = None, opened: list | None = None):
     """A function row -> ParsedDocument for this source's kind; raises ParseError with the reason.
     Files go to `parser`; BEIR records are parsed here (`parser` is None for them)."""
     if source.kind == "beir":
@@ -110,8 +124,22 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
             return parse_document(item)
 
         return read_record
-    tree = inputs.source_tree(source)
     limits = source.limits
+    if source.is_folder:
+        tree = inputs.source_tree(source)
+
+        def read_bytes(row: dict) -> bytes:
+            return tree.read(row["rel_path"])
+    else:
+        listed_source = open_source(source, store_folder)
+        if opened is not None:
+            opened.append(listed_source)
+
+        def read_bytes(row: dict) -> bytes:
+            # The version discovery listed, which is the one its hash was taken from.
+            document = ListedDocument(row["rel_path"], listed.listed_version(row["stat_key"] or ""), row["size"],
+                                      row["file_type"])
+            return listed_source.fetch(document).data
 
     def read_file(row: dict):
         limit = limits.max_parse_bytes(row["file_type"])
@@ -119,7 +147,7 @@ def _reader(source: SourceConfig, doc_ids: Sequence[str], parser: ParserProcess 
             raise ParseError(f"{row['size'] / 2**20:,.1f} MB, over the {limit / 2**20:,.1f} MB limit for {row['file_type']} "
                              f"files (limits.max_file_mb_by_type.{row['file_type']}): refused before parsing")
         try:
-            data = tree.read(row["rel_path"])
+            data = read_bytes(row)
         except source_tree.DocumentReadError as exc:
             raise ParseError(str(exc)) from None
         if discovery.sha256_bytes(data) != row["content_hash"]:

@@ -21,6 +21,8 @@ class StageReport:
     seconds: float = 0.0
     # Discovery: how many files were skipped, by reason ("unsupported file type '.png'": 3).
     skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    # What the source as a whole was at (a git commit), for a source that says.
+    revision: str | None = None
 
     def failure_rows(self) -> list[dict[str, str]]:
         return [{"doc_id": f.doc_id, "stage": f.stage, "reason": f.reason} for f in self.failures]

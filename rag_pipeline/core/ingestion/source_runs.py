@@ -59,6 +59,8 @@ class SourceRun:
     error: str | None = None
     # Checks that failed with severity WARN: shown, but they do not fail the run.
     warnings: list[str] = field(default_factory=list)
+    # What the source as a whole was at (a git commit) in the run's discovery, or when none ran, at its last switch.
+    revision: str | None = None
     # Why no run was needed (inputs unchanged since the last committed switch), when none ran.
     not_run: str | None = None
     # The command was interrupted in this source's run, or before it (it then did not run).
@@ -71,8 +73,9 @@ class SourceRun:
         """The outcome of a run that ran: its counts (0 for a stage it did not reach), the ledger's
         failed documents, its checks and, when it failed, the reason its failed step gave."""
         counts = {name: int(run.value(asset, key, 0)) for name, (asset, key) in {**RUN_COUNTS, **RUN_DETAILS}.items()}
+        revision = run.value("source_documents", "revision")
         return cls(source_id, run.success, counts, failures, {name: c.passed for name, c in run.checks.items()},
-                   error=run.error, warnings=run.warned_checks,
+                   error=run.error, warnings=run.warned_checks, revision=revision if isinstance(revision, str) else None,
                    interrupted=run.interrupted, skipped=skipped)
 
     def as_json(self) -> dict:
@@ -80,7 +83,7 @@ class SourceRun:
         return {**dict.fromkeys(RUN_COUNTS, 0), **self.counts, "failed": len(self.failures), "failures": self.failures,
                 "skipped_files": self.skipped, "skipped_by_reason": skipped_by_reason(s["reason"] for s in self.skipped),
                 "checks": self.checks, "warnings": self.warnings, "success": self.success, "error": self.error,
-                "not_run": self.not_run, "interrupted": self.interrupted}
+                "not_run": self.not_run, "interrupted": self.interrupted, "revision": self.revision}
 
 
 def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: SourceWalk | None = None,
@@ -103,8 +106,8 @@ def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: Sourc
     if committed is None or refused is not None:
         return None
     try:
-        current = (walk or walk_source(source)).fingerprint(settings)
-    except (OSError, RuntimeError):
+        current = (walk or walk_source(source, store.folder)).fingerprint(settings)
+    except (OSError, RuntimeError, DomainError):
         return None  # an unreadable root: the run says why
     if current != committed:
         return None
@@ -119,7 +122,10 @@ def unchanged_run(source: SourceConfig, store: Store, settings: str, walk: Sourc
     # construction (the files are those the committed switch proved).
     checks = {"coverage": coverage.verdict().passed, "no_failed_documents": coverage.failed_documents_verdict("").passed}
     warnings = [] if checks["no_failed_documents"] else ["no_failed_documents"]
+    from rag_pipeline.core.ingestion.inputs import revision_of
+
     return SourceRun(source.source_id, checks["coverage"], counts, coverage.failed, checks, warnings=warnings,
+                     revision=revision_of(committed),
                      not_run=f"inputs unchanged since the last switch (fingerprint {current}): nothing to run",
                      skipped=skipped_files(manifest))
 

@@ -35,6 +35,7 @@ from rag_pipeline.core.ingestion.parsing import (
 )
 from rag_pipeline.core.ingestion.reports import StageReport, ledger_entry
 from rag_pipeline.core.ingestion.source_runs import skipped_by_reason
+from rag_pipeline.core.ingestion.sources import listed
 from rag_pipeline.core.ingestion.switch import index_source
 from rag_pipeline.core.models import DiscoveredFile, StageFailure
 from rag_pipeline.core.progress import Progress
@@ -76,7 +77,10 @@ def discover_source(
     source_id = source.source_id
     previous = store.staging.previous_manifest(source_id)
     started = utcnow()
-    if source.kind == "beir":
+    revision = None
+    if not source.is_folder:
+        files, digest, revision, incomplete = listed.discover_listed(source, store)
+    elif source.kind == "beir":
         digest = inputs.file_digest(Path(source.path))
         files = discovery.discover_beir_corpus(
             source_id, Path(source.path), source.defaults.model_dump(), source.limits.max_text_chars
@@ -98,7 +102,7 @@ def discover_source(
     diff = discovery.diff_manifest(files, previous, meta_json)
     served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
     allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
-    report = StageReport(source_id, "discovered")
+    report = StageReport(source_id, "discovered", revision=revision)
     ledger: list[dict] = []
     for f in files:
         if not f.supported:
@@ -110,7 +114,8 @@ def discover_source(
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
     with store.db.session():
         store.staging.write_discovery(source_id, files, meta_json, started)
-        store.staging.stage_inputs(source_id, inputs.inputs_fingerprint(source, digest, settings))
+        store.staging.stage_inputs(source_id, inputs.with_revision(inputs.inputs_fingerprint(source, digest, settings),
+                                                                   revision))
         store.ledger.record(ledger, run_id)
     kill_point("discovered")
     supported = [f for f in files if f.supported]
@@ -131,6 +136,8 @@ def discover_source(
     report.skipped_by_reason = skipped_by_reason(f.skip_reason for f in files if not f.supported)
     if allowed:
         report.details["mass_delete_allowed"] = [allowed]
+    if not source.is_folder and incomplete:
+        report.details["listing_incomplete"] = [incomplete]
     return report
 
 
@@ -178,7 +185,7 @@ def parse_source(
 
     per_write = batch_size(len(todo), WRITE_BATCH)
     done = Progress(f"{source_id}: parsing", len(todo), progress)
-    for row, doc in parsed_in_order(source, todo, parser, done.tick):
+    for row, doc in parsed_in_order(source, todo, parser, done.tick, store.folder):
         done.advance()
         if isinstance(doc, ParseError):
             fail(row, str(doc))

@@ -18,6 +18,7 @@ from rag_pipeline.config import LifecycleConfig, SourceConfig
 from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion.coverage import coverage_report
+from rag_pipeline.core.ingestion.inputs import revision_of
 from rag_pipeline.core.ingestion.lifecycle import deletion_report
 from rag_pipeline.core.ingestion.reports import IndexReport, ledger_entry
 from rag_pipeline.core.models import SearchFilters, StageFailure
@@ -73,7 +74,8 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             store.ledger.record(ledger, run_id)
             pruned = store.staging.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
             store.staging.commit_manifest(source_id)
-            store.ledger.record_source_run(source_id, str(source.path), run_id)
+            revision = revision_of(store.staging.committed_inputs(source_id))
+            store.ledger.record_source_run(source_id, served_from(source, revision), run_id)
             report.coverage = coverage_report(store, source_id)
             # A deleted document is searched for (its former text encoded) only if one of its
             # chunks is still served: none is, unless the switch failed to remove it.
@@ -81,12 +83,14 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
             store.ledger.record_served(source_id, run_id, len(served))
-            report.state = _record_state(store, source_id, run_id, settings, embedder.identity, lifecycle)
+            report.state = _record_state(store, source_id, run_id, settings, embedder.identity, lifecycle, revision)
             kill_point("switch:verified")
         report.switched = True
         kill_point("switch:committed")
     except _Refused:
-        store.ledger.record_source_run(source_id, str(source.path), run_id, failure=report.refusal)
+        # A refusal of a listed source keeps the revision recorded with its last switch.
+        store.ledger.record_source_run(source_id, source.location if source.is_folder else None, run_id,
+                                       failure=report.refusal)
         return report
     after = {d["doc_id"] for d in served}
     report.failures = failures
@@ -107,10 +111,17 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     return report
 
 
+def served_from(source: SourceConfig, revision: str | None) -> str:
+    """Where a switch served the source from, as the ledger keeps it: its path, or its location
+    and the revision it was at (`git REPO REF@COMMIT`)."""
+    return f"{source.location}@{revision}" if revision else source.location
+
+
 def _record_state(store: Store, source_id: str, run_id: str, settings: str, model: str,
-                  lifecycle: LifecycleConfig) -> str:
+                  lifecycle: LifecycleConfig, revision: str | None = None) -> str:
     """Record what the source now serves as its next state, and prune the states retention lets go."""
-    state = store.states.record(source_id, run_id, "switch", settings, model, store.served.manifest_hash(source_id))
+    state = store.states.record(source_id, run_id, "switch", settings, model, store.served.manifest_hash(source_id),
+                                revision=revision)
     since = utcnow() - timedelta(days=lifecycle.keep_state_days)
     measured = store.records.evaluated_manifests(since).get(source_id, set())
     keep = [s.state_id for s in store.states.list(source_id) if s.manifest_hash in measured]

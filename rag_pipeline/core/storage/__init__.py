@@ -12,7 +12,7 @@ def duckdb_store(path: Path | str) -> Store:
     """A store in one DuckDB file (tests, benchmarks, and a throwaway experiment store)."""
     from rag_pipeline.core.storage.duckdb import DuckDBDatabase
 
-    return Store(DuckDBDatabase(path))
+    return Store(DuckDBDatabase(path), folder=Path(path).parent)
 
 
 __all__ = ["NoIndexError", "SourceBusyError", "Store", "StoreConfigError", "duckdb_store", "open_store", "utcnow"]

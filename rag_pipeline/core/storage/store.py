@@ -19,6 +19,7 @@ import copy
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.storage.database import Database
@@ -33,8 +34,11 @@ from rag_pipeline.core.storage.versions import DocumentVersions
 
 
 class Store:
-    def __init__(self, db: Database, memory_search: bool = True, memory_max_chunks: int = 2_000_000) -> None:
+    def __init__(self, db: Database, memory_search: bool = True, memory_max_chunks: int = 2_000_000,
+                 folder: Path | None = None) -> None:
         self.db = db
+        # Where files of the store's own live beside the database (the caches of remote sources).
+        self.folder = folder
         self.staging = Staging(db)
         self.served = ServedIndex(db)
         self.search = Search(db, memory_search, memory_max_chunks)
@@ -87,7 +91,8 @@ def open_store(storage, namespace: str | None = None, read_only: bool = False, c
         from rag_pipeline.core.storage.duckdb import DuckDBDatabase
 
         path = storage.path if namespace is None else storage.path.parent / f"{namespace}.duckdb"
-        return Store(DuckDBDatabase(path, read_only, create), storage.memory_search, storage.memory_max_chunks)
+        return Store(DuckDBDatabase(path, read_only, create), storage.memory_search, storage.memory_max_chunks,
+                     Path(storage.path).parent)
     from rag_pipeline.core.storage.postgres import PostgresDatabase
 
     dsn = os.environ.get(storage.dsn_env)
@@ -100,4 +105,4 @@ def open_store(storage, namespace: str | None = None, read_only: bool = False, c
     return Store(PostgresDatabase(dsn, schema=schema, vector_index=storage.vector_index, hnsw_m=storage.hnsw_m,
                                   hnsw_ef_construction=storage.hnsw_ef_construction,
                                   hnsw_ef_search=storage.hnsw_ef_search, read_only=read_only, create=create),
-                 storage.memory_search, storage.memory_max_chunks)
+                 storage.memory_search, storage.memory_max_chunks, Path(storage.path).parent)
