@@ -1,4 +1,5 @@
-"""Exact names found as written: BM25 over real ingestion, with the analyzer and with the stemmer alone."""
+"""Exact names found as written: BM25 over real ingestion (made-up pages, the httpx Markdown docs, click's
+Sphinx docs), with the analyzer and with the stemmer alone."""
 
 import re
 
@@ -12,6 +13,7 @@ from rag_pipeline.core.retrieval import lexical
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import duckdb_store
 from rag_pipeline_tests.conftest import HTTPX_V028, write_tree
+from rag_pipeline_tests.corpora import sphinx_docs
 
 # A docs team's pages (pytest-like): the hook page says `pytest_addoption` often, the page about the
 # environment variable says `PYTEST_ADDOPTS` once. Stemmed, both are `pytest_addopt`.
@@ -124,3 +126,55 @@ def test_exact_names_of_a_real_docs_corpus_reach_recall_at_5_of_one(tmp_path, mo
     # The set is one the stemmer alone gets wrong: names it misses, the analyzer finds.
     missed = sorted(name for name, value in alone.items() if value < 1.0)
     assert len(missed) >= 8 and sum(alone.values()) / len(alone) < 0.8, alone
+
+
+# A docs user's questions by exact name over a real Sphinx tree (click 8.1.7's reStructuredText docs,
+# from its PyPI sdist), each with every page that holds the name as written: environment variables,
+# settings and functions (one `\w+` word, which the stemmer alone keeps whole too), command-line
+# options and dotted names (which the stemmer alone splits into words every page of click says:
+# "click", "file", "name", "version", "command"; and `shell_completion` stems as `shell_complete` does).
+CLICK_QUESTIONS = {
+    "GREETER_DEBUG": ("What does the GREETER_DEBUG environment variable do?", ["options.rst"]),
+    "COMP_WORDS": ("What is in COMP_WORDS?", ["shell-completion.rst"]),
+    "REPO_HOME": ("How is REPO_HOME set?", ["complex.rst"]),
+    "auto_envvar_prefix": ("What does auto_envvar_prefix do?", ["options.rst"]),
+    "make_pass_decorator": ("How do I use make_pass_decorator?", ["api.rst", "complex.rst"]),
+    "get_app_dir": ("Where does get_app_dir put config files?", ["api.rst", "utils.rst"]),
+    "--version": ("How do I add a --version option?", ["advanced.rst", "options.rst"]),
+    "--filename": ("What does --filename do?", ["options.rst"]),
+    "--name": ("What is --name for?", ["advanced.rst", "index.rst", "options.rst"]),
+    "click.File": ("How do I open files with click.File?", ["arguments.rst", "commands.rst", "testing.rst"]),
+    "ctx.invoke": ("When should I call ctx.invoke?", ["advanced.rst", "commands.rst", "upgrading.rst"]),
+    "click.shell_completion": ("What is in click.shell_completion?", ["api.rst", "shell-completion.rst"]),
+    "group.command": ("What does group.command do?", ["quickstart.rst", "upgrading.rst"]),
+}
+SPLIT_BY_THE_STEMMER = {name for name in CLICK_QUESTIONS if name.startswith("-") or "." in name}
+ONE_WORD_ENV_VARS = {"GREETER_DEBUG", "COMP_WORDS", "REPO_HOME"}
+
+
+def _click_recall_at_5(retriever: Retriever) -> dict[str, float]:
+    rankings = _rankings(retriever, [question for question, _ in CLICK_QUESTIONS.values()])
+    return {name: len({f"click:{p}" for p in pages} & set(ranking[:5])) / len(pages)
+            for (name, (_, pages)), ranking in zip(CLICK_QUESTIONS.items(), rankings)}
+
+
+@pytest.mark.slow  # downloads click's sdist on first use (then cached) and ingests its 27 pages twice
+def test_exact_names_over_a_real_sphinx_tree_reach_recall_at_5_of_one_where_the_stemmer_alone_misses(
+        tmp_path, monkeypatch):
+    docs = sphinx_docs("click", "8.1.7")
+    for name, (question, pages) in CLICK_QUESTIONS.items():  # the labels are what the pages say
+        assert name in question
+        holding = sorted(p.name for p in docs.glob("*.rst")
+                         if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", p.read_text(encoding="utf-8")))
+        assert holding == pages, name
+
+    assert _click_recall_at_5(_retriever(docs, "click", tmp_path / "analyzer")) == dict.fromkeys(CLICK_QUESTIONS, 1.0)
+
+    monkeypatch.setattr(lexical, "_entries", _stemmer_alone)
+    alone = _click_recall_at_5(_retriever(docs, "click", tmp_path / "stemmer"))
+    assert sum(alone.values()) / len(alone) < 1.0, alone
+    missed = {name for name, value in alone.items() if value < 1.0}
+    # Every option and dotted name is missed: split, its words are on every page of click.
+    assert SPLIT_BY_THE_STEMMER <= missed, alone
+    # An environment variable is one word to the stemmer too: found, so the comparison is fair.
+    assert all(alone[name] == 1.0 for name in ONE_WORD_ENV_VARS), alone
