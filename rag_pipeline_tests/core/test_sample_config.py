@@ -1,5 +1,7 @@
 """data/pipeline.yaml shows every setting of the schema (rag_pipeline/config/sections.py), each with a
-comment: a field added to the schema and not to the sample, or a key the schema dropped, fails here."""
+comment: a field added to the schema and not to the sample, or a key the schema dropped, fails here.
+Its gate policy (data/gate_policy.yaml) shows every setting of the policy too, and the tolerance
+each rule applies is a number written there."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import yaml
 from pydantic import BaseModel
 
 from rag_pipeline.config import PipelineConfig, load_config
+from rag_pipeline.core.evaluation.gating.policy import GatePolicy, load_policy
 from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
 # The access defaults fail closed (`tenant: null`, `roles: []` are errors): the sample shows them
@@ -64,16 +67,41 @@ def test_the_sample_config_shows_every_setting_of_the_schema():
     assert load_config(SAMPLE_CONFIG).sources  # and it loads
 
 
-def test_every_setting_of_the_sample_config_has_a_comment():
-    lines = SAMPLE_CONFIG.read_text(encoding="utf-8").splitlines()
+def _bare_settings(text: str, top_level_only: bool = False) -> list[str]:
+    """Lines of settings with no comment on their line or on the nearest line above."""
+    lines = text.splitlines()
     bare = []
     for number, line in enumerate(lines, start=1):
-        if not _KEY.match(line):
+        key = _KEY.match(line)
+        if not key or (top_level_only and key.group(1)):
             continue
         before = next((lines[i].strip() for i in range(number - 2, -1, -1) if lines[i].strip()), "")
         if " # " not in line and not before.startswith("#"):
             bare.append(f"line {number}: {line.strip()}")
+    return bare
+
+
+def test_every_setting_of_the_sample_config_has_a_comment():
+    bare = _bare_settings(SAMPLE_CONFIG.read_text(encoding="utf-8"))
     assert not bare, "settings without a comment on their line or just above:\n" + "\n".join(bare)
+
+
+def test_the_sample_gate_policy_states_every_setting_and_the_tolerance_each_rule_applies():
+    path = load_config(SAMPLE_CONFIG).gate_policy
+    text = path.read_text(encoding="utf-8")
+    written = yaml.safe_load(text)
+    assert _schema_keys(GatePolicy) - _file_keys(written) == set(), "policy settings missing from the file"
+    assert set(written) <= set(GatePolicy.model_fields)
+    # Each metric's dict entries are values, not settings: only the top-level keys need their comment.
+    bare = _bare_settings(text, top_level_only=True)
+    assert not bare, f"settings of {path.name} without a comment:\n" + "\n".join(bare)
+    # The tolerance a rule states ("...; tolerance 0.02: PASS") is one a person finds written here,
+    # never a default in the code: a metric's own entry, else default_tolerance; slices their own.
+    policy = load_policy(path)
+    for metric in (*policy.headline_metrics, "recall_at_10"):
+        assert policy.headline_tolerance(metric) == written["tolerance"].get(metric, written["default_tolerance"])
+    assert "recall_at_10" not in written["tolerance"]
+    assert policy.slice_tolerance() == written["protected_slice_tolerance"] != written["default_tolerance"]
 
 
 def test_the_schema_walk_sees_nested_sections():
