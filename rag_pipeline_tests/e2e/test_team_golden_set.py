@@ -1,7 +1,7 @@
 """A new team's own docs and golden set, through the command line as CI runs it: ingest says what it
 skipped, eval measures and then gates (plain-text reasons, exit codes 0 / 1 / 2, JUnit XML), a
-changed config that regresses fails, `--no-gate` only measures, and another system's run is
-scored like the index."""
+changed config that regresses fails, `--no-gate` only measures, another system's run is
+scored like the index, and RAGAS and DeepEval exports come back with the team's ids, slices and splits."""
 
 from __future__ import annotations
 
@@ -223,6 +223,29 @@ def test_a_ragas_export_of_the_teams_cases_comes_back_with_their_ids_slices_and_
     assert [(c["id"], c["slice"], c.get("split")) for c in written[1:]] == [("q-routing", "features", "dev"),
                                                                            ("q-testing", "features", "dev")]
 
+
+def test_a_deepeval_export_of_the_teams_cases_comes_back_with_their_ids_slices_and_splits(team, tmp_path):
+    assert _cli(team, "ingest").returncode == 0
+
+    def export(split: str) -> str:
+        goldens = [{"input": f"what does the {words} do?", "expected_output": text, "source_file": f"docs/{name}.md",
+                    **({"additional_metadata": {"id": f"q-{name}", "slice": "features", "split": split}} if i else {})}
+                   for i, (name, words, text) in enumerate(TOPICS[:3])]
+        (tmp_path / "deepeval.json").write_text(json.dumps({"goldens": goldens}))
+        return _cli(team, "golden", "import", str(tmp_path / "deepeval.json"), "--out", str(tmp_path / "imported.jsonl"))
+
+    out = export("test")  # not a split of ours: each case named, nothing written
+    assert out.returncode == 2 and not (tmp_path / "imported.jsonl").exists()
+    assert "deepeval.json line 1 (q-routing): field 'split': 'test' is not one of dev, validation, holdout" in out.stderr
+    out = export("holdout")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert ("slice: 2 from additional_metadata.slice, 1 left to the loader's default | split: 2 from "
+            "additional_metadata.split, 1 left to the loader's default") in out.stdout, out.stdout
+    written = [json.loads(line) for line in (tmp_path / "imported.jsonl").read_text().splitlines()]
+    assert [(c["id"], c.get("slice"), c.get("split")) for c in written] == [
+        (written[0]["id"], None, None), ("q-routing", "features", "holdout"), ("q-testing", "features", "holdout")]
+    assert written[0]["id"] != "q-middleware"  # generated: the file gave none
+    assert [c["gold_docs"] for c in written] == [[f"web:{name}.md"] for name, _, _ in TOPICS[:3]]
 
 def test_a_bad_golden_file_exits_2_with_one_line_per_problem(team, tmp_path):
     bad = tmp_path / "golden.jsonl"
