@@ -229,3 +229,28 @@ def test_golden_eval_says_why_cases_moved_against_the_baseline(setup, tmp_path):
     assert "why: 1 case(s) fell (gold_changed 1: kb:refunds.md)" in evaluation.description
     [checked] = evaluation.metadata["case_changes"].records
     assert checked.data["case"] == "q1"
+
+
+def test_another_systems_run_in_the_ui_names_whose_run_it_is_and_warns_it_was_not_gated(setup, tmp_path):
+    """What the Dagster UI shows for `eval --run` (gate false, as the command line passes without
+    --gate): the run named in the metadata and the report, the gate check a warning that says why."""
+    config, instance, _ = setup
+    assert evaluate_golden(config, instance, mode="bm25").success
+    run_file = tmp_path / "vendor.trec"
+    run_file.write_text("".join(f"{case} Q0 kb:{doc} {rank} {10 - rank} vendor-x\n"
+                                for case, docs in (("q1", ["sso.md", "refunds.md"]), ("q2", ["refunds.md"]))
+                                for rank, doc in enumerate(docs, start=1)))
+    run = evaluate_golden(config, instance, run_file=str(run_file), gate=False)
+    assert run.success, run.error
+    metadata = instance.get_latest_materialization_event(dg.AssetKey("golden_eval")).asset_materialization.metadata
+    assert metadata["external_run"].value == "vendor.trec (TREC, tag vendor-x)"
+    assert "- another system's run, not this index: vendor.trec (TREC, tag vendor-x)" in metadata["report"].value
+    assert "not in the top 1 listed" in metadata["failed_cases"].value  # q2 lists one page, not its gold
+    status, evaluation = _latest_gate(instance, run.revision)
+    assert status == "FAILED" and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.description.startswith("not gated: another system's run (vendor.trec (TREC, tag vendor-x)) is "
+                                             "measured and compared with this index's baseline, never judged by it")
+
+    gated = evaluate_golden(config, instance, run_file=str(run_file), gate=True)
+    _, evaluation = _latest_gate(instance, gated.revision)
+    assert not evaluation.description.startswith("not gated")
