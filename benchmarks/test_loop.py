@@ -10,6 +10,7 @@ Run it on a quiet machine: every other process on the cores is time the tests lo
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -34,10 +35,12 @@ class LoopRun:
     counts: str
     exit_code: int
     slowest: list[tuple[float, str, str]]
+    load: tuple[float, float]  # the 1-minute load average before and after: a loaded machine is slower
 
 
 def run_target(target: str, workers: int) -> LoopRun:
     """Run `make <target>` in the checkout and read its pytest summary and durations."""
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
     done = subprocess.run(["make", target, f"TEST_WORKERS={workers}"], cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - started
@@ -48,16 +51,16 @@ def run_target(target: str, workers: int) -> LoopRun:
     slowest = sorted(((float(m["seconds"]), m["when"], m["test"]) for m in _DURATION.finditer(output)), reverse=True)
     return LoopRun(target, wall, float(summary["seconds"]) if summary else None,
                    summary["counts"] if summary else "no pytest summary (see the make output)", done.returncode,
-                   slowest[:5])
+                   slowest[:5], (load_before, os.getloadavg()[0]))
 
 
 def render(runs: list[LoopRun], workers: int) -> str:
     lines = [f"Each target run once with `TEST_WORKERS={workers}` (pytest-xdist, a module per work unit, the",
              "longest modules first); wall time includes the lint that `make` runs first.", "",
-             "| command | wall | pytest | tests | exit |", "|---|---:|---:|---|---:|"]
+             "| command | wall | pytest | tests | exit | load before / after |", "|---|---:|---:|---|---:|---|"]
     for run in runs:
         pytest_time = f"{run.pytest_s / 60:.1f} min" if run.pytest_s is not None else "-"
-        lines.append(f"| `make {run.target}` | {run.wall_s / 60:.1f} min | {pytest_time} | {run.counts} | {run.exit_code} |")
+        lines.append(f"| `make {run.target}` | {run.wall_s / 60:.1f} min | {pytest_time} | {run.counts} | {run.exit_code} | {run.load[0]:.1f} / {run.load[1]:.1f} |")
     for run in runs:
         if run.slowest:
             lines += ["", f"Slowest in `make {run.target}`:", ""]

@@ -18,7 +18,8 @@ from rag_pipeline_tests.conftest import SAMPLE_CONFIG
 
 # The access defaults fail closed (`tenant: null`, `roles: []` are errors): the sample shows them
 # commented out, as an example to fill in.
-COMMENTED_OUT = {"sources.defaults.tenant", "sources.defaults.roles"}
+# A source is a folder (`path`), or one of the other kinds instead: those are shown commented out too.
+COMMENTED_OUT = {"sources.defaults.tenant", "sources.defaults.roles", "sources.git", "sources.http", "sources.connector"}
 _KEY = re.compile(r"^(\s*)(?:- )?([a-z_0-9]+):")
 
 
