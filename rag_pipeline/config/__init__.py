@@ -6,6 +6,7 @@ config works from any working directory. An invalid file fails at load with the 
 """
 
 from rag_pipeline.config.flat import flat_settings, settings_diff
+from rag_pipeline.config.limits import DocumentLimits, TypeSizeLimits
 from rag_pipeline.config.loading import (
     as_written,
     config_path_from_env,
@@ -23,7 +24,6 @@ from rag_pipeline.config.sections import (
     AutomationConfig,
     ChunkingConfig,
     ConfigError,
-    DocumentLimits,
     EmbeddingConfig,
     EvaluationConfig,
     LifecycleConfig,
@@ -33,7 +33,6 @@ from rag_pipeline.config.sections import (
     SourceConfig,
     SourceDefaults,
     StorageConfig,
-    TypeSizeLimits,
     slugify_source_id,
 )
 
