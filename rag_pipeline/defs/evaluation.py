@@ -110,7 +110,9 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
             db, result, comparison.baseline_id, embedder.get(), policy.headline_metrics)
         moved = [c.as_json() for c in changes.changes] if changes else []
         sections = [why.markdown_section(moved, changes.baseline_id, changes.holdout_moved, changes.notes)] if changes else []
-        report = write_report(result, db, policy, pipeline.storage.reports, config.gate, comparison, sections)
+        # Unset: this index's evaluation is gated, another system's run is not.
+        gated = config.gate if config.gate is not None else not config.run_file
+        report = write_report(result, db, policy, pipeline.storage.reports, gated, comparison, sections)
     yield dg.MaterializeResult(metadata={
         "eval_id": result.eval_id,
         "mode": result.mode,
@@ -133,7 +135,7 @@ def golden_eval(context: dg.AssetExecutionContext, config: GoldenEvalConfig, set
         **outcome(),
     })
     # After the materialization: a failed gate never hides what was measured.
-    if not (config.gate if config.gate is not None else not config.run_file):
+    if not gated:
         yield checks.result("gate_vs_baseline", not_gated_verdict(result.external_run))
         return
     yield checks.gate_result(comparison.verdict(why.why_line(moved)), moved)
