@@ -56,7 +56,8 @@ UNMARKED_AND_MARKED = """
 
 def test_an_unmarked_test_that_loads_the_model_or_starts_a_deployment_fails_saying_to_mark_it(pytester):
     pytester.makepyfile(test_rules=textwrap.dedent(UNMARKED_AND_MARKED))
-    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider")
+    # -rN: no short summary, whose lines repeat the messages or not depending on the terminal's width
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-rN")
     result.assert_outcomes(passed=2, failed=3)
     out = result.stdout.str()
     assert "test_model_unmarked is not marked slow but loads the real embedding model" in out

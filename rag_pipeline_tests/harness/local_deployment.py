@@ -79,6 +79,8 @@ _STATE = {
     "sensor": """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) {
         ... on Sensor { sensorState { id status } } } }""",
 }
+_SENSOR_TICKS = """query($s: SensorSelector!, $n: Int) { sensorOrError(sensorSelector: $s) {
+    ... on Sensor { sensorState { ticks(limit: $n) { status skipReason error { message } } } } } }"""
 _AUTOMATION = (("sensor", "source_change_sensor"), ("sensor", "golden_eval_sensor"),
                ("sensor", "monitoring_after_evaluation"), ("schedule", "nightly_full_suite"))
 
@@ -219,15 +221,24 @@ class Deployment:
         selector = {**self.repository(), f"{kind}Name": name}
         return self.graphql(_STATE[kind], {"s": selector})[f"{kind}OrError"][f"{kind}State"]
 
-    def wait(self, what: str, condition, timeout_s: float = 600, poll_s: float = 1.0):
-        """Poll `condition()` until it returns something true; its value is returned."""
+    def sensor_reasons(self, name: str, ticks: int = 3) -> str:
+        """The last ticks of a sensor as the UI lists them: status, and why it skipped or failed."""
+        selector = {**self.repository(), "sensorName": name}
+        found = self.graphql(_SENSOR_TICKS, {"s": selector, "n": ticks})["sensorOrError"]["sensorState"]["ticks"]
+        return f"{name}'s last ticks: " + "; ".join(
+            f"{t['status']} {t['skipReason'] or (t['error'] or {}).get('message', '')}".strip() for t in found)
+
+    def wait(self, what: str, condition, timeout_s: float = 600, poll_s: float = 1.0, explain=None):
+        """Poll `condition()` until it returns something true; its value is returned. On timeout,
+        `explain()` (if given) says what the deployment was doing."""
         deadline = time.monotonic() + timeout_s
         while True:
             value = condition()
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not after {timeout_s:.0f} s; logs in {self.work}")
+                said = f" ({explain()})" if explain else ""
+                raise TimeoutError(f"{what}: not after {timeout_s:.0f} s{said}; logs in {self.work}")
             time.sleep(poll_s)
 
     @contextmanager

@@ -153,15 +153,34 @@ class Night:
                 runs if all((runs := [instance.get_run_by_id(r.run_id) for r in self._tick_runs(instance, since)]))
                 and all(r.status.value in FINISHED for r in runs) else None), timeout_s=900)
             ingested = max(instance.get_run_record_by_id(r.run_id).end_time for r in ingest)
-            evaluation = self.running.wait("the night's evaluation", lambda: [
-                r for r in finished(instance, "evaluate_golden_revision")
-                if _created(instance, r) >= ingested - 1], timeout_s=900)[0]
+            evaluation = self.running.wait("the night's evaluation", lambda: self._evaluation_of_settled_state(
+                instance, ingested), timeout_s=900, explain=lambda: self.running.sensor_reasons("golden_eval_sensor"))
             monitored = self.running.wait("the night's monitoring", lambda: finished(
-                instance, "monitor_production", **{"rag_pipeline/after_evaluation": evaluation.run_id}), timeout_s=900)[0]
+                instance, "monitor_production", **{"rag_pipeline/after_evaluation": evaluation.run_id}), timeout_s=900,
+                explain=lambda: self.running.sensor_reasons("monitoring_after_evaluation"))[0]
         self.running.stop_automation([("sensor", "golden_eval_sensor"), ("sensor", "monitoring_after_evaluation")])
         runs = {**{r.tags["dagster/partition"]: r for r in ingest}, "evaluation": evaluation, "monitoring": monitored}
         self.runs = {name: run.run_id for name, run in runs.items()}
         return {name: run.status.value for name, run in runs.items()}
+
+    def _evaluation_of_settled_state(self, instance, ingested: float):
+        """The evaluation that measured what the night settled on, once no other is due: the latest
+        finished after ingestion ended. The sensor launches it, unless the run that held the pool
+        was released while the tick's ingestion shared the pool (PostgreSQL's limit is 4) and read
+        the index after the switch: that state is then evaluated already, and no second run comes."""
+        import dagster as dg
+
+        from rag_pipeline.config import load_config
+        from rag_pipeline.defs.night_state import latest_evaluated, night_facts
+
+        facts = night_facts(instance, load_config(self.running.config))
+        latest = latest_evaluated(instance)
+        if facts.ingestion_in_flight or facts.evaluations_in_flight or latest is None \
+                or not latest.covers(facts.served_state(), facts.source_ids):
+            return None
+        records = instance.get_run_records(filters=dg.RunsFilter(job_name="evaluate_golden_revision"), limit=1)
+        latest_run = records[0] if records else None
+        return latest_run.dagster_run if latest_run and latest_run.end_time and latest_run.end_time >= ingested - 1 else None
 
     def _tick_runs(self, instance, since: float) -> list:
         """The runs of the schedule's first tick after `since` (one tick is one night)."""

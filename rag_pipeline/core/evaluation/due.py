@@ -101,6 +101,15 @@ class NightFacts:
     # States already evaluated or requested: the latest evaluation's, the sensor's last request.
     evaluated: Sequence[EvaluatedState] = field(default_factory=tuple)
 
+    @property
+    def source_ids(self) -> list[str]:
+        return [s.source_id for s in self.sources]
+
+    def served_state(self) -> EvaluatedState:
+        """The state an evaluation started now would measure."""
+        return EvaluatedState(self.revision, self.config, self.mode,
+                              {s.source_id: s.manifest_hash or EMPTY_MANIFEST for s in self.sources})
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -143,9 +152,7 @@ def decide(facts: NightFacts) -> Decision:
     if facts.evaluations_in_flight:
         return Decision(False, f"an evaluation is in flight ({_names(list(facts.evaluations_in_flight))}): "
                                "compare with what it evaluated once it ends")
-    sources = [s.source_id for s in facts.sources]
-    state = EvaluatedState(facts.revision, facts.config, facts.mode,
-                           {s.source_id: s.manifest_hash or EMPTY_MANIFEST for s in facts.sources})
+    sources, state = facts.source_ids, facts.served_state()
     if any(earlier.covers(state, sources) for earlier in facts.evaluated):
         return Decision(False, f"golden revision {facts.revision} already evaluated on what every source serves "
                                f"now, with this config ({facts.config}, {facts.mode})")
