@@ -137,3 +137,21 @@ def test_concurrent_first_uses_quantize_once_and_a_damaged_copy_is_made_again(tm
     assert "cannot load" in err and "quantizing the embedding model" in err, err[-3000:]
     assert "exporting the embedding model" not in err
     np.testing.assert_array_equal(_vector(out), expected)
+
+
+def test_int8_for_a_model_only_the_library_runs_is_a_config_error(tmp_path):
+    from rag_pipeline.config import DEFAULT_MODEL
+    from rag_pipeline.core.embedding.model_folder import resolve_model_path
+    from rag_pipeline.core.errors import InputError
+
+    bundled = Path(resolve_model_path(DEFAULT_MODEL))
+    folder = tmp_path / "weighted"
+    shutil.copytree(bundled, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "model.safetensors").symlink_to(bundled / "model.safetensors")
+    pooling = folder / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode_mean_tokens": False,
+                                   "pooling_mode_weightedmean_tokens": True}))
+    # float32 falls back to the library (tested in test_onnx_engine); int8 has no library run: its
+    # float32 vectors under the int8 identity would mix, so it is refused, naming the fix.
+    with pytest.raises(InputError, match=r"runs only on ONNX Runtime.*pooling mode weightedmean.*precision: float32"):
+        ModelEmbedder(EmbeddingConfig(model=str(folder), precision="int8")).encode(["a query about proxies"])
