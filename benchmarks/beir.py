@@ -254,7 +254,7 @@ def precision_section(output: dict, precision: str) -> str:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         if len(cells) >= 2 and cells[0] in ("dense", "bm25", "hybrid"):
             float32[cells[0]] = float(cells[1])
-    rows = [f"| mode | nDCG@10 {precision} | nDCG@10 float32 (section above) | difference | R@10 | R@100 | MRR@10 |",
+    rows = [f"| mode | nDCG@10 {precision} | nDCG@10 float32 (that section) | difference | R@10 | R@100 | MRR@10 |",
             "|---|---|---|---|---|---|---|"]
     for mode in ("dense", "bm25", "hybrid"):
         values = output[mode]
@@ -263,7 +263,7 @@ def precision_section(output: dict, precision: str) -> str:
         rows.append(f"| {mode} | {values['ndcg_at_10']:.4f} | {reference if reference is not None else '–'} | {difference} | "
                     f"{values['recall_at_10']:.4f} | {values['recall_at_100']:.4f} | {values['mrr_at_10']:.4f} |")
     return (f"The same {output['queries']} test queries and {output['ingest']['documents']} abstracts as the section "
-            f"above, embedded with `embedding.precision: {precision}` (ONNX Runtime's dynamic quantization of the same "
+            f"*Retrieval quality on BEIR {output['name']}*, embedded with `embedding.precision: {precision}` (ONNX Runtime's dynamic quantization of the same "
             f"export, int8 weights per channel) in a store of its own; queries are encoded at the same precision. "
             "bm25 does not use the model: its row is the control.\n\n" + "\n".join(rows))
 
