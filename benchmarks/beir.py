@@ -2,7 +2,7 @@
 beside the published reference figures, with wall time per stage.
 
     python benchmarks/beir.py --dataset ../shared/datasets/beir-scifact [--backend duckdb|postgres|both] [--json] [--raw-encode]
-                              [--eval-overhead [--rounds N]] [--stemmer-alone] [--page]
+                              [--eval-overhead [--rounds N]] [--stemmer-alone] [--precision float32|int8] [--page]
 
 Each document is embedded whole as `title + " " + text` (the BEIR/MTEB convention, the default
 chunking of BEIR sources). `--raw-encode` also times a plain `model.encode` of the same texts in
@@ -16,6 +16,10 @@ difference between them (exact search on both: it should be 0).
 kept whole (lower-cased words, stop words, the Snowball stemmer): the chunks are posted again with
 it in the same store, evaluated, and posted back by the next run (the analyzer's identity is part
 of the chunking fingerprint). `--page` writes the quality table into docs/performance.md.
+
+`--precision int8` embeds with `embedding.precision: int8` (the quantized copy of the model), in a
+store of its own (`<work>/<dataset>-int8`); `--page` then writes a section of its own: the int8
+figures beside the float32 ones of this script's float32 section on the same page.
 
 `--eval-overhead` times the dense evaluation of every query (`evaluate`: query encoding, search,
 metrics, traces) against its physical floor, in the same process and alternating, N rounds (5
@@ -86,6 +90,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of --eval-overhead")
     parser.add_argument("--stemmer-alone", action="store_true",
                         help="also BM25 with the analyzer before identifiers (words, stop words, stemmer)")
+    parser.add_argument("--precision", choices=("float32", "int8"), default="float32",
+                        help="embedding.precision of the model (int8: the quantized copy, in a store of its own)")
     parser.add_argument("--page", action="store_true", help="write the quality table into docs/performance.md")
     args = parser.parse_args()
     if args.backend == "duckdb":
@@ -93,7 +99,11 @@ def main() -> int:
         if args.page:
             from performance_page import write_section
 
-            write_section(f"Retrieval quality on BEIR {output['name']}", quality_section(output))
+            if args.precision == "float32":
+                write_section(f"Retrieval quality on BEIR {output['name']}", quality_section(output))
+            else:
+                write_section(f"Retrieval quality on BEIR {output['name']} with embedding.precision: {args.precision}",
+                              precision_section(output, args.precision), script=f"benchmarks/beir.py:{args.precision}")
         return report(args, output)
     with _postgres(args.work) as dsn:
         if args.backend == "postgres":
@@ -129,7 +139,7 @@ def measure(args: argparse.Namespace, backend: str, dsn: str | None = None) -> d
 
     dataset = args.dataset.resolve()
     name = dataset.name.replace("beir-", "")
-    work = args.work / name
+    work = args.work / (name if args.precision == "float32" else f"{name}-{args.precision}")
     work.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
 
@@ -142,7 +152,7 @@ def measure(args: argparse.Namespace, backend: str, dsn: str | None = None) -> d
         store = duckdb_store(work / "index.duckdb")
     else:
         store = Store(PostgresDatabase(dsn, schema=f"beir_{name}_{uuid.uuid4().hex[:8]}"))
-    embedder = make_embedder(EmbeddingConfig())
+    embedder = make_embedder(EmbeddingConfig(precision=args.precision))
     embedder.encode(["warm-up: load the model before timing"])
     raw_runs: list[float] = []
     if args.raw_encode:
@@ -230,6 +240,32 @@ def quality_section(output: dict) -> str:
             "words and keeps code identifiers whole (docs/architecture.md, *Retrieval and metrics*); \"bm25, stemmer alone\" "
             "is the same index posted with words only (lower-cased, stop words, Snowball), as before identifiers.\n\n"
             + "\n".join(rows) + "\n\nPublished: " + "; ".join(f"{m}: {p['source']}" for m, p in PUBLISHED.items()) + ".")
+
+
+def precision_section(output: dict, precision: str) -> str:
+    """The section of a run at another precision: each mode's figures beside the float32 ones this
+    script last wrote on the page (its own section), and the difference in nDCG@10."""
+    from performance_page import PAGE
+
+    float32: dict[str, float] = {}
+    page = PAGE.read_text() if PAGE.exists() else ""
+    start = page.find("<!-- benchmarks/beir.py -->")
+    for line in page[start:page.find("<!-- /benchmarks/beir.py -->")].splitlines() if start >= 0 else []:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] in ("dense", "bm25", "hybrid"):
+            float32[cells[0]] = float(cells[1])
+    rows = [f"| mode | nDCG@10 {precision} | nDCG@10 float32 (that section) | difference | R@10 | R@100 | MRR@10 |",
+            "|---|---|---|---|---|---|---|"]
+    for mode in ("dense", "bm25", "hybrid"):
+        values = output[mode]
+        reference = float32.get(mode)
+        difference = f"{values['ndcg_at_10'] - reference:+.4f}" if reference is not None else "–"
+        rows.append(f"| {mode} | {values['ndcg_at_10']:.4f} | {reference if reference is not None else '–'} | {difference} | "
+                    f"{values['recall_at_10']:.4f} | {values['recall_at_100']:.4f} | {values['mrr_at_10']:.4f} |")
+    return (f"The same {output['queries']} test queries and {output['ingest']['documents']} abstracts as the section "
+            f"*Retrieval quality on BEIR {output['name']}*, embedded with `embedding.precision: {precision}` (ONNX Runtime's dynamic quantization of the same "
+            f"export, int8 weights per channel) in a store of its own; queries are encoded at the same precision. "
+            "bm25 does not use the model: its row is the control.\n\n" + "\n".join(rows))
 
 
 def report(args: argparse.Namespace, output: dict) -> int:

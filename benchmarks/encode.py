@@ -2,6 +2,7 @@
 query's encode in a fresh process.
 
     python benchmarks/encode.py [--rounds 5] [--texts 512] [--fresh-rounds 5] [--no-page]
+    python benchmarks/encode.py --compare-precision [--rounds 3] [--texts 512] [--no-page]
 
 Bulk: the first `--texts` SciFact passages (title and abstract, chunk-sized real text) encoded
 by the pipeline's embedder on ONNX Runtime (as a batch runs: every CPU; and on one thread) and by
@@ -13,6 +14,11 @@ Fresh process: `python -c` that builds the embedder and encodes one question, ti
 (the whole process) and inside (imports, load, encode), against the same with the library;
 alternating over `--fresh-rounds`; whether the process imported torch. Results go to
 docs/performance.md (`performance_page.write_section`) unless `--no-page`.
+
+`--compare-precision` instead: the same texts encoded by the pipeline's embedder with
+`embedding.precision` float32 and int8 (every CPU, batch size 32), alternating over `--rounds`
+rounds; medians of texts/s, their ratio, and the cosine of each int8 vector to its float32 one.
+It writes a section of its own.
 """
 
 from __future__ import annotations
@@ -149,6 +155,38 @@ def render(count: int, rounds: int, rates, differences, fresh_results) -> str:
     return "\n".join(lines)
 
 
+def compare_precision(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], np.ndarray]:
+    """Texts/s of the embedder at each precision per round, alternating; the cosine of each int8 vector to
+    its float32 one."""
+    embedders = {precision: ModelEmbedder(EmbeddingConfig(precision=precision)) for precision in ("float32", "int8")}
+    for embedder in embedders.values():  # untimed: export, quantization, sessions made
+        embedder.encode(texts[:8])
+    rates: dict[str, list[float]] = {name: [] for name in embedders}
+    vectors: dict[str, np.ndarray] = {}
+    names = list(embedders)
+    for round_ in range(rounds):
+        for name in (names if round_ % 2 == 0 else names[::-1]):
+            started = time.perf_counter()
+            vectors[name] = embedders[name].encode(texts)
+            rates[name].append(len(texts) / (time.perf_counter() - started))
+    return rates, (vectors["float32"] * vectors["int8"]).sum(axis=1)  # both unit length
+
+
+def render_precision(count: int, rounds: int, rates: dict[str, list[float]], cosines: np.ndarray) -> str:
+    lines = [f"Bulk encode of {count} SciFact passages (title and abstract) by the pipeline's embedder on ONNX Runtime "
+             f"({bulk_threads()} thread(s), batch size 32), `embedding.precision` float32 and int8 alternating over "
+             f"{rounds} rounds in one process, medians:", "",
+             "| precision | texts/s (median) | rounds | x float32 |", "|---|---|---|---|"]
+    base = statistics.median(rates["float32"])
+    for name, values in rates.items():
+        lines.append(f"| {name} | {statistics.median(values):.1f} | {', '.join(f'{v:.1f}' for v in values)} | "
+                     f"{statistics.median(values) / base:.2f} |")
+    lines += ["", f"Cosine of each int8 vector to its float32 one over the {count} passages: lowest {cosines.min():.4f}, "
+              f"median {float(np.median(cosines)):.4f}, mean {cosines.mean():.4f}. Quality on a retrieval task: the "
+              "SciFact section written by `benchmarks/beir.py --precision int8`."]
+    return "\n".join(lines)
+
+
 def machine_load(at_start: tuple[float, float, float]) -> str:
     """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
     the CPUs with whatever else ran then."""
@@ -163,9 +201,20 @@ def main() -> int:
     parser.add_argument("--texts", type=int, default=512)
     parser.add_argument("--fresh-rounds", type=int, default=5)
     parser.add_argument("--no-page", action="store_true", help="print only; leave docs/performance.md as it is")
+    parser.add_argument("--compare-precision", action="store_true",
+                        help="only float32 against int8 (embedding.precision), in a section of its own")
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     texts = passages(args.texts)
+    if args.compare_precision:
+        rates, cosines = compare_precision(texts, args.rounds)
+        body = render_precision(len(texts), args.rounds, rates, cosines) + "\n\n" + machine_load(load_at_start)
+        print(body)
+        if not args.no_page:
+            from performance_page import write_section
+
+            write_section("Encode precision: float32 against int8", body, script="benchmarks/encode.py:precision")
+        return 0
     rates, differences = bulk(texts, args.rounds)
     fresh_results = fresh(args.fresh_rounds)
     body = render(len(texts), args.rounds, rates, differences, fresh_results)

@@ -44,7 +44,8 @@ def write_section(title: str, body: str, script: str | None = None, command: str
     `body` (markdown), stamped with today's date, the machine and `command` (default: the running
     command line)."""
     script = script or f"benchmarks/{Path(sys.argv[0]).name}"
-    command = command or "python " + " ".join([script, *map(shlex.quote, sys.argv[1:])])
+    # A script owning several sections names each `script:part`; the command runs the script itself.
+    command = command or "python " + " ".join([script.split(":")[0], *map(shlex.quote, sys.argv[1:])])
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = (f"<!-- {script} -->\n## {title}\n\n`{command}`, {stamp}, on {machine()}.\n\n"
                f"{body.strip()}\n<!-- /{script} -->")

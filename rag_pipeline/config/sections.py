@@ -171,6 +171,11 @@ class EmbeddingConfig(_Strict):
     normalize: bool = True
     max_seq_length: int | None = Field(default=None, ge=8)
     dimension: int = Field(default=384, ge=8, description="only used by the hashing embedder")
+    precision: Literal["float32", "int8"] = Field(
+        default="float32",
+        description="the model's weights on ONNX Runtime: float32 (the library's vectors) or int8 (dynamic "
+        "quantization of the same export: faster encode, vectors within about 0.99 cosine; re-embeds the index)",
+    )
 
 
 class RetrievalConfig(_Strict):

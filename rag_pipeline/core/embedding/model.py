@@ -7,9 +7,12 @@ library itself, with torch, and a log line says so.
 
 Its `identity` is the embedding cache's key, so a vector is reused only where the same model would
 produce it again: the model's name, its revision (a hash of every weight, tokenizer and config file
-of its folder) and the settings that change vectors (normalising, the token limit). The engine is
-not part of it: every engine used is held within `onnx_export.TOLERANCE` (1e-5) of the library's
-vectors, the one reference, so a vector cached by one engine is the vector the other would give.
+of its folder) and the settings that change vectors (normalising, the token limit, an int8
+precision). The engine is not part of it: every engine used is held within `onnx_export.TOLERANCE`
+(1e-5) of the library's vectors, the one reference, so a vector cached by one engine is the vector
+the other would give. `embedding.precision: int8` runs an int8 copy of the ONNX export
+(`onnx_quantize`), whose vectors differ from the library's (about 0.99 cosine): it has an identity
+of its own, so its vectors and float32 ones never mix, and only the ONNX engine can serve it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from rag_pipeline.core.embedding.model_folder import (
     read_layout,
     resolve_model_path,
 )
+from rag_pipeline.core.errors import InputError, UnavailableError
 
 if TYPE_CHECKING:  # imported to encode: a run with nothing to embed needs the identity only
     import numpy as np
@@ -40,9 +44,9 @@ if TYPE_CHECKING:  # imported to encode: a run with nothing to embed needs the i
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
 
 
-# Engines loaded in this process, by (model folder or name, token limit, batch size): every
-# embedder of one model shares one load (a command that loads it early hands it to its run).
-_engines: dict[tuple[str, int | None, int], object] = {}
+# Engines loaded in this process, by (model folder or name, token limit, batch size, precision):
+# every embedder of one model shares one load (a command that loads it early hands it to its run).
+_engines: dict[tuple[str, int | None, int, str], object] = {}
 _engines_lock = threading.Lock()
 
 
@@ -58,6 +62,9 @@ class ModelEmbedder:
         folder = Path(self.model_path)
         revision = folder_revision(folder) if folder.is_dir() else "hub"
         settings = {"normalize": self.config.normalize, "max_seq_length": self.max_seq_length}
+        if self.config.precision != "float32":
+            # Named only when not the default, so that indexes embedded before the option keep their vectors.
+            settings["precision"] = self.config.precision
         return f"{self.config.model}@{revision}:{json.dumps(settings, sort_keys=True)}"
 
     @property
@@ -77,8 +84,8 @@ class ModelEmbedder:
             return _engines[self._engine_key]
 
     @property
-    def _engine_key(self) -> tuple[str, int | None, int]:
-        return self.model_path, self.config.max_seq_length, self.config.batch_size
+    def _engine_key(self) -> tuple[str, int | None, int, str]:
+        return self.model_path, self.config.max_seq_length, self.config.batch_size, self.config.precision
 
     def load(self) -> None:
         """Load the model now, as one text needs it: for a command that knows it will encode."""
@@ -96,9 +103,17 @@ class ModelEmbedder:
                 return use(self.engine)
             except EngineLoadError as exc:
                 from rag_pipeline.core.embedding.onnx_export import discard
+                from rag_pipeline.core.embedding.onnx_quantize import QUANTIZED_FILE, discard_quantized
 
-                discard(exc.model_file.parent)
+                if exc.model_file.name == QUANTIZED_FILE:
+                    discard_quantized(exc.model_file.parent)  # the float32 export beside it is sound
+                else:
+                    discard(exc.model_file.parent)
                 with _engines_lock:
+                    if last and self.config.precision == "int8":
+                        _engines.pop(self._engine_key, None)
+                        raise UnavailableError(f"embedding.precision int8: {exc}, twice; the int8 copy was removed "
+                                               "and the next run makes it again (or set embedding.precision: float32)") from exc
                     if last:
                         LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {exc}")
                         _engines[self._engine_key] = LibraryEncoder(self.model_path, self.config)
@@ -114,12 +129,26 @@ class ModelEmbedder:
         try:
             layout = read_layout(self.model_path, self.config.max_seq_length)
             verdict = exported_model(self.model_path, folder_revision(Path(self.model_path)))
-        except (UnsupportedModel, ExportError) as exc:
+        except ExportError as exc:
+            if self.config.precision == "int8":
+                raise UnavailableError(f"embedding.precision int8 needs the ONNX export of {self.config.model}: {exc}; "
+                                       "the next run tries again") from exc
+            reason = str(exc)
+        except UnsupportedModel as exc:
             reason = str(exc)
         else:
             if verdict.engine == "onnx":
-                return OnnxEncoder(verdict.model_file, layout, self.config.batch_size)
+                model_file = verdict.model_file
+                if self.config.precision == "int8":
+                    from rag_pipeline.core.embedding.onnx_quantize import quantized_model
+
+                    model_file = quantized_model(model_file)
+                return OnnxEncoder(model_file, layout, self.config.batch_size)
             reason = verdict.reason
+        if self.config.precision == "int8":
+            # The library has no int8 run of the model: its float32 vectors under the int8 identity would mix.
+            raise InputError(f"embedding.precision int8 runs only on ONNX Runtime, and {self.config.model} runs in "
+                             f"sentence-transformers ({reason}): set embedding.precision: float32 in the config")
         LOGGER.warning(f"embedding model {self.config.model} runs in sentence-transformers (torch): {reason}")
         return None
 

@@ -1,0 +1,29 @@
+"""docs/performance.md's sections: a script owning two (`script:part`) keeps both apart, each
+stamped with the command that runs the script itself."""
+
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def write_section(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # as the scripts import it: from their own folder
+    from performance_page import write_section
+
+    monkeypatch.setattr("sys.argv", ["benchmarks/encode.py", "--compare-precision", "--texts", "128"])
+    return write_section
+
+
+def test_two_sections_of_one_script_are_kept_apart_and_name_the_scripts_command(tmp_path, write_section):
+    page = tmp_path / "performance.md"
+    write_section("The engine", "engine figures v1", page=page)
+    write_section("Precision", "precision figures v1", script="benchmarks/encode.py:precision", page=page)
+    write_section("Precision", "precision figures v2", script="benchmarks/encode.py:precision", page=page)
+    text = page.read_text()
+    assert "engine figures v1" in text and "precision figures v2" in text and "precision figures v1" not in text
+    assert text.count("<!-- benchmarks/encode.py:precision -->") == 1 and text.count("<!-- benchmarks/encode.py -->") == 1
+    assert text.count("`python benchmarks/encode.py --compare-precision --texts 128`") == 2
+    assert "python benchmarks/encode.py:precision" not in text
