@@ -22,6 +22,8 @@ from performance_page import write_section
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = ("test-fast", "test")
+# Each target's worker count, as the Makefile sets it (TEST_WORKERS, FAST_WORKERS).
+WORKER_VARIABLE = {"test": "TEST_WORKERS", "test-fast": "FAST_WORKERS"}
 # pytest's last line: "12 failed, 700 passed, 3 skipped in 812.34s (0:13:32)".
 _SUMMARY = re.compile(r"^=*\s*(?P<counts>(?:\d+ \w+(?:, )?)+) in (?P<seconds>[\d.]+)s", re.MULTILINE)
 _DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)", re.MULTILINE)
@@ -30,6 +32,7 @@ _DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>call|setup|teardown)\s+(
 @dataclass(frozen=True)
 class LoopRun:
     target: str
+    workers: int
     wall_s: float
     pytest_s: float | None
     counts: str
@@ -38,29 +41,40 @@ class LoopRun:
     load: tuple[float, float]  # the 1-minute load average before and after: a loaded machine is slower
 
 
-def run_target(target: str, workers: int) -> LoopRun:
-    """Run `make <target>` in the checkout and read its pytest summary and durations."""
+def run_target(target: str, workers: int | None) -> LoopRun:
+    """Run `make <target>` in the checkout (on `workers`, or as many as the Makefile says) and read
+    its pytest summary and durations."""
     load_before = os.getloadavg()[0]
     started = time.monotonic()
-    done = subprocess.run(["make", target, f"TEST_WORKERS={workers}"], cwd=REPO, capture_output=True, text=True)
+    override = [f"{WORKER_VARIABLE[target]}={workers}"] if workers else []
+    done = subprocess.run(["make", target, *override], cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - started
     output = done.stdout + done.stderr
     summary = None
     for summary in _SUMMARY.finditer(output):
         pass  # the last summary line is the session's
     slowest = sorted(((float(m["seconds"]), m["when"], m["test"]) for m in _DURATION.finditer(output)), reverse=True)
-    return LoopRun(target, wall, float(summary["seconds"]) if summary else None,
+    return LoopRun(target, workers or makefile_workers(target), wall, float(summary["seconds"]) if summary else None,
                    summary["counts"] if summary else "no pytest summary (see the make output)", done.returncode,
                    slowest[:5], (load_before, os.getloadavg()[0]))
 
 
-def render(runs: list[LoopRun], workers: int) -> str:
-    lines = [f"Each target run once with `TEST_WORKERS={workers}` (pytest-xdist, a module per work unit, the",
-             "longest modules first); wall time includes the lint that `make` runs first.", "",
-             "| command | wall | pytest | tests | exit | load before / after |", "|---|---:|---:|---|---:|---|"]
+def makefile_workers(target: str) -> int:
+    """The worker count the Makefile gives `target` (`TEST_WORKERS ?= 3`)."""
+    found = re.search(rf"^{WORKER_VARIABLE[target]} \?= (\d+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"Makefile: no `{WORKER_VARIABLE[target]} ?= N` line")
+    return int(found[1])
+
+
+def render(runs: list[LoopRun]) -> str:
+    lines = ["Each target run once on its pytest-xdist workers (a module per work unit, the longest modules",
+             "first); wall time includes the lint that `make` runs first.", "",
+             "| command | workers | wall | pytest | tests | exit | load before / after |", "|---|---:|---:|---:|---|---:|---|"]
     for run in runs:
         pytest_time = f"{run.pytest_s / 60:.1f} min" if run.pytest_s is not None else "-"
-        lines.append(f"| `make {run.target}` | {run.wall_s / 60:.1f} min | {pytest_time} | {run.counts} | {run.exit_code} | {run.load[0]:.1f} / {run.load[1]:.1f} |")
+        lines.append(f"| `make {run.target}` | {run.workers} | {run.wall_s / 60:.1f} min | {pytest_time} | {run.counts} "
+                     f"| {run.exit_code} | {run.load[0]:.1f} / {run.load[1]:.1f} |")
     for run in runs:
         if run.slowest:
             lines += ["", f"Slowest in `make {run.target}`:", ""]
@@ -71,7 +85,7 @@ def render(runs: list[LoopRun], workers: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=TARGETS, help="time one target only")
-    parser.add_argument("--workers", type=int, default=2, help="TEST_WORKERS (default 2, the CI machine's cores)")
+    parser.add_argument("--workers", type=int, help="workers for each target (default: the Makefile's)")
     parser.add_argument("--page", action="store_true", help="write the section of docs/performance.md")
     args = parser.parse_args(argv)
     runs = []
@@ -79,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make {target} ...", flush=True)
         runs.append(run_target(target, args.workers))
         print(f"  {runs[-1].wall_s / 60:.1f} min, {runs[-1].counts}, exit {runs[-1].exit_code}", flush=True)
-    body = render(runs, args.workers)
+    body = render(runs)
     print(body)
     if args.page:
         write_section("The test loop", body)

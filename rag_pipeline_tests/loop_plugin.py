@@ -27,17 +27,19 @@ from rag_pipeline_tests.harness.probe import DEPLOYMENT_NOTE, PROBE_ENV, note_de
 
 # Executables that start a Dagster deployment, or part of one.
 _DEPLOYMENT_COMMANDS = ("dagster-webserver", "dagster-daemon", "dagster-celery")
-# Work units started first under xdist, longest first (seconds of one run on 2 cores, measured on
-# 2026-12-04: they only order the start, and a unit missing here starts after them). The first three
-# mostly wait for the daemon (a schedule's minute, a backfill's 30 s loop), so the other worker's
-# tests run meanwhile; started last, any of them would be the run's tail.
+# Work units started first under xdist, longest first (seconds of one run, `make test` on 2 cores,
+# 2026-12-05: they only order the start, and a unit missing here starts after them). The first
+# three mostly wait for the daemon (a schedule's minute, a sensor's or a backfill's loop), so the
+# other workers' tests run meanwhile; started last, any of them would be the run's tail.
 LONGEST = {
-    "rag_pipeline_tests/e2e/test_real_night.py": 400,
-    "rag_pipeline_tests/e2e/test_celery_backfill.py": 240,
+    "rag_pipeline_tests/e2e/test_real_night.py": 330,
+    "rag_pipeline_tests/e2e/test_celery_backfill.py": 210,
+    "rag_pipeline_tests/e2e/test_night_once.py": 175,
     "rag_pipeline_tests/e2e/test_kill_anywhere.py": 165,
-    "rag_pipeline_tests/e2e/test_process_model.py": 105,
-    "rag_pipeline_tests/e2e/test_parallel_backfill.py": 95,
-    "rag_pipeline_tests/core/embedding/test_onnx_engine.py": 65,
+    "rag_pipeline_tests/e2e/test_documented_commands.py": 105,
+    "rag_pipeline_tests/e2e/test_parallel_backfill.py": 75,
+    "rag_pipeline_tests/core/embedding/test_onnx_engine.py": 55,
+    "rag_pipeline_tests/e2e/test_process_model.py": 45,
 }
 
 
