@@ -73,7 +73,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         keys = ("eval_id", "revision", "suite", "mode", "config_fingerprint", "index_state", "report_k", "overall",
                 "weighted", "by_slice", "by_split", "unanswerable", "latency", "answers", "no_result_threshold",
                 "stale_cases", "external_run")
-        print_json({**{k: evaluation.summary.get(k) for k in keys}, "report": evaluation.report, "files": files,
+        from rag_pipeline.core.evaluation.gating.report import answers_note
+
+        # `answers` is empty when none were generated or graded: `answers_note` says why, and what to set.
+        print_json({**{k: evaluation.summary.get(k) for k in keys}, "answers_note": answers_note(evaluation.summary),
+                    "report": evaluation.report, "files": files,
                     "gate": _gate_json(comparison, gated=gated, run=bool(args.run)),
                     "case_changes": moved, "exit_code": code})
     else:

@@ -56,6 +56,8 @@ def test_beir_import_eval_search_promote_gate(tmp_path):
     assert {"overall", "by_slice", "by_split", "unanswerable"} <= set(report)
     assert report["unanswerable"]["superseded_outranks_current_rate"] is None  # no superseded document here
     assert report["mode"] == "bm25" and report["index_state"]["tiny"]
+    # No answers generated (no answers.generator here): empty, and a sentence saying why and what to set.
+    assert not report["answers"] and "answers.generator" in report["answers_note"]
     # The TREC run, read back by pytrec_eval with the imported qrels, gives the same numbers.
     run: dict[str, dict[str, float]] = {}
     for line in (tmp_path / "run.trec").read_text().splitlines():
