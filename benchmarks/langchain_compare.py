@@ -1,7 +1,7 @@
 """A full build against the tool a user would pick instead: LangChain's `index()` with a
 `SQLRecordManager`, side by side in one run.
 
-    python benchmarks/langchain_compare.py [--rounds N] [--json] [--no-page]
+    python benchmarks/langchain_compare.py [--rounds N] [--corpus httpx|scifact|both] [--json] [--no-page]
 
 The peer runs in its own virtual environment, made by this script under /tmp/rag-langchain-venv
 (python -m venv, then pip from the package index: langchain-core, langchain-classic for
@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,61 +94,70 @@ def scifact_corpus(folder: Path, count: int = 1000) -> Path:
 
 
 def run_peer(python: Path, corpus: Path, glob: str) -> dict:
+    from performance_page import timed
+
     with tempfile.TemporaryDirectory(prefix="peer-") as work:
         copy = Path(work) / "corpus"
         shutil.copytree(corpus, copy)
-        started = time.perf_counter()
-        done = subprocess.run([str(python), "-c", PEER, str(copy), glob, work], capture_output=True, text=True,
-                              env={**os.environ, **OFFLINE})
-        seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"the LangChain build failed:\n{done.stderr[-3000:]}")
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "seconds": seconds}
+        run = timed([str(python), "-c", PEER, str(copy), glob, work], capture_output=True, text=True,
+                    env={**os.environ, **OFFLINE})
+    if run.done.returncode != 0:
+        raise SystemExit(f"the LangChain build failed:\n{run.done.stderr[-3000:]}")
+    return {**json.loads(run.done.stdout.strip().splitlines()[-1]), "seconds": run.wall_s, "cpu_s": run.cpu_s}
 
 
 def run_ours(corpus: Path) -> dict:
-    from performance_page import fresh_workspace
+    from performance_page import fresh_workspace, timed
 
     with tempfile.TemporaryDirectory(prefix="ours-") as work:
         work = Path(work)
         config, _, home = fresh_workspace(work, corpus, "corpus")
         env = {**os.environ, **OFFLINE, "DAGSTER_HOME": str(home)}
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "rag_pipeline.cli", "ingest", "--config", str(config)],
-                              env=env, capture_output=True, text=True, cwd=work)
-        seconds = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"rag-pipeline ingest failed:\n{done.stderr[-3000:]}")
+        run = timed([sys.executable, "-m", "rag_pipeline.cli", "ingest", "--config", str(config)],
+                    env=env, capture_output=True, text=True, cwd=work)
+        if run.done.returncode != 0:
+            raise SystemExit(f"rag-pipeline ingest failed:\n{run.done.stderr[-3000:]}")
         from rag_pipeline.api import duckdb_store
 
         store = duckdb_store(work / "index.duckdb")
         counts = store.served.table_counts("corpus")
         store.close()
-    return {"seconds": seconds, "chunks": counts.get("chunks"), "documents": counts.get("documents")}
+    return {"seconds": run.wall_s, "cpu_s": run.cpu_s, "chunks": counts.get("chunks"), "documents": counts.get("documents")}
 
 
-def compare(rounds: int) -> dict:
+HTTPX_NAME, SCIFACT_NAME = "httpx 0.23 docs (Markdown)", "1,000 SciFact abstracts (.txt)"
+CORPORA = {"httpx": (HTTPX_NAME,), "scifact": (SCIFACT_NAME,), "both": (HTTPX_NAME, SCIFACT_NAME)}
+
+
+def compare(rounds: int, corpus_names: tuple[str, ...]) -> dict:
     python = ensure_peer_venv()
     with tempfile.TemporaryDirectory(prefix="scifact-") as folder:
-        corpora = {"httpx 0.23 docs (Markdown)": (HTTPX, "**/*.md"),
-                   "1,000 SciFact abstracts (.txt)": (scifact_corpus(Path(folder) / "scifact"), "**/*.txt")}
-        results: dict[str, dict[str, list[dict]]] = {name: {"ours": [], "langchain": []} for name in corpora}
+        corpora = {HTTPX_NAME: (lambda: HTTPX, "**/*.md"),
+                   SCIFACT_NAME: (lambda: scifact_corpus(Path(folder) / "scifact"), "**/*.txt")}
+        chosen = {name: (make(), glob) for name, (make, glob) in corpora.items() if name in corpus_names}
+        results: dict[str, dict[str, list[dict]]] = {name: {"ours": [], "langchain": []} for name in chosen}
         for round_ in range(rounds):
-            for name, (corpus, glob) in corpora.items():
+            for name, (corpus, glob) in chosen.items():
                 order = ("ours", "langchain") if round_ % 2 == 0 else ("langchain", "ours")
                 for tool in order:
                     result = run_ours(corpus) if tool == "ours" else run_peer(python, corpus, glob)
                     results[name][tool].append(result)
-                    print(f"round {round_ + 1} {name} {tool}: {result['seconds']:.1f} s", file=sys.stderr)
+                    print(f"round {round_ + 1} {name} {tool}: {result['cpu_s']:.1f} CPU s, {result['seconds']:.1f} s wall",
+                          file=sys.stderr)
     rows = {}
     for name, by_tool in results.items():
-        ours = statistics.median(r["seconds"] for r in by_tool["ours"])
-        peer = statistics.median(r["seconds"] for r in by_tool["langchain"])
-        rows[name] = {"ours_s": round(ours, 2), "langchain_s": round(peer, 2), "speedup": round(peer / ours, 2),
-                      "ours_runs_s": [round(r["seconds"], 1) for r in by_tool["ours"]],
-                      "langchain_runs_s": [round(r["seconds"], 1) for r in by_tool["langchain"]],
-                      "ours_chunks": by_tool["ours"][0]["chunks"], "langchain_chunks": by_tool["langchain"][0]["chunks"],
-                      "documents": by_tool["langchain"][0]["documents"]}
+        row: dict = {"ours_chunks": by_tool["ours"][0]["chunks"], "langchain_chunks": by_tool["langchain"][0]["chunks"],
+                     "documents": by_tool["langchain"][0]["documents"]}
+        for measure, key in (("cpu", "cpu_s"), ("wall", "seconds")):
+            ours = statistics.median(r[key] for r in by_tool["ours"])
+            peer = statistics.median(r[key] for r in by_tool["langchain"])
+            # The ratio pair by pair (each round's two builds ran back to back), then its median.
+            pairs = [p[key] / o[key] for o, p in zip(by_tool["ours"], by_tool["langchain"], strict=True)]
+            row |= {f"ours_{measure}_s": round(ours, 2), f"langchain_{measure}_s": round(peer, 2),
+                    f"{measure}_ratio": round(statistics.median(pairs), 2),
+                    f"ours_{measure}_runs": [round(r[key], 1) for r in by_tool["ours"]],
+                    f"langchain_{measure}_runs": [round(r[key], 1) for r in by_tool["langchain"]]}
+        rows[name] = row
     return rows
 
 
@@ -157,21 +165,25 @@ def page(rows: dict, rounds: int, load_start: tuple[float, ...]) -> None:
     from performance_page import write_section
 
     lines = [
-        f"A full build in a fresh process, {rounds} alternating rounds, medians. Ours: `rag-pipeline ingest` "
-        "(a new store and Dagster instance; Markdown and text parsed by their structure, MiniLM on ONNX Runtime). "
-        "LangChain: `index()` with a `SQLRecordManager` (SQLite), `DirectoryLoader` + `TextLoader`, "
-        "`RecursiveCharacterTextSplitter` (1,000 characters), the same MiniLM through `HuggingFaceEmbeddings` "
-        "(sentence-transformers on torch), an `InMemoryVectorStore` dumped to a file; in its own virtual "
-        f"environment ({', '.join(PEER_PACKAGES[:5])}).",
+        f"A full build in a fresh process, {rounds} alternating rounds (which tool goes first alternates), medians; "
+        "CPU seconds are user + system of the whole process tree as the kernel accounts it (the measure that "
+        "a loaded machine moves least), wall seconds beside them; each ratio is the median of the rounds' ratios. "
+        "Ours: `rag-pipeline ingest` (a new store and Dagster instance; Markdown and text parsed by their "
+        "structure, MiniLM on ONNX Runtime). LangChain: `index()` with a `SQLRecordManager` (SQLite), "
+        "`DirectoryLoader` + `TextLoader`, `RecursiveCharacterTextSplitter` (1,000 characters), the same MiniLM "
+        "through `HuggingFaceEmbeddings` (sentence-transformers on torch), an `InMemoryVectorStore` dumped to a "
+        f"file; in its own virtual environment ({', '.join(PEER_PACKAGES[:5])}).",
         "",
-        "| corpus | documents | ours: s (chunks) | LangChain index(): s (chunks) | LangChain / ours | runs, s |",
-        "|---|---|---|---|---|---|",
+        "| corpus | documents | chunks ours / LangChain | CPU s ours | CPU s LangChain | LangChain / ours (CPU) "
+        "| wall s ours | wall s LangChain | LangChain / ours (wall) | rounds, CPU s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, row in rows.items():
-        lines.append(f"| {name} | {row['documents']} | {row['ours_s']:.1f} ({row['ours_chunks']}) "
-                     f"| {row['langchain_s']:.1f} ({row['langchain_chunks']}) | {row['speedup']:.2f}x "
-                     f"| ours: {', '.join(map(str, row['ours_runs_s']))}; LangChain: "
-                     f"{', '.join(map(str, row['langchain_runs_s']))} |")
+        lines.append(f"| {name} | {row['documents']} | {row['ours_chunks']} / {row['langchain_chunks']} "
+                     f"| {row['ours_cpu_s']:.1f} | {row['langchain_cpu_s']:.1f} | {row['cpu_ratio']:.2f}x "
+                     f"| {row['ours_wall_s']:.1f} | {row['langchain_wall_s']:.1f} | {row['wall_ratio']:.2f}x "
+                     f"| ours: {', '.join(map(str, row['ours_cpu_runs']))}; LangChain: "
+                     f"{', '.join(map(str, row['langchain_cpu_runs']))} |")
     end = os.getloadavg()
     lines += ["", f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{x:.1f}' for x in load_start)}; "
                   f"at the end: {', '.join(f'{x:.1f}' for x in end)}."]
@@ -181,6 +193,8 @@ def page(rows: dict, rounds: int, load_start: tuple[float, ...]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="both",
+                        help="httpx (a minute a round), scifact (about an hour a round on 2 cores), or both")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-page", action="store_true")
     parser.add_argument("--setup-only", action="store_true", help="make the peer's virtual environment and stop")
@@ -189,12 +203,13 @@ def main() -> int:
         print(ensure_peer_venv())
         return 0
     load_start = os.getloadavg()
-    rows = compare(args.rounds)
+    rows = compare(args.rounds, CORPORA[args.corpus])
     if args.json:
         print(json.dumps(rows))
     else:
         for name, row in rows.items():
-            print(f"{name}: ours {row['ours_s']} s, LangChain {row['langchain_s']} s ({row['speedup']}x)")
+            print(f"{name}: ours {row['ours_cpu_s']} CPU s, LangChain {row['langchain_cpu_s']} CPU s "
+                  f"({row['cpu_ratio']}x); wall {row['wall_ratio']}x")
     if not args.no_page:
         page(rows, args.rounds, load_start)
     return 0

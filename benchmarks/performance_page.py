@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,6 +42,39 @@ def machine() -> str:
     return f"{cpus} CPUs, {memory}, {platform.system()} {platform.machine()}, Python {platform.python_version()}"
 
 
+def commit() -> str:
+    """The checkout's commit, `+changes` when its tracked files differ from it: what was measured."""
+    root = PAGE.parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!docs/performance.md"], cwd=root).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "commit unknown"
+    return head + ("+changes" if dirty else "")
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A finished command: its result, wall seconds, and CPU seconds (user + system) of its whole
+    process tree (every descendant the command waited for, as the kernel accounts them)."""
+
+    done: subprocess.CompletedProcess
+    wall_s: float
+    cpu_s: float
+
+
+def timed(command: list[str], **kwargs) -> Timed:
+    """Run `command` (subprocess.run's keywords) and time it as a whole process tree."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, **kwargs)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timed(done, wall, cpu)
+
+
 def write_section(title: str, body: str, script: str | None = None, command: str | None = None,
                   page: Path = PAGE) -> None:
     """Replace the section of `script` (default: the running script) on `page` with `title` and
@@ -47,7 +84,7 @@ def write_section(title: str, body: str, script: str | None = None, command: str
     # A script owning several sections names each `script:part`; the command runs the script itself.
     command = command or "python " + " ".join([script.split(":")[0], *map(shlex.quote, sys.argv[1:])])
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    section = (f"<!-- {script} -->\n## {title}\n\n`{command}`, {stamp}, on {machine()}.\n\n"
+    section = (f"<!-- {script} -->\n## {title}\n\n`{command}`, {stamp}, commit {commit()}, on {machine()}.\n\n"
                f"{body.strip()}\n<!-- /{script} -->")
     text = page.read_text() if page.exists() else _HEADER
     pattern = re.compile(rf"<!-- {re.escape(script)} -->.*?<!-- /{re.escape(script)} -->", re.DOTALL)

@@ -27,3 +27,27 @@ def test_two_sections_of_one_script_are_kept_apart_and_name_the_scripts_command(
     assert text.count("<!-- benchmarks/encode.py:precision -->") == 1 and text.count("<!-- benchmarks/encode.py -->") == 1
     assert text.count("`python benchmarks/encode.py --compare-precision --texts 128`") == 2
     assert "python benchmarks/encode.py:precision" not in text
+
+
+def test_a_section_names_the_commit_it_measured(tmp_path, write_section):
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCHMARKS.parent, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    page = tmp_path / "performance.md"
+    write_section("The engine", "figures", page=page)
+    assert f"commit {head}" in page.read_text()
+
+
+def test_timed_counts_the_cpu_of_the_whole_process_tree(monkeypatch):
+    """A grandchild's work is in the command's CPU seconds (the kernel adds a reaped child's own
+    reaped children to it), so a build that hands its work to subprocesses is not undercounted."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from performance_page import timed
+
+    work = f"{sys.executable} -c 'sum(range(30_000_000))'"
+    busy = timed(["sh", "-c", f"{work}; {work}"])
+    idle = timed(["sh", "-c", "true"])
+    assert busy.done.returncode == 0 and busy.cpu_s > idle.cpu_s
