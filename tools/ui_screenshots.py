@@ -12,7 +12,9 @@ pages the on-call person opens:
     failed_document.png      no_failed_documents for handbook: the page and the parser's reason
     gate_failure.png         the evaluation run: what regressed against the baseline
     golden_eval_slices.png   each slice against the promoted baseline
+    why_it_moved.png         the evaluation's case_changes: each case that moved, and the change that moved it
     drift_report.png         the drift report (monitoring ran although the gate failed)
+    coverage_gaps.png        the day's coverage gaps: questions the served index answers weakly, by topic
     lineage.png              the asset lineage, groups expanded
     automation.png           schedules and sensors
 
@@ -94,9 +96,18 @@ def photograph(port: int, out: Path, runs: dict[str, str]) -> list[Path]:
         page.wait_for_timeout(2000)
         shot("golden_eval_slices.png")
 
+        visit("/assets/golden_eval?view=events")
+        row = page.get_by_text("case_changes", exact=True).first
+        row.locator("xpath=ancestor::tr").get_by_text("[Show Table]").click()
+        page.wait_for_timeout(2000)
+        shot("why_it_moved.png")
+
         visit("/assets/drift_report?view=events")
         click("[Show Markdown]", nth=0)
         shot("drift_report.png")
+
+        visit("/assets/coverage_gaps?view=events")
+        shot("coverage_gaps.png")
 
         visit("/asset-groups")
         page.keyboard.press("Alt+e")  # the graph's "Expand all groups"

@@ -1,6 +1,6 @@
 """Jupyter notebooks (`.ipynb`), read with nbformat, into `unstructured`'s elements.
 
-Markdown cells are read as Markdown (`structural_text.py`, MyST included), code cells are
+Markdown cells are read as Markdown (`markdown_text.py`, MyST included), code cells are
 CodeSnippets, and headings nest across cells as they do on the rendered page (a `##` in one cell
 sits under the `#` of an earlier one). Outputs are left out: they are what the code printed or
 drew, often megabytes of images, rarely text a reader searches for. Raw cells are left out too
@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import warnings
 
-from rag_pipeline.core.ingestion.structural_text import Located, markdown_located, with_parents
+from rag_pipeline.core.ingestion.markdown_text import markdown_located
+from rag_pipeline.core.ingestion.structural_text import Located, with_parents
 
 # Part of the parser version: a change to the rules here changes elements, so documents parse again.
 NOTEBOOK_VERSION = "1"

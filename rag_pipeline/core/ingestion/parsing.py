@@ -17,10 +17,10 @@ from rag_pipeline.core.ingestion.batched_classification import PARTITION_LOCK, p
 from rag_pipeline.core.ingestion.discovery import FRONT_MATTER_TYPES, split_front_matter
 from rag_pipeline.core.ingestion.encoding import TextEncodingError, decode_text
 from rag_pipeline.core.ingestion.markdown_fences import FENCES_VERSION, normalize_fences
-from rag_pipeline.core.ingestion.myst import MYST_VERSION
+from rag_pipeline.core.ingestion.markdown_text import MYST_VERSION, markdown_elements
 from rag_pipeline.core.ingestion.notebook_text import NOTEBOOK_VERSION, NotebookError, notebook_elements
 from rag_pipeline.core.ingestion.rst_text import RST_VERSION, RstError, rst_elements
-from rag_pipeline.core.ingestion.structural_text import STRUCTURE_VERSION, Located, markdown_elements, text_elements
+from rag_pipeline.core.ingestion.structural_text import STRUCTURE_VERSION, Located, text_elements
 from rag_pipeline.core.models import DiscoveredFile, Element, ParsedDocument
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -49,7 +49,7 @@ def parser_version() -> str:
     # (test_parsing_speed_options); an option that changes elements must change this string, as
     # the Markdown fence normalisation does (markdown_fences.py: documents parsed before it re-parse).
     # Markdown, plain text, reStructuredText and notebooks are read by their structure
-    # (structural_text.py, myst.py, rst_text.py, notebook_text.py): their rules and their parsers'
+    # (structural_text.py, markdown_text.py, rst_text.py, notebook_text.py): their rules and their parsers'
     # versions are part of the string too.
     version = importlib.metadata.version
     return (f"unstructured {version('unstructured')}; md fences {FENCES_VERSION}; "
@@ -97,7 +97,7 @@ def parse_document(item: DiscoveredFile, max_text_chars: int | None = None) -> P
 def parse_job(job: ParseJob, *, parser_defaults: bool = False) -> ParsedDocument:
     """Partition one document's bytes into elements; raise ParseError with a true reason.
 
-    Markdown and plain text are read by their structure (`structural_text`), other formats by
+    Markdown and plain text are read by their structure (`markdown_text`, `structural_text`), other formats by
     unstructured's partitioners. `parser_defaults` calls unstructured's own partitioner with its
     defaults for every format (the slower call this replaced; tests and benchmarks/ingest.py
     compare the two)."""

@@ -1,7 +1,7 @@
 """reStructuredText as Sphinx writes it, read by its structure with docutils, into `unstructured`'s elements.
 
 docutils parses the page into its document tree (sections of any adornment style, nested as the
-page orders them); the tree is walked into the same elements as Markdown (`structural_text.py`):
+page orders them); the tree is walked into the same elements as Markdown (`markdown_text.py`, `structural_text.py`):
 - a section's title is a Title with `category_depth` = its nesting level - 1;
 - a paragraph is prose; the first paragraph of a list item, a field (`:param x: ...`), an option
   or a definition list's term is a ListItem;

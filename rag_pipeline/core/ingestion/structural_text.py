@@ -1,4 +1,6 @@
-"""Markdown and plain text to `unstructured`'s elements by the structure the format marks, no NLP.
+"""Plain text to `unstructured`'s elements by the structure the format marks, no NLP; and the
+elements every structural reader builds (Markdown: `markdown_text.py`, reStructuredText:
+`rst_text.py`, notebooks: `notebook_text.py`).
 
 `unstructured`'s `partition_md` converts Markdown to HTML and `partition_text` splits text at blank
 lines; both then ask spaCy, block by block, whether a block is narrative text, a title or plain
@@ -10,14 +12,6 @@ The elements are `unstructured`'s own classes (Title, NarrativeText, Text, ListI
 CodeSnippet) with the metadata the pipeline reads: `category_depth` of headings, `parent_id` (an
 element to its enclosing Title), `text_as_html` of tables. Each element comes with its line span
 in the text (1-based, inclusive), taken from the parse itself rather than searched for afterwards.
-
-Markdown (CommonMark with GFM tables, through markdown-it-py):
-- `#`/setext headings are Titles with `category_depth` = level - 1;
-- a paragraph is NarrativeText, or Text when it is one short fragment with no sentence end;
-- the first paragraph of a list item is a ListItem (later paragraphs of the item: prose);
-- fenced and indented code is a CodeSnippet (its text as written; the info string is dropped);
-- a table is a Table with `text_as_html`; a raw HTML block keeps its text, never its tags
-  (its `<h1>`..`<h6>` are Titles).
 
 Plain text (blocks are runs of non-blank lines; CR LF, CR and LF all end a line):
 - a line followed by `===` or `---` is a Title (depth 0 or 1);
@@ -35,8 +29,6 @@ import html
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from html.parser import HTMLParser
 
 # Part of the parser version: a change to the rules here changes elements, so documents parse again.
 STRUCTURE_VERSION = "1"
@@ -58,168 +50,9 @@ class Located:
     line_end: int | None
 
 
-def markdown_elements(text: str) -> list[Located]:
-    """`unstructured` elements of a Markdown text, in document order."""
-    return with_parents(markdown_located(text))
-
-
-def markdown_located(text: str, nesting: int = 0) -> list[Located]:
-    """The elements of a Markdown text with their line spans in it, parents not yet set (a notebook
-    joins its cells first; a MyST directive's body is read at `nesting` + 1)."""
-    # `:::` opens a MyST colon fence only on pages that use them: mkdocstrings writes `::: module`
-    # lines, and as fences they would swallow the rest of the page.
-    parser = _markdown(colon_fences=_COLON_DIRECTIVE.search(text) is not None)
-    return list(_markdown_blocks(parser.parse(text), nesting))
-
-
 def text_elements(text: str) -> list[Located]:
     """`unstructured` elements of a plain text, in document order."""
     return with_parents(list(_text_blocks(text.splitlines())))
-
-
-# --- Markdown -----------------------------------------------------------------------------------
-
-
-_COLON_DIRECTIVE = re.compile(r"^ {0,3}:{3,}\s*\{[\w.+:-]+\}", re.MULTILINE)
-
-
-@lru_cache(maxsize=2)
-def _markdown(colon_fences: bool = False):
-    from markdown_it import MarkdownIt
-    from mdit_py_plugins.colon_fence import colon_fence_plugin
-    from mdit_py_plugins.myst_role import myst_role_plugin
-
-    # html=True: raw HTML blocks become tokens of their own (their text is kept, their tags not),
-    # rather than paragraphs of literal markup. MyST's `{role}` text is a token too.
-    parser = MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"]).use(myst_role_plugin)
-    return parser.use(colon_fence_plugin) if colon_fences else parser
-
-
-def _markdown_blocks(tokens: Sequence, nesting: int = 0) -> Iterator[Located]:
-    from unstructured.documents.elements import CodeSnippet, ElementMetadata, ListItem, Table, Title
-
-    from rag_pipeline.core.ingestion import myst
-
-    item_started: list[bool] = []  # one flag per open list item: has its first paragraph been seen
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        kind = token.type
-        if kind == "list_item_open":
-            item_started.append(False)
-        elif kind == "list_item_close":
-            item_started.pop()
-        elif kind == "heading_open":
-            text = _inline_text(tokens[index + 1])
-            if text:
-                depth = int(token.tag[1:]) - 1
-                yield _located(Title(text, metadata=ElementMetadata(category_depth=depth)), token.map)
-            index += 2
-        elif kind == "paragraph_open":
-            text = _inline_text(tokens[index + 1])
-            if text:
-                if item_started and not item_started[-1]:
-                    item_started[-1] = True
-                    yield _located(ListItem(text, metadata=ElementMetadata()), token.map)
-                else:
-                    yield _located(prose_element(text), token.map)
-            index += 2
-        elif kind in ("fence", "colon_fence") and myst.is_directive(token):
-            if item_started:
-                item_started[-1] = True
-            yield from myst.directive_elements(token, nesting)
-        elif kind in ("fence", "code_block", "colon_fence"):
-            code = token.content.rstrip("\n")
-            if code.strip():
-                if item_started:
-                    item_started[-1] = True
-                yield _located(CodeSnippet(code, metadata=ElementMetadata()), token.map)
-        elif kind == "table_open":
-            end = next(i for i in range(index, len(tokens)) if tokens[i].type == "table_close")
-            rows = _table_rows(tokens[index:end + 1])
-            rendered = _markdown().renderer.render(tokens[index:end + 1], _markdown().options, {})
-            text = "\n".join(" ".join(row) for row in rows).strip()
-            if text:
-                yield _located(Table(text, metadata=ElementMetadata(text_as_html=rendered.strip())), token.map)
-            index = end
-        elif kind == "html_block":
-            yield from _html_block(token.content, token.map)
-        index += 1
-
-
-def _inline_text(inline) -> str:
-    """The text of an inline token as a reader sees it: markup, links' targets and raw HTML dropped,
-    a MyST role's text as Sphinx shows it."""
-    from rag_pipeline.core.ingestion.rst_text import role_text
-
-    parts: list[str] = []
-    for child in inline.children or ():
-        if child.type in ("text", "code_inline"):
-            parts.append(child.content)
-        elif child.type == "myst_role":
-            parts.append(role_text(child.content))
-        elif child.type == "softbreak":
-            parts.append(" ")
-        elif child.type == "hardbreak":
-            parts.append("\n")
-        elif child.type == "image":
-            parts.append(child.content)  # the alt text
-    return _SPACES.sub(" ", "".join(parts)).strip()
-
-
-def _table_rows(tokens: Sequence) -> list[list[str]]:
-    rows: list[list[str]] = []
-    for position, token in enumerate(tokens):
-        if token.type == "tr_open":
-            rows.append([])
-        elif token.type == "inline" and rows and position and tokens[position - 1].type in ("th_open", "td_open"):
-            rows[-1].append(_inline_text(token))
-    return [row for row in rows if any(row)]
-
-
-_HEADING_TAGS = {f"h{level}": level for level in range(1, 7)}
-
-
-class _HtmlText(HTMLParser):
-    """The text of a fragment of HTML in runs: (heading level or None, text); script and style dropped."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.runs: list[tuple[int | None, list[str]]] = [(None, [])]
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs) -> None:
-        if tag in ("script", "style"):
-            self._skip += 1
-        elif tag in _HEADING_TAGS:
-            self.runs.append((_HEADING_TAGS[tag], []))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style") and self._skip:
-            self._skip -= 1
-        elif tag in _HEADING_TAGS:
-            self.runs.append((None, []))
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip:
-            self.runs[-1][1].append(data)
-
-
-def _html_block(fragment: str, line_map: Sequence[int] | None) -> Iterator[Located]:
-    """A raw HTML block's text: its headings as Titles, the rest as prose; never its tags."""
-    from unstructured.documents.elements import ElementMetadata, Title
-
-    parser = _HtmlText()
-    parser.feed(fragment)
-    parser.close()
-    for level, parts in parser.runs:
-        text = " ".join(" ".join(parts).split())
-        if not text:
-            continue
-        if level is None:
-            yield _located(prose_element(text), line_map)
-        else:
-            yield _located(Title(text, metadata=ElementMetadata(category_depth=level - 1)), line_map)
 
 
 # --- Plain text ---------------------------------------------------------------------------------
@@ -361,7 +194,7 @@ def prose_element(text: str):
     return NarrativeText(text, metadata=ElementMetadata())
 
 
-def _located(element, line_map: Sequence[int] | None) -> Located:
+def located(element, line_map: Sequence[int] | None) -> Located:
     # markdown-it's map is [first line, line after the block), 0-based.
     if not line_map:
         return Located(element, None, None)

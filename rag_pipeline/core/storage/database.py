@@ -28,6 +28,10 @@ BATCH_ROWS = 65_536
 BATCH_KINDS = {"int32": "int32", "int64": "int64", "float64": "float64", "vector": "float32"}
 
 
+class StoreConfigError(InputError):
+    """The storage config cannot be used as it is (a missing DSN, say)."""
+
+
 class NoIndexError(InputError):
     """A command that only reads (or must not create one) found no index where the config points."""
 

@@ -20,10 +20,9 @@ from io import BytesIO
 import numpy as np
 
 from rag_pipeline.core.models import SearchFilters
-from rag_pipeline.core.storage.database import BATCH_KINDS, BATCH_ROWS, Database
+from rag_pipeline.core.storage.database import BATCH_KINDS, BATCH_ROWS, Database, StoreConfigError
 from rag_pipeline.core.storage.locks import SourceBusyError
 from rag_pipeline.core.storage.schema import column_types
-from rag_pipeline.core.storage.store import StoreConfigError
 from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE
 
 _PLACEHOLDER = re.compile(r"\?")

@@ -21,8 +21,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from rag_pipeline.core.errors import InputError
-from rag_pipeline.core.storage.database import Database
+from rag_pipeline.core.storage.database import Database, StoreConfigError
 from rag_pipeline.core.storage.gaps import GapRecords
 from rag_pipeline.core.storage.ledger import Ledger
 from rag_pipeline.core.storage.records import Records
@@ -76,10 +75,6 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
-
-
-class StoreConfigError(InputError):
-    """The storage config cannot be used as it is (a missing DSN, say)."""
 
 
 def open_store(storage, namespace: str | None = None, read_only: bool = False, create: bool = True) -> Store:

@@ -9,8 +9,8 @@ import pytest
 
 from rag_pipeline.config import ChunkingConfig
 from rag_pipeline.core.ingestion.chunking import chunk_document
+from rag_pipeline.core.ingestion.markdown_text import markdown_elements
 from rag_pipeline.core.ingestion.parsing import ParseJob, parse_job, parser_version, table_rows
-from rag_pipeline.core.ingestion.structural_text import markdown_elements
 from rag_pipeline_tests.conftest import HTTPX_V023, require
 
 _WORD = re.compile(r"\w+")
