@@ -140,17 +140,10 @@ def test_concurrent_first_uses_quantize_once_and_a_damaged_copy_is_made_again(tm
 
 
 def test_int8_for_a_model_only_the_library_runs_is_a_config_error(tmp_path):
-    from rag_pipeline.config import DEFAULT_MODEL
-    from rag_pipeline.core.embedding.model_folder import resolve_model_path
     from rag_pipeline.core.errors import InputError
+    from rag_pipeline_tests.core.embedding.model_copies import weighted_mean_model
 
-    bundled = Path(resolve_model_path(DEFAULT_MODEL))
-    folder = tmp_path / "weighted"
-    shutil.copytree(bundled, folder, ignore=shutil.ignore_patterns("*.safetensors"))
-    (folder / "model.safetensors").symlink_to(bundled / "model.safetensors")
-    pooling = folder / "1_Pooling" / "config.json"
-    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode_mean_tokens": False,
-                                   "pooling_mode_weightedmean_tokens": True}))
+    folder = weighted_mean_model(tmp_path / "weighted")
     # float32 falls back to the library (tested in test_onnx_engine); int8 has no library run: its
     # float32 vectors under the int8 identity would mix, so it is refused, naming the fix.
     with pytest.raises(InputError, match=r"runs only on ONNX Runtime.*pooling mode weightedmean.*precision: float32"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from rag_pipeline.core.embedding.model_folder import resolve_model_path
 from rag_pipeline.core.embedding.onnx_engine import OnnxEncoder, bulk_threads
 from rag_pipeline.core.embedding.onnx_export import TOLERANCE
 from rag_pipeline_tests.conftest import HTTPX_V023, require
+from rag_pipeline_tests.core.embedding.model_copies import weighted_mean_model
 
 pytestmark = pytest.mark.slow
 BUNDLED = Path(resolve_model_path(DEFAULT_MODEL))
@@ -147,12 +147,7 @@ def test_a_cache_that_cannot_be_written_exports_for_the_process_only(tmp_path):
 
 
 def test_a_model_onnx_cannot_serve_runs_in_the_library_with_a_log_line(tmp_path, caplog, library):
-    folder = tmp_path / "weighted"
-    shutil.copytree(BUNDLED, folder, ignore=shutil.ignore_patterns("*.safetensors"))
-    (folder / "model.safetensors").symlink_to(BUNDLED / "model.safetensors")
-    pooling = folder / "1_Pooling" / "config.json"
-    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode_mean_tokens": False,
-                                   "pooling_mode_weightedmean_tokens": True}))
+    folder = weighted_mean_model(tmp_path / "weighted")
     embedder = ModelEmbedder(EmbeddingConfig(model=str(folder)))
     with caplog.at_level(logging.WARNING, logger="rag_pipeline.progress.model"):
         vectors = embedder.encode(["a query about proxies"])
