@@ -97,9 +97,9 @@ def photograph(port: int, out: Path, runs: dict[str, str]) -> list[Path]:
         shot("golden_eval_slices.png")
 
         visit("/assets/golden_eval?view=events")
-        row = page.get_by_text("case_changes", exact=True).first
-        row.locator("xpath=ancestor::tr").get_by_text("[Show Table]").click()
-        page.wait_for_timeout(2000)
+        row = page.get_by_text("case_changes", exact=True).first.locator("xpath=ancestor::tr")
+        row.evaluate("element => element.scrollIntoView({block: 'start'})")  # the table's head, not its end
+        page.wait_for_timeout(1000)
         shot("why_it_moved.png")
 
         visit("/assets/drift_report?view=events")
