@@ -140,6 +140,12 @@ class HttpSite(DocumentSource):
             except etree.XMLSyntaxError as exc:
                 raise SourceUnavailableError(f"source {self.context.source_id!r}: sitemap {sitemap} is not XML "
                                              f"({exc}); nothing was deleted") from None
+            # Anything else (a login page served in its place, a feed) would list no page: the whole
+            # site deleted. Only the protocol's two roots list pages or sitemaps.
+            if etree.QName(root).localname not in ("urlset", "sitemapindex"):
+                raise SourceUnavailableError(
+                    f"source {self.context.source_id!r}: sitemap {sitemap} is not a sitemap (its root element is "
+                    f"<{etree.QName(root).localname}>, not <urlset> or <sitemapindex>); nothing was deleted")
             for loc in root.iter("{*}loc"):
                 url = (loc.text or "").strip()
                 if root.tag.endswith("sitemapindex"):

@@ -1,6 +1,7 @@
 """A real HTTP server on 127.0.0.1 serving a generated site from a dict, with ETag and
-Last-Modified, conditional answers, a sitemap, robots.txt, redirects, chosen failures, and a
-count of the requests and body bytes it served."""
+Last-Modified, conditional answers, a sitemap, robots.txt, redirects, chosen failures (a status
+for ever or for the next requests, a request never answered, a sitemap of one's own), and a count
+of the requests and body bytes it served."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ class Site:
     in_sitemap: set[str] = field(default_factory=set)
     robots: str = "User-agent: *\nDisallow: /private/\n"
     failing: dict[str, int] = field(default_factory=dict)  # path -> status answered instead
+    failing_next: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses of its next requests, then normal
+    hanging: set[str] = field(default_factory=set)  # paths whose requests are read and never answered
+    sitemap_body: bytes | None = None  # served as /sitemap.xml instead of the generated one
     stop_after: int | None = None  # requests answered before the server goes away
     requests: list[tuple[str, int]] = field(default_factory=list)
     page_bodies_sent: int = 0
@@ -90,11 +94,22 @@ def _handler(site: Site, server: SiteServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return  # no answer: the connection closes, the server goes away
             path = self.path
+            if path in site.hanging:
+                site.requests.append((path, 0))
+                while not server.stopped:  # the client's timeout ends the request, or the server's stop
+                    threading.Event().wait(0.05)
+                return
+            if site.failing_next.get(path):
+                self._send(site.failing_next[path].pop(0), b"failing for now")
+                return
             if path in site.failing:
                 self._send(site.failing[path], b"failing")
                 return
             if path == "/robots.txt":
                 self._send(200, site.robots.encode(), {"Content-Type": "text/plain"})
+                return
+            if path == "/sitemap.xml" and site.sitemap_body is not None:
+                self._send(200, site.sitemap_body, {"Content-Type": "application/xml"})
                 return
             if path == "/sitemap.xml":
                 urls = "".join(f"<url><loc>{server.url}{p}</loc></url>" for p in sorted(site.in_sitemap))

@@ -1,5 +1,6 @@
 """A site source against a real HTTP server on 127.0.0.1 serving a generated site: conditional
-requests, robots.txt, a redirect, main content only, a page removed, a 500, a server stopped mid-crawl."""
+requests, robots.txt, a redirect, main content only, a page removed, a 500, a 503 retried, a server
+stopped mid-crawl or never answering, a sitemap that is not one."""
 
 from __future__ import annotations
 
@@ -141,3 +142,41 @@ def test_a_body_over_the_size_limit_is_refused_alone(site, tmp_path):
     [failure] = reports["discovered"].failures
     assert failure.doc_id == "site:docs/huge.html" and "over the 0.5 MB limit" in failure.reason
     assert found(store, "albatross") == {"site:docs/albatross.html"}
+
+
+def test_a_page_answering_503_once_is_fetched_again_after_a_backoff(site, tmp_path):
+    site, server = site
+    site.failing_next["/docs/egret.html"] = [503]
+    store = duckdb_store(tmp_path / "store" / "index.duckdb")
+    ingest(source_for(server), store, "r1")
+    assert served(store, "site") == {f"site:docs/{w}.html" for w in WORDS}
+    assert found(store, "egret") == {"site:docs/egret.html"}
+    assert [status for path, status in site.requests if path == "/docs/egret.html"] == [503, 200]
+
+
+def test_a_server_that_never_answers_fails_the_run_after_its_timeout_and_deletes_nothing(site, tmp_path):
+    site, server = site
+    store = duckdb_store(tmp_path / "store" / "index.duckdb")
+    ingest(source_for(server, timeout_seconds=0.5), store, "r1")
+    before = served(store, "site")
+    site.hanging.add("/docs/barracuda.html")
+    site.pages["/docs/barracuda.html"].body += b"<p>changed, so that it is fetched again</p>"
+    with pytest.raises(SourceUnavailableError, match=re.escape("barracuda.html failed: no answer within 0.5 s (after 2 attempts)")):
+        ingest(source_for(server, timeout_seconds=0.5), store, "r2")
+    assert served(store, "site") == before and found(store, "barracuda") == {"site:docs/barracuda.html"}
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"<html><body>Please log in</body></html>", "is not a sitemap (its root element is <html>"),
+    (b"this is not XML at all <", "is not XML"),
+])
+def test_a_sitemap_that_is_not_one_fails_the_run_naming_it_and_deletes_nothing(site, tmp_path, body, says):
+    site, server = site
+    store = duckdb_store(tmp_path / "store" / "index.duckdb")
+    ingest(source_for(server), store, "r1")
+    before = served(store, "site")
+    site.sitemap_body = body
+    with pytest.raises(SourceUnavailableError, match=re.escape(f"sitemap {server.url}/sitemap.xml {says}")) as raised:
+        ingest(source_for(server), store, "r2")
+    assert "nothing was deleted" in str(raised.value)
+    assert served(store, "site") == before
