@@ -37,6 +37,7 @@ LONGEST = {
     "rag_pipeline_tests/e2e/test_night_once.py": 175,
     "rag_pipeline_tests/e2e/test_kill_anywhere.py": 165,
     "rag_pipeline_tests/e2e/test_documented_commands.py": 105,
+    "rag_pipeline_tests/e2e/test_kill_listed_sources.py": 80,
     "rag_pipeline_tests/e2e/test_parallel_backfill.py": 75,
     "rag_pipeline_tests/core/embedding/test_onnx_engine.py": 55,
     "rag_pipeline_tests/e2e/test_process_model.py": 45,
