@@ -2,7 +2,7 @@
 ref of 10,000 files, each discovered (listed, changed documents fetched, hashed, staged) as a run's
 first stage does it. Parsing, embedding and the switch are those of any source (benchmarks/ingest.py).
 
-    python benchmarks/sources.py [--pages 1000] [--files 10000]
+    python benchmarks/sources.py [--pages 1000] [--files 10000] [--page]
 
 HTTP: a real server on 127.0.0.1 (the tests' `site_server`) serves generated pages with ETag and
 Last-Modified; reported for the full crawl, a no-change crawl and a crawl after one page changed:
@@ -13,6 +13,7 @@ for the first discovery, a no-change one and one after a one-file commit: blobs 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import tempfile
 import time
@@ -91,20 +92,39 @@ def git_figures(files: int, folder: Path) -> list[dict]:
     return rows
 
 
+def render(pages: int, http: list[dict], files: int, git: list[dict], load: tuple[tuple, tuple]) -> str:
+    """The section of docs/performance.md: the two tables and what they leave out."""
+    lines = [
+        "Discovery only, as a run's first stage does it (list, fetch what changed, hash, stage): parsing, "
+        "embedding and the switch cost what they cost for any source. HTTP against a real server on "
+        "127.0.0.1 with a sitemap, ETag and Last-Modified; the requests include robots.txt and the sitemap, "
+        "whose bodies are the bytes a no-change crawl still downloads.",
+        "", f"| HTTP, {pages:,} pages | requests | page bodies | bytes | seconds |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['case']} | {r['requests']:,} | {r['page_bodies']:,} | {r['bytes']:,} | {r['seconds']} |" for r in http]
+    lines += ["", f"| git, {files:,} files | blobs read | seconds |", "|---|---:|---:|"]
+    lines += [f"| {r['case']} | {r['blobs_read']:,} | {r['seconds']} |" for r in git]
+    (start, end) = load
+    lines += ["", "Load average of the machine (1, 5, 15 min) at the start: " + ", ".join(f"{x:.1f}" for x in start)
+              + "; at the end: " + ", ".join(f"{x:.1f}" for x in end) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--page", action="store_true", help="write the section of docs/performance.md")
     args = parser.parse_args()
+    start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"HTTP, {args.pages} pages in a sitemap (discovery: list, fetch what changed, stage):")
-        print("| case | requests | page bodies | bytes | seconds |\n|---|---:|---:|---:|---:|")
-        for row in http_figures(args.pages, Path(tmp)):
-            print(f"| {row['case']} | {row['requests']:,} | {row['page_bodies']:,} | {row['bytes']:,} | {row['seconds']} |")
-        print(f"\ngit, {args.files} files under docs/ (discovery):")
-        print("| case | blobs read | seconds |\n|---|---:|---:|")
-        for row in git_figures(args.files, Path(tmp)):
-            print(f"| {row['case']} | {row['blobs_read']:,} | {row['seconds']} |")
+        http = http_figures(args.pages, Path(tmp))
+        git = git_figures(args.files, Path(tmp))
+    body = render(args.pages, http, args.files, git, (start, os.getloadavg()))
+    print(body)
+    if args.page:
+        from performance_page import write_section
+
+        write_section("Sources other than folders: the source's side", body)
 
 
 if __name__ == "__main__":
