@@ -108,7 +108,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         from rag_pipeline.cli.runner import ingest
 
         with dagster_instance() as instance:
-            runs = ingest(config, instance, overrides=overrides, force=args.force)
+            runs = ingest(config, instance, overrides=overrides, force=args.force, walks=walks)
     if args.json:
         print_json({"sources": {run.source_id: run.as_json() for run in runs}})
     else:

@@ -36,12 +36,14 @@ def ingest(
     embedder: EmbedderResource | None = None,
     overrides: dict[str, str] | None = None,
     force: bool = False,
+    walks: dict | None = None,
 ) -> list[SourceRun]:
     """Materialize the ingestion assets for each source partition; one failing source does not stop the others.
 
     A source whose inputs have not changed since its last committed switch (`inputs.py`) is not
     run, unless `force`. `config` must already include the `overrides` (`name -> path`), which
-    are passed on to the assets.
+    are passed on to the assets. `walks`: each source's walk, when the caller made them just now
+    (listing a web site again is a request per page).
     """
     source_ids = source_ids or config.source_ids
     # A run of these sources left STARTED by a process that died would read as in flight for ever.
@@ -60,6 +62,7 @@ def ingest(
             # source is left open (`Database.run_left_open`).
             with store.source_lock(source_id):
                 unchanged = None if force else unchanged_run(config.source(source_id), store, settings,
+                                                             (walks or {}).get(source_id),
                                                              open_elsewhere=lambda s: _run_in_flight(instance, s))
                 if unchanged is not None:
                     runs.append(unchanged)
