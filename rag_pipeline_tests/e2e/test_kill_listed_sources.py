@@ -56,6 +56,19 @@ def _same(a: dict, b: dict) -> bool:
     return compare_contents(a, b, skip=HISTORY) == []
 
 
+def _killed_then_converges(config: Path, point: str, states: dict[str, dict], folder: Path) -> dict:
+    """Kill a run at `point`: one of the two `states` served, never a mix; then a normal run serves
+    the new state. Returns that run's report of the source."""
+    killed = _ingest(config, **{KILL_AT_ENV: point})
+    assert killed.returncode == -9, f"the run did not reach {point}: {killed.stdout[-2000:]}{killed.stderr[-2000:]}"
+    served = _contents(folder)
+    assert _same(served, states["old"]) or _same(served, states["new"]), f"a mix after a kill at {point}"
+    again = _ingest(config)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert compare_contents(_contents(folder), states["new"], skip=HISTORY) == []
+    return json.loads(again.stdout)["sources"]["docs"]
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> tuple[Path, str, str]:
     """A repository whose second commit renames, deletes, changes and adds pages under docs/; its two commits."""
@@ -97,16 +110,8 @@ def test_a_killed_git_run_serves_one_commit_and_the_next_converges(point, reposi
     assert _ingest(config).returncode == 0
     git(repo, "update-ref", "refs/heads/main", new)  # the branch moves to the second commit
 
-    killed = _ingest(config, **{KILL_AT_ENV: point})
-    assert killed.returncode == -9, f"the run did not reach {point}: {killed.stdout[-2000:]}{killed.stderr[-2000:]}"
-    served = _contents(tmp_path)
-    assert _same(served, git_states["old"]) or _same(served, git_states["new"]), f"a mix after a kill at {point}"
-
-    again = _ingest(config)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    report = json.loads(again.stdout)["sources"]["docs"]
+    report = _killed_then_converges(config, point, git_states, tmp_path)
     assert report["failed"] == 0 and report["queryable"] == report["discovered"]
-    assert compare_contents(_contents(tmp_path), git_states["new"], skip=HISTORY) == []
 
 
 WORDS = ("albatross", "barracuda", "cormorant", "dolphin", "egret", "flamingo")
@@ -156,13 +161,6 @@ def test_a_killed_site_run_serves_one_crawl_and_the_next_converges(point, site_s
         assert _ingest(config).returncode == 0
         server.site.pages, server.site.in_sitemap = after.pages, after.in_sitemap
 
-        killed = _ingest(config, **{KILL_AT_ENV: point})
-        assert killed.returncode == -9, f"the run did not reach {point}: {killed.stdout[-2000:]}{killed.stderr[-2000:]}"
-        served = _contents(tmp_path)
-        assert _same(served, site_states["old"]) or _same(served, site_states["new"]), f"a mix after a kill at {point}"
-
-        again = _ingest(config)
-        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-        assert compare_contents(_contents(tmp_path), site_states["new"], skip=HISTORY) == []
+        _killed_then_converges(config, point, site_states, tmp_path)
     finally:
         server.stop()
