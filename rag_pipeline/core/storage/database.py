@@ -363,6 +363,17 @@ class Database(ABC):
         (DuckDB: its files' sizes and times), or None when only a query can tell."""
         return None
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction of this store is open (what it reads may yet be rolled back)."""
+        return self._active is not None
+
+    def copy_cache_key(self) -> str | None:
+        """What names this database in the cache of search copies (memory_cache.py), or None: its
+        copies are read into memory each time (an engine whose served versions could be shared by
+        databases that differ)."""
+        return None
+
     # ---- vectors ---------------------------------------------------------------------------
 
     @abstractmethod

@@ -244,6 +244,9 @@ class DuckDBDatabase(Database):
             stamps.append((stat.st_size, stat.st_mtime_ns))
         return tuple(stamps)
 
+    def copy_cache_key(self) -> str:
+        return f"duckdb:{self.path.resolve()}"
+
     def read_vectors(self, sql: str, params: Sequence = (), most_rows: int | None = None) -> tuple[list, np.ndarray]:
         if most_rows is not None and most_rows <= SMALL_VECTOR_ROWS:
             return super().read_vectors(sql, params)  # a few rows: not worth importing pyarrow

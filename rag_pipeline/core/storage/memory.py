@@ -18,14 +18,20 @@ It ranks exactly as the SQL path does, so a metric never depends on where a quer
 Memory, and nothing per chunk or posting as a Python object: 4 bytes per dimension per chunk for
 the vectors (1,536 MB for a million chunks of 384 floats), 5 or 6 bytes per posting (an int32
 chunk index, a one- or two-byte tf), about 60 bytes per chunk for its id (packed) and filter codes. What a hit
-shows (text, titles) stays in the database: a search reads its hits' rows, as the SQL path does.
+shows (text, titles) stays in the database: a search reads its hits' rows, as the SQL path does; a copy
+mapped from the cache folder (memory_cache.py) holds them in a file (`HitRecords`), whose pages only
+the hits touch.
+
+The rankings give each chunk's index in the copy beside its id and score, so that its record is
+read by position, never looked up by id.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 
 import numpy as np
@@ -35,6 +41,8 @@ from rag_pipeline.core.vectors import near_top, query_blocks, rank
 
 NO_DATE = np.iinfo(np.int64).min
 EPOCH = date(1970, 1, 1)
+# Filter masks kept per copy (one byte per chunk each).
+_KEPT_MASKS = 8
 
 
 class PackedStrings(Sequence[str]):
@@ -72,6 +80,27 @@ class PackedStrings(Sequence[str]):
     @property
     def nbytes(self) -> int:
         return len(self.data) + self.offsets.nbytes
+
+
+class HitRecords:
+    """What a hit shows of each chunk (doc id, source, title, heading path, text, status, lines), one
+    JSON array per chunk in one buffer (a mapped file), found by its copy index: `starts` and `lengths`."""
+
+    def __init__(self, data, starts: np.ndarray, lengths: np.ndarray) -> None:
+        self.data = data  # bytes or a read-only mmap (slicing either gives bytes)
+        self.starts = starts
+        self.lengths = lengths
+
+    def __getitem__(self, index: int) -> tuple:
+        start = int(self.starts[index])
+        doc_id, source_id, title, path, text, status, line_start, line_end = json.loads(
+            self.data[start : start + int(self.lengths[index])])
+        return doc_id, source_id, title, tuple(path), text, status, line_start, line_end
+
+    @staticmethod
+    def encode(doc_id, source_id, title, heading_path, text, status, line_start, line_end) -> bytes:
+        return json.dumps([doc_id, source_id, title, list(heading_path or ()), text, status, line_start, line_end],
+                          ensure_ascii=False, separators=(",", ":")).encode()
 
 
 @dataclass
@@ -112,6 +141,11 @@ class ServedCopy:
     postings: TermPostings
     # The database's change stamp when the copy's version was last confirmed.
     stamp: object = None
+    # Each chunk's hit fields, when the copy is mapped from the cache (else read from the database).
+    records: HitRecords | None = None
+    # Masks of filters asked before (a few at most: callers use a handful), and the mean length.
+    _masks: dict = field(default_factory=dict, repr=False)
+    _avgdl: float | None = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
@@ -126,10 +160,23 @@ class ServedCopy:
 
     # ---- filters ---------------------------------------------------------------------------
 
-    def mask(self, filters: SearchFilters) -> np.ndarray:
-        """The chunks the caller may see: `search.filter_sql`'s predicates, as a boolean mask."""
+    def mask(self, filters: SearchFilters) -> np.ndarray | None:
+        """The chunks the caller may see: `search.filter_sql`'s predicates, as a boolean mask; None
+        when every chunk is visible. Kept per filters (the same few are asked again and again: the
+        O(chunks) work is done once, not per query)."""
         if filters.unrestricted:
-            return np.ones(self.size, dtype=bool)
+            return None
+        key = _mask_key(filters)
+        return self._remember(key, lambda: self._mask(filters, key[-1]))
+
+    def _remember(self, key: tuple, make):
+        if key not in self._masks:
+            if len(self._masks) >= _KEPT_MASKS:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = make()
+        return self._masks[key]
+
+    def _mask(self, filters: SearchFilters, as_of: date) -> np.ndarray:
         if filters.tenant is None:
             keep = self.tenant == -1
         else:
@@ -138,18 +185,27 @@ class ServedCopy:
         allowed = [i for i, role_set in enumerate(self.role_sets) if role_set & roles]
         keep &= self.public | np.isin(self.role_set, allowed)
         keep &= np.isin(self.status, [self.statuses[s] for s in filters.statuses if s in self.statuses])
-        as_of = ((filters.as_of or date.today()) - EPOCH).days
-        keep &= (self.effective_day == NO_DATE) | (self.effective_day <= as_of)
+        day = (as_of - EPOCH).days
+        keep &= (self.effective_day == NO_DATE) | (self.effective_day <= day)
         return keep
+
+    def _visible_vectors(self, filters: SearchFilters) -> tuple[np.ndarray | None, int]:
+        """The mask of chunks with a vector the caller may see (None: every chunk), and their count."""
+        def make() -> tuple[np.ndarray | None, int]:
+            mask = self.mask(filters)
+            if not bool(self.has_vector.all()):
+                mask = self.has_vector if mask is None else mask & self.has_vector
+            return mask, self.size if mask is None else int(mask.sum())
+
+        return self._remember(("vectors", *(() if filters.unrestricted else _mask_key(filters))), make)
 
     # ---- dense -----------------------------------------------------------------------------
 
-    def dense(self, queries: np.ndarray, k: int, filters: SearchFilters) -> list[list[tuple[str, float]]]:
-        """Per query row (unit length), the k best (chunk id, cosine) under the filters."""
+    def dense(self, queries: np.ndarray, k: int, filters: SearchFilters) -> list[list[tuple[str, float, int]]]:
+        """Per query row (unit length), the k best (chunk id, cosine, index) under the filters."""
         if self.vectors is None:
             return [[] for _ in queries]
-        visible = self.mask(filters) & self.has_vector
-        count = int(visible.sum())
+        visible, count = self._visible_vectors(filters)
         if count == 0:
             return [[] for _ in queries]
         depth = min(k, count)
@@ -158,25 +214,30 @@ class ServedCopy:
         for start in range(0, len(queries), step):
             block = queries[start:start + step]
             # Every row is scored and the hidden ones masked: cheaper than copying the visible rows.
-            fast = (block @ self.vectors.T) / self.norms
-            if count < self.size:
+            # One question: a matrix-vector product (BLAS gemv), as numpy's own `matrix @ q` runs.
+            fast = ((self.vectors @ block[0])[None, :] if len(block) == 1 else block @ self.vectors.T) / self.norms
+            if visible is not None:
                 fast[:, ~visible] = -np.inf
             for query, row in zip(block, fast):
-                chosen = near_top(row, depth)
-                out.append(rank(query, [self.chunk_ids[j] for j in chosen], self.vectors[chosen], k))
+                chosen = near_top(row, depth).tolist()
+                where = {self.chunk_ids[j]: j for j in chosen}
+                out.append([(c, s, where[c]) for c, s in rank(query, list(where), self.vectors[chosen], k)])
         return out
 
     # ---- BM25 ------------------------------------------------------------------------------
 
     def bm25(self, query_terms: Sequence[Sequence[str]], k: int, filters: SearchFilters, k1: float,
-             b: float) -> list[list[tuple[str, float]]]:
-        """Per analysed query, the k best (chunk id, BM25 score) under the filters (formula: search.bm25_search)."""
+             b: float) -> list[list[tuple[str, float, int]]]:
+        """Per analysed query, the k best (chunk id, BM25 score, index) under the filters (formula:
+        search.bm25_search). The work is the postings of its terms (and one pass over a score per
+        chunk), not a length norm per chunk recomputed each query."""
         n = self.size
         if n == 0:
             return [[] for _ in query_terms]
         visible = self.mask(filters)
-        avgdl = float(self.lex_len.mean())
-        norm = k1 * (1 - b + b * self.lex_len / avgdl)
+        if self._avgdl is None:
+            self._avgdl = float(self.lex_len.mean())
+        avgdl = self._avgdl
         out = []
         for terms in query_terms:
             scores = np.zeros(n)
@@ -192,13 +253,19 @@ class ServedCopy:
                 tf = self.postings.tf[start:end].astype(np.float64)  # the formula in float64, as in SQL
                 df = end - start
                 idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                scores[chunks] += qtf * idf * tf * (k1 + 1) / (tf + norm[chunks])
-            matched = np.flatnonzero((scores > 0) & visible)
+                norm = k1 * (1 - b + b * self.lex_len[chunks] / avgdl)
+                scores[chunks] += qtf * idf * tf * (k1 + 1) / (tf + norm)
+            matched = np.flatnonzero(scores > 0 if visible is None else (scores > 0) & visible)
             out.append(_top_by_key(matched, scores[matched], k, self.chunk_ids))
         return out
 
 
-def _top_by_key(indexes: np.ndarray, scores: np.ndarray, k: int, chunk_ids: Sequence[str]) -> list[tuple[str, float]]:
+def _mask_key(filters: SearchFilters) -> tuple:
+    """What decides a filters mask (the day included: `as_of` None means today)."""
+    return filters.tenant, frozenset(filters.roles), tuple(filters.statuses), filters.as_of or date.today()
+
+
+def _top_by_key(indexes: np.ndarray, scores: np.ndarray, k: int, chunk_ids: Sequence[str]) -> list[tuple[str, float, int]]:
     """The k best by score rounded to 1e-9, ties by chunk id (`indexes` ascending = chunk id order)."""
     if len(indexes) == 0:
         return []
@@ -207,4 +274,4 @@ def _top_by_key(indexes: np.ndarray, scores: np.ndarray, k: int, chunk_ids: Sequ
     edge = np.partition(keys, len(keys) - depth)[len(keys) - depth]
     chosen = np.flatnonzero(keys >= edge)
     order = chosen[np.lexsort((indexes[chosen], -keys[chosen]))][:k]
-    return [(chunk_ids[indexes[j]], float(scores[j])) for j in order]
+    return [(chunk_ids[int(indexes[j])], float(scores[j]), int(indexes[j])) for j in order]

@@ -13,12 +13,12 @@ of 384 floats with 78M postings (tf below 256: one byte) make a copy of about 1,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from rag_pipeline.core.storage.database import Database
-from rag_pipeline.core.storage.memory import EPOCH, NO_DATE, PackedStrings, ServedCopy, TermPostings
+from rag_pipeline.core.storage.memory import EPOCH, NO_DATE, HitRecords, PackedStrings, ServedCopy, TermPostings
 
 # Each served chunk's place in the copy: its rank by chunk id, as the chunk rows are read.
 _POSITIONS = "SELECT chunk_id, CAST(row_number() OVER (ORDER BY chunk_id) - 1 AS INTEGER) AS position FROM chunks"
@@ -29,17 +29,24 @@ _TERM_IDS = ("SELECT term, CAST(row_number() OVER (ORDER BY term) - 1 AS INTEGER
              "(SELECT DISTINCT p.term FROM postings p JOIN chunks c ON c.chunk_id = p.chunk_id) t")
 # Vectors per batch read: 12 MB of 384 floats (the batch and the engine's own copy of it are transient).
 _VECTOR_ROWS = 8_192
+# Chunk rows per batch of hit records (their texts: a few MB of Python strings a batch).
+_RECORD_ROWS = 4_096
 # Rows of the norms computed at once: bounds the temporary (a row's norm does not depend on the others).
 _NORM_ROWS = 65_536
 
 
-def load_served_copy(db: Database, version: tuple) -> ServedCopy:
+def load_served_copy(db: Database, version: tuple,
+                     records: Callable[[np.ndarray, list[bytes]], None] | None = None) -> ServedCopy:
     """Read the served index into memory (the caller checks the version before and after: a switch
-    landing while it reads is caught there; here its rows are only kept in bounds)."""
+    landing while it reads is caught there; here its rows are only kept in bounds). `records`, when
+    given, receives each chunk's hit fields (`HitRecords.encode`) with its copy index, a batch at
+    a time, in the same snapshot (the cache writes them to a file: they are not kept here)."""
     with db.transaction(), db.passing_reads():  # one snapshot where the engine gives one (DuckDB)
         chunks = _read_chunks(db)
         vectors, has_vector = _read_vectors(db, chunks["size"])
         terms, postings = _read_postings(db, chunks["size"])
+        if records is not None:
+            _read_records(db, chunks["size"], records)
     norms = None
     if vectors is not None:
         norms = np.empty(len(vectors), dtype=np.float32)
@@ -148,6 +155,16 @@ def _read_postings(db: Database, size: int) -> tuple[dict[str, int], TermPosting
                   "SELECT i.term_id, s.position, p.tf FROM postings p JOIN positions s ON s.chunk_id = p.chunk_id "
                   "JOIN term_ids i ON i.term = p.term", ["int32", "int32", "int32"], place)
     return terms, TermPostings(indptr=indptr, chunks=chunks, tf=tf)
+
+
+def _read_records(db: Database, size: int, write: Callable[[np.ndarray, list[bytes]], None]) -> None:
+    """Each served chunk's hit fields, encoded, with its copy index (in no particular order)."""
+    for rows in db.row_batches(f"WITH positions AS ({_POSITIONS}) SELECT s.position, c.doc_id, c.source_id, c.title, "
+                               "c.heading_path, c.text, c.status, c.line_start, c.line_end "
+                               "FROM chunks c JOIN positions s ON s.chunk_id = c.chunk_id", size=_RECORD_ROWS):
+        kept = [row for row in rows if row[0] < size]  # a chunk added since the chunks were read: dropped
+        write(np.fromiter((row[0] for row in kept), dtype=np.int64, count=len(kept)),
+              [HitRecords.encode(*row[1:]) for row in kept])
 
 
 def _tf_type(low: int, high: int) -> type:

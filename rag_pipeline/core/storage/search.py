@@ -20,12 +20,13 @@ if TYPE_CHECKING:  # numpy and the in-memory copy are imported by a search: a no
     import numpy as np
 
     from rag_pipeline.core.storage.memory import ServedCopy
+    from rag_pipeline.core.storage.memory_cache import CopyCache
 
-def load_served_copy(db: Database, version: str) -> ServedCopy:
-    """The in-memory copy of the served `version` (memory.py, built by memory_load.py)."""
+def load_served_copy(db: Database, version: tuple, records=None) -> ServedCopy:
+    """The in-memory copy of the served `version` (memory.py, built by memory_load.py; `records`: there)."""
     from rag_pipeline.core.storage.memory_load import load_served_copy as load
 
-    return load(db, version)
+    return load(db, version, records=records)
 
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
@@ -66,33 +67,55 @@ class Search:
     of the served index (memory.py), rebuilt when a switch changed what is served, up to
     `memory_max_chunks`; beyond that, and for an approximate engine index, in the database."""
 
-    def __init__(self, db: Database, memory: bool = True, memory_max_chunks: int = 2_000_000) -> None:
+    def __init__(self, db: Database, memory: bool = True, memory_max_chunks: int = 2_000_000,
+                 cache: bool = True) -> None:
         self.db = db
         self.memory = memory
         self.memory_max_chunks = memory_max_chunks
+        self.cache = cache
         self._copy: ServedCopy | None = None
 
     def served_copy(self) -> ServedCopy | None:
-        """The in-memory copy of what is served now, or None (disabled, or too large)."""
+        """The in-memory copy of what is served now, or None (disabled, or too large).
+
+        Mapped from the cache folder when a process wrote this version's copy there already, else
+        read from the database and written there (memory_cache.py; not inside a transaction, whose
+        state may yet be rolled back)."""
         if not self.memory:
             return None
         stamp = self.db.change_stamp()
         if self._copy is not None and stamp is not None and stamp == self._copy.stamp:
             return self._copy  # nothing was written since the version was last confirmed
+        cache = self._cache()
         for _ in range(3):
             version = served_version(self.db)
             if self._copy is not None and self._copy.version == version:
                 self._copy.stamp = stamp
                 return self._copy
-            if self.db.value("SELECT count(*) FROM chunks") > self.memory_max_chunks:
+            copy = cache.map(version) if cache is not None else None
+            if copy is None:
+                if self.db.value("SELECT count(*) FROM chunks") > self.memory_max_chunks:
+                    self._copy = None
+                    return None
+                if cache is not None and not self.db.in_transaction:
+                    copy, still = cache.build(self.db, version, load_served_copy)
+                else:
+                    copy = load_served_copy(self.db, version)
+                    still = served_version(self.db) == version
+                if not still:
+                    continue
+            elif copy.size > self.memory_max_chunks:
                 self._copy = None
                 return None
-            copy = load_served_copy(self.db, version)
-            if served_version(self.db) == version:
-                copy.stamp = stamp
-                self._copy = copy
-                return copy
+            copy.stamp = stamp
+            self._copy = copy
+            return copy
         return None  # switches keep landing while we read: search in the database this time
+
+    def _cache(self) -> CopyCache | None:
+        from rag_pipeline.core.storage.memory_cache import CopyCache
+
+        return CopyCache.of(self.db) if self.cache else None
 
     def in_database(self) -> Search:
         """The same search without the in-memory copy, for a switch's probes: they search, once,
@@ -112,7 +135,7 @@ class Search:
         queries = normalise_rows(np.asarray(query_vectors, dtype=np.float32))
         copy = None if self.db.approximate else self.served_copy()
         if copy is not None:
-            return self._hits(copy.dense(queries, k, filters))
+            return self._hits(copy.dense(queries, k, filters), copy)
         where, params = filter_sql(filters)
         scan_once = len(queries) >= SCAN_ONCE_QUERIES and not self.db.approximate
         first = None if scan_once else self.db.dense_candidates(queries[0], k, where, params, filters)
@@ -184,7 +207,7 @@ class Search:
             return []
         copy = self.served_copy()
         if copy is not None:
-            return self._hits(copy.bm25(query_terms, k, filters, k1, b))
+            return self._hits(copy.bm25(query_terms, k, filters, k1, b), copy)
         where, params = filter_sql(filters)
         ranked: list[list[tuple[str, float]]] = []
         for start in range(0, len(query_terms), QUERY_BATCH):
@@ -225,12 +248,16 @@ class Search:
             ranked.extend(grouped)
         return self._hits(ranked)
 
-    def _hits(self, ranked: Sequence[Sequence[tuple[str, float]]]) -> list[list[Hit]]:
-        """Hits with their chunks' fields, read from the database (the in-memory copy holds no text:
-        it would cost more than the vectors), in each list's order (ranks from 1). A chunk whose row
-        is gone (a switch landed since it was ranked) is left out."""
+    def _hits(self, ranked: Sequence[Sequence[tuple]], copy: ServedCopy | None = None) -> list[list[Hit]]:
+        """Hits with their chunks' fields, in each list's order (ranks from 1). From the copy's
+        records when it has them (each ranked entry gives its copy index third), else read from the
+        database (the in-memory copy holds no text: it would cost more than the vectors); a chunk
+        whose row is gone there (a switch landed since it was ranked) is left out."""
+        if copy is not None and copy.records is not None:
+            return [[_record_hit(chunk_id, float(score), rank, copy.records[index])
+                     for rank, (chunk_id, score, index) in enumerate(hits, start=1)] for hits in ranked]
         chunks = {}
-        wanted = sorted({chunk_id for hits in ranked for chunk_id, _ in hits})
+        wanted = sorted({hit[0] for hits in ranked for hit in hits})
         if wanted:
             for row in self.db.rows(f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.chunk_id IN (SELECT unnest(?::VARCHAR[]))",
                                     [wanted]):
@@ -240,10 +267,15 @@ class Search:
         results = []
         for hits in ranked:
             out = []
-            for chunk_id, score in hits:
+            for chunk_id, score, *_ in hits:
                 if chunk_id not in chunks:
                     continue
                 _, doc_id, source_id, title, path, text, status, start, end = chunks[chunk_id]
                 out.append(Hit(chunk_id, doc_id, float(score), len(out) + 1, source_id, title, path, text, status, start, end))
             results.append(out)
         return results
+
+
+def _record_hit(chunk_id: str, score: float, rank: int, record: tuple) -> Hit:
+    doc_id, *fields = record
+    return Hit(chunk_id, doc_id, score, rank, *fields)

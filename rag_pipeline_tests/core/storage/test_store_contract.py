@@ -341,7 +341,8 @@ def test_a_switch_probes_in_the_database_and_builds_no_copy(store, tmp_path, mon
 
     loaded = []
     load = search.load_served_copy
-    monkeypatch.setattr(search, "load_served_copy", lambda db, version: loaded.append(version) or load(db, version))
+    monkeypatch.setattr(search, "load_served_copy",
+                        lambda db, version, **given: loaded.append(version) or load(db, version, **given))
     root = write_tree(tmp_path / "src", PAGES)
     (reports, _) = _ingest(store, root)
     (root / "c.md").unlink()
