@@ -50,9 +50,11 @@ class OnnxEncoder:
         self.layout = layout
         self.batch_size = batch_size
         self._tokenizer = Tokenizer.from_file(str(layout.tokenizer_file))
+        # The file's own padding, as the tokenizer read it (not the file parsed a second time).
+        padding = self._tokenizer.padding or {}
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(layout.max_seq_length, direction=layout.truncation_side)
-        pad_token = _pad_token(self._tokenizer, layout)
+        pad_token = _pad_token(self._tokenizer, layout, padding.get("pad_token"))
         self._tokenizer.enable_padding(pad_id=self._tokenizer.token_to_id(pad_token), pad_token=pad_token,
                                        direction=layout.padding_side)
         self._sessions: dict[int, object] = {}
@@ -143,13 +145,11 @@ def _l2_normalised(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def _pad_token(tokenizer, layout: ModelLayout) -> str:
-    """The tokenizer's padding token, from its own padding settings or the folder's token files."""
+def _pad_token(tokenizer, layout: ModelLayout, own: str | None = None) -> str:
+    """The tokenizer's padding token: `own` (its file's padding settings), else the folder's token files."""
     folder = layout.transformer_folder
-    candidates = [read_json(folder / "tokenizer_config.json").get("pad_token"),
+    candidates = [own, read_json(folder / "tokenizer_config.json").get("pad_token"),
                   read_json(folder / "special_tokens_map.json").get("pad_token")]
-    padding = read_json(layout.tokenizer_file).get("padding") or {}
-    candidates.insert(0, padding.get("pad_token"))
     for token in candidates:
         if isinstance(token, dict):
             token = token.get("content")
