@@ -178,12 +178,13 @@ class CopyCache:
 
 
 class _RecordFile:
-    """Hit records written as they are read (`records.bin`), placed by copy index (`starts`, `lengths`)."""
+    """Hit records written as they are read (`records.bin`), placed by copy index (`starts`, `lengths`:
+    12 bytes a chunk, the only part of the records held in memory)."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
         self.written = 0
-        self.placed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.starts = self.lengths = None
         self.file = open(self.work / "records.bin", "wb")
 
     def __enter__(self) -> _RecordFile:
@@ -192,20 +193,22 @@ class _RecordFile:
     def __exit__(self, *exc) -> None:
         self.file.close()
 
-    def add(self, positions: np.ndarray, encoded: list[bytes]) -> None:
+    def add(self, size: int, positions: np.ndarray, encoded: list[bytes]) -> None:
+        if self.starts is None:
+            self.starts, self.lengths = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.uint32)
         lengths = np.fromiter(map(len, encoded), dtype=np.uint32, count=len(encoded))
-        starts = self.written + np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)]).astype(np.int64)
+        ends = self.written + np.cumsum(lengths, dtype=np.int64)
+        self.starts[positions] = ends - lengths
+        self.lengths[positions] = lengths
         self.file.write(b"".join(encoded))
-        self.written += int(lengths.sum(dtype=np.int64))
-        self.placed.append((positions, starts[: len(encoded)], lengths))
+        self.written = int(ends[-1]) if len(ends) else self.written
 
     def finish(self, size: int) -> None:
-        starts, lengths = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.uint32)
-        for positions, batch_starts, batch_lengths in self.placed:
-            starts[positions], lengths[positions] = batch_starts, batch_lengths
-        self.placed = []
-        np.save(self.work / "record_starts.npy", starts)
-        np.save(self.work / "record_lengths.npy", lengths)
+        if self.starts is None:  # no chunk
+            self.starts, self.lengths = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.uint32)
+        np.save(self.work / "record_starts.npy", self.starts)
+        np.save(self.work / "record_lengths.npy", self.lengths)
+        self.starts = self.lengths = None
 
 
 def _write(work: Path, copy: ServedCopy, database: str) -> None:

@@ -36,7 +36,7 @@ _NORM_ROWS = 65_536
 
 
 def load_served_copy(db: Database, version: tuple,
-                     records: Callable[[np.ndarray, list[bytes]], None] | None = None) -> ServedCopy:
+                     records: Callable[[int, np.ndarray, list[bytes]], None] | None = None) -> ServedCopy:
     """Read the served index into memory (the caller checks the version before and after: a switch
     landing while it reads is caught there; here its rows are only kept in bounds). `records`, when
     given, receives each chunk's hit fields (`HitRecords.encode`) with its copy index, a batch at
@@ -157,13 +157,14 @@ def _read_postings(db: Database, size: int) -> tuple[dict[str, int], TermPosting
     return terms, TermPostings(indptr=indptr, chunks=chunks, tf=tf)
 
 
-def _read_records(db: Database, size: int, write: Callable[[np.ndarray, list[bytes]], None]) -> None:
-    """Each served chunk's hit fields, encoded, with its copy index (in no particular order)."""
+def _read_records(db: Database, size: int, write: Callable[[int, np.ndarray, list[bytes]], None]) -> None:
+    """Each served chunk's hit fields, encoded, with its copy index (in no particular order; `size`
+    first: the number of chunks)."""
     for rows in db.row_batches(f"WITH positions AS ({_POSITIONS}) SELECT s.position, c.doc_id, c.source_id, c.title, "
                                "c.heading_path, c.text, c.status, c.line_start, c.line_end "
                                "FROM chunks c JOIN positions s ON s.chunk_id = c.chunk_id", size=_RECORD_ROWS):
         kept = [row for row in rows if row[0] < size]  # a chunk added since the chunks were read: dropped
-        write(np.fromiter((row[0] for row in kept), dtype=np.int64, count=len(kept)),
+        write(size, np.fromiter((row[0] for row in kept), dtype=np.int64, count=len(kept)),
               [HitRecords.encode(*row[1:]) for row in kept])
 
 
