@@ -5,7 +5,8 @@ DuckDB file (untimed). Then the first search after that ingest (it writes the se
 cache folder), then ROUNDS searches, each a new `python -m rag_pipeline.cli search` process timed
 whole: wall seconds, and CPU seconds of its process tree (performance_page.timed). With `--before
 CHECKOUT`, the same command runs with that checkout's code too, alternating round by round (which
-goes first alternates), on the same index. Medians; the load average before and after.
+goes first alternates), on the same index. Medians; the load average before and after. Bytecode
+is cached (PYTHONDONTWRITEBYTECODE is dropped for the children), as an installed package has it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def fresh_search(rounds: int, before: Path | None = None) -> dict:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
                "UNSTRUCTURED_DISABLE_NOTICE": "1", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("DAGSTER_HOME", None)
+        # Bytecode cached, as an installed package has it (not each module compiled again in each process).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
 
         def cli(code: Path, *command: str):
             done = timed([sys.executable, "-m", "rag_pipeline.cli", command[0], "--config", str(config), *command[1:]],
