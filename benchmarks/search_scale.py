@@ -1103,6 +1103,11 @@ def main() -> int:
     parser.add_argument("--latency-page", action="store_true",
                         help="write the latency table (the product against numpy and the sparse product) into its own "
                              "section of docs/performance.md, leaving the search memory section as it is")
+    parser.add_argument("--latency-page-from", type=Path, default=None, metavar="FILE",
+                        help="write the latency section from a saved --out JSON and exit")
+    parser.add_argument("--before-out", type=Path, default=None, metavar="FILE",
+                        help="with --latency-page(-from): a saved --out JSON of the same command on earlier code, "
+                             "shown beside as 'before'")
     parser.add_argument("--fresh", type=int, default=0, metavar="ROUNDS",
                         help="instead: time `rag-pipeline search` in ROUNDS fresh processes on the bundled sample index")
     parser.add_argument("--before", type=Path, default=None, metavar="CHECKOUT",
@@ -1112,6 +1117,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.page_from is not None:
         write_page(json.loads(args.page_from.read_text()))
+        return 0
+    before = json.loads(args.before_out.read_text()) if args.before_out else None
+    if args.latency_page_from is not None:
+        write_latency_page(json.loads(args.latency_page_from.read_text()), before)
         return 0
     if args.fresh:
         from search_fresh import fresh_search, write_fresh_page
@@ -1179,12 +1188,13 @@ def main() -> int:
     if args.page:
         write_page(output)
     if args.latency_page:
-        write_latency_page(output)
+        write_latency_page(output, before)
     return 0
 
 
-def write_latency_page(output: dict) -> None:
-    """Its own section: per size, the product's p50 beside the references over the same arrays."""
+def write_latency_page(output: dict, before: dict | None = None) -> None:
+    """Its own section: per size, the product's p50 beside the references over the same arrays (and,
+    given `before`, the same rows of a run of earlier code)."""
     from performance_page import write_section
 
     lines = [
@@ -1198,7 +1208,8 @@ def write_latency_page(output: dict) -> None:
         "copy load s | copy map s | search memory / raw vectors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for size in output["sizes"]:
+    runs = [("", output)] + ([("before: ", before)] if before else [])
+    for label, size in [(label, size) for label, run in runs for size in run["sizes"]]:
         rows = {r["search"]: r for r in size["methods"] if r["method"] == "memory" and r["queries"]}
         dense, bm25 = size["dense_p50_ms"], size["bm25_p50_ms"]
         numpy_ms, sparse_ms = size["numpy_dense_p50_ms"], size["sparse_bm25_p50_ms"]
@@ -1208,10 +1219,17 @@ def write_latency_page(output: dict) -> None:
 
         memory = size["search_memory"].get("memory", {})
         lines.append(
-            f"| {size['chunks']:,} | {_ms(dense)} | {_ms(numpy_ms)} | {ratio(dense, numpy_ms)} | {_ms(bm25)} | "
+            f"| {label}{size['chunks']:,} | {_ms(dense)} | {_ms(numpy_ms)} | {ratio(dense, numpy_ms)} | {_ms(bm25)} | "
             f"{_ms(sparse_ms)} | {ratio(bm25, sparse_ms)} | {_ms(rows.get('dense', {}).get('hits_p50_ms'))} / "
             f"{_ms(rows.get('bm25', {}).get('hits_p50_ms'))} | {_ms(rows.get('dense', {}).get('version_check_p50_ms'))} | "
-            f"{_ms(size['copy_load_s'])} | {_ms(size.get('copy_map_s'))} | {memory.get('mem_ratio', '–')} |")
+            f"{_ms(size['copy_load_s'])} | {_ms(size.get('copy_map_s'))} | {_ms(memory.get('mem_ratio'))} |")
+    lines += ["", "Compare within a run: the two matrix products share the machine's state (OpenBLAS threads "
+              f"{output['environment'].get('blas_threads')}; on a loaded machine a small product waits for a busy "
+              "core, as the 10k rows of a run at load 2-3 show for numpy and the product alike)."]
+    if before:
+        lines += ["", f"before: `{before['command']}` on the code before the copy was cached (load average "
+                  f"{before['environment']['loadavg']} at its start), run just before this one; its hits were read "
+                  "from the database, its copy loaded by each process."]
     write_section("Search latency against its arrays", "\n".join(lines), script="benchmarks/search_scale.py:latency",
                   command=output.get("command"))
 
