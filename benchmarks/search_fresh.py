@@ -23,7 +23,7 @@ QUESTION = "How many vacation days do employees get?"
 PROJECT = Path(__file__).resolve().parent.parent
 
 
-def fresh_search(rounds: int, before: Path | None = None) -> dict:
+def fresh_search(rounds: int, before: Path | None = None, label: str = "before") -> dict:
     import yaml
     from performance_page import timed
 
@@ -52,7 +52,7 @@ def fresh_search(rounds: int, before: Path | None = None) -> dict:
         load_before = [round(x, 2) for x in os.getloadavg()]
         ingest = cli(PROJECT, "ingest")
         first = cli(PROJECT, "search", QUESTION)
-        codes = {"this code": PROJECT, **({"before": before.resolve()} if before else {})}
+        codes = {"this code": PROJECT, **({label: before.resolve()} if before else {})}
         runs: dict[str, list] = {label: [] for label in codes}
         for i in range(rounds):
             order = list(codes.items()) if i % 2 == 0 else list(reversed(codes.items()))

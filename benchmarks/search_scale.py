@@ -1112,6 +1112,7 @@ def main() -> int:
                         help="instead: time `rag-pipeline search` in ROUNDS fresh processes on the bundled sample index")
     parser.add_argument("--before", type=Path, default=None, metavar="CHECKOUT",
                         help="--fresh: also time the code of another checkout, alternating round by round")
+    parser.add_argument("--before-label", default="before", help="--fresh: what to call that code on the page")
     parser.add_argument("--page-from", type=Path, default=None, metavar="FILE",
                         help="write the page from a saved --out JSON (figures and command from it) and exit")
     args = parser.parse_args()
@@ -1125,7 +1126,7 @@ def main() -> int:
     if args.fresh:
         from search_fresh import fresh_search, write_fresh_page
 
-        output = fresh_search(args.fresh, args.before)
+        output = fresh_search(args.fresh, args.before, args.before_label)
         print(json.dumps(output, indent=2))
         if args.page:
             write_fresh_page(output)
