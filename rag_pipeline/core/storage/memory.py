@@ -3,8 +3,9 @@
 The copy holds every served chunk's filter columns (tenant, visibility, roles, status, effective
 date) as small integer codes, its vector as stored (float32) with its norm, and its postings as a
 term x chunk matrix in compressed rows (CSR). It is keyed by the served version (`served_versions`:
-one token per source, replaced by every switch and purge), checked with one small query per search
-call, and rebuilt when a switch changed what is served (memory_load.py reads it).
+one token per source, replaced by every switch and purge), checked at each search call (DuckDB: a
+stat of its files, a small query when they changed), and rebuilt when a switch changed what is
+served (memory_load.py reads it; memory_cache.py keeps it in the cache folder for later processes).
 
 It ranks exactly as the SQL path does, so a metric never depends on where a query ran:
 
