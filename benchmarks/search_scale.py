@@ -83,7 +83,18 @@ A million chunks, the exact (product default) and approximate paths, in one comm
     python benchmarks/search_scale.py --sizes 1000000 --methods memory,pg-hnsw --queries 50 --json
 
 --page writes the search memory table into docs/performance.md (this script's section); --page-from
-FILE writes it from a saved --out JSON (its figures and the command that made them).
+FILE writes it from a saved --out JSON (its figures and the command that made them). --latency-page
+writes a section of its own (`search_scale.py:latency`): per size, the product's p50 beside numpy's
+and the sparse product's, where a query's time goes, the copy's load and map times (the first search
+process writes the copy to the cache folder, RAG_PIPELINE_CACHE, set to the work folder here; a new
+search maps it: `copy_map_s`); --latency-page-from FILE writes it from a saved --out JSON, and
+--before-out FILE adds the rows of a saved run of earlier code.
+
+    python benchmarks/search_scale.py --sizes 10000,100000 --methods numpy,memory --latency-page
+
+--fresh ROUNDS times `rag-pipeline search` in fresh processes on the bundled sample index instead
+(search_fresh.py; --before CHECKOUT --before-label TEXT: another checkout's code alternating with
+this one), written to `search_scale.py:fresh` with --page.
 
 Output (--json, and --out FILE): one object; "sizes" holds per N the product default path (the
 memory store): chunks, postings, dense/bm25/hybrid p50 and p95 ms, numpy_dense_p50_ms,
