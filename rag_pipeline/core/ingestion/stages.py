@@ -100,11 +100,13 @@ def discover_source(
                                                 {f.doc_id for f in files})
     meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
     diff = discovery.diff_manifest(files, previous, meta_json)
-    served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
+    served = store.served.served_ids(source_id)
     allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
     report = StageReport(source_id, "discovered", revision=revision)
     ledger: list[dict] = []
     for f in files:
+        if f.carried_over:
+            continue  # its `discovered ok` row, for this very content, was written by the discovery that read it
         if not f.supported:
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "skipped", f.skip_reason))
         elif f.error:
@@ -112,7 +114,8 @@ def discover_source(
             report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
         else:
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
-    with store.db.session():
+    # One transaction: a carried-over file's ledger row is the one written with its discovery row.
+    with store.db.transaction():
         store.staging.write_discovery(source_id, files, meta_json, started)
         store.staging.stage_inputs(source_id, inputs.with_revision(inputs.inputs_fingerprint(source, digest, settings),
                                                                    revision))
@@ -321,8 +324,9 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
         store.staging.cache_vectors(identity, list(zip(batch, vectors)))
         kill_point("embed:batch")
     embedded_docs = sorted({chunk_id.rsplit("#", 1)[0] for chunk_id, _, _ in pending})
-    with store.db.session():
+    with store.db.transaction():
         store.staging.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
+        store.staging.note_changes(source_id, embedded_docs)
         store.ledger.record(
             [{"doc_id": d, "source_id": source_id, "stage": "embedded", "status": "ok"} for d in embedded_docs], run_id
         )
