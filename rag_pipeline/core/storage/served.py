@@ -77,6 +77,14 @@ WHERE d.source_id = ? AND d.content_hash = p.content_hash
 """
 
 
+# The same over the ready documents' staged chunks and served chunks with a vector of the identity,
+# copied first (temp tables `ready_staged`, `ready_served`): for the few candidates of an incremental
+# switch (one document: 0.03 s at 100k documents, against 0.5 to 1.3 s for the joins over every
+# chunk); for a whole source the plain joins are faster. Parameters: source, analyzer.
+_UNCHANGED_FEW = _UNCHANGED.replace("FROM staged_chunks s", "FROM ready_staged s").replace(
+    "FROM chunks c JOIN vectors v ON v.chunk_id = c.chunk_id AND v.identity = ?", "FROM ready_served c")
+
+
 @dataclass(frozen=True)
 class Replaced:
     """What `replace_served` did: its counts (`indexed`, `kept_previous`, `rewritten`), the documents
@@ -162,7 +170,15 @@ class ServedIndex:
                 [source_id, source_id],
             )
             db.execute("DROP TABLE IF EXISTS unchanged")
-            db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED}", [source_id, identity, analyzer])
+            if whole:
+                db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED}", [source_id, identity, analyzer])
+            else:
+                for table in ("ready_staged", "ready_served"):
+                    db.execute(f"DROP TABLE IF EXISTS {table}")
+                db.execute("CREATE TEMP TABLE ready_staged AS SELECT s.* FROM staged_chunks s JOIN ready r USING (doc_id)")
+                db.execute("CREATE TEMP TABLE ready_served AS SELECT c.* FROM chunks c JOIN ready r USING (doc_id) "
+                           "JOIN vectors v ON v.chunk_id = c.chunk_id AND v.identity = ?", [identity])
+                db.execute(f"CREATE TEMP TABLE unchanged AS {_UNCHANGED_FEW}", [source_id, analyzer])
             db.execute("DROP TABLE IF EXISTS fresh")
             db.execute("CREATE TEMP TABLE fresh AS SELECT r.doc_id FROM ready r "
                        "WHERE NOT EXISTS (SELECT 1 FROM unchanged u WHERE u.doc_id = r.doc_id)")

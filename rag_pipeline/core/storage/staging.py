@@ -69,13 +69,21 @@ class Staging:
         which the next discovery need not read again while their stat key holds."""
         rows = self.db.rows("SELECT rel_path, stat_key, content_hash, meta_json, discovered_at FROM discovery "
                             "WHERE source_id = ? AND supported AND error IS NULL AND stat_key IS NOT NULL", [source_id])
-        return {rel: EarlierRead(key, content_hash, meta, _epoch_ns(at)) for rel, key, content_hash, meta, at in rows}
+        # A discovery stamps all its rows with one time: each distinct time is converted once.
+        epoch: dict[datetime, int] = {}
+        return {rel: EarlierRead(key, content_hash, meta, epoch.get(at) or epoch.setdefault(at, _epoch_ns(at)))
+                for rel, key, content_hash, meta, at in rows}
 
     def discovery_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
         """The source's latest discovery (what the stages work towards); only `fields`, when given
         (a run reads it several times, and most readers want two of its twelve columns)."""
         return self.db.dicts(f"SELECT {', '.join(fields) or '*'} FROM discovery WHERE source_id = ? ORDER BY doc_id",
                              [source_id])
+
+    def discovery_rows_of(self, source_id: str, doc_ids: Sequence[str]) -> list[dict]:
+        """The latest discovery's rows of these documents (every column), in document order."""
+        return self.db.dicts("SELECT * FROM discovery WHERE source_id = ? AND doc_id IN (SELECT unnest(?::VARCHAR[])) "
+                             "ORDER BY doc_id", [source_id, list(doc_ids)])
 
     def manifest_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
         """The source's committed manifest (what the served index was built from); only `fields`, when given."""
