@@ -186,3 +186,25 @@ def test_a_kill_inside_a_switch_leaves_one_state_served_and_the_next_run_converg
     assert coverage_report(store, "kb").passed and again.counts["queryable"] == 5
     assert again.deletions.checked == ["kb:p5.md"] and again.deletions.passed
     store.close()
+
+
+def test_a_run_that_changed_nothing_rewrites_no_discovery_ledger_or_manifest_row(source, store, monkeypatch):
+    from rag_pipeline.core.ingestion import discovery
+
+    # The files were written just now: without this, the next discovery reads them again (racy).
+    monkeypatch.setattr(discovery, "RACY_MARGIN_NS", -10**12)
+    _run(source, store, "r1")
+
+    def rows():
+        return (store.db.rows("SELECT doc_id, discovered_at FROM discovery ORDER BY doc_id"),
+                store.db.rows("SELECT doc_id, discovered_at FROM manifest ORDER BY doc_id"),
+                store.db.rows("SELECT doc_id, stage, run_id, updated_at FROM ledger ORDER BY doc_id, stage"))
+
+    before = rows()
+    again = _run(source, store, "r2")
+    assert again.switched and again.counts["rewritten"] == 0 and again.counts["probed"] == 0
+    assert rows() == before
+    (source.path / "p0.md").write_text("# Page 0\n\nPlan 0 refunds take a day.\n")
+    _run(source, store, "r3")
+    ledger = store.db.rows("SELECT DISTINCT doc_id FROM ledger WHERE run_id = 'r3'")
+    assert ledger == [("kb:p0.md",)]
