@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 _IN = "IN (SELECT unnest(?::VARCHAR[]))"
+# Documents whose orphan rows are looked for by the prefix of their chunk ids, at most.
+_FEW_PREFIXES = 32
 # The document id of a chunk id `<doc id>#<ordinal>`: what precedes its last `#` (a document id may
 # hold `#` itself), in SQL that DuckDB and PostgreSQL both run. Python: `chunk_id.rsplit("#", 1)[0]`.
 _CHUNK_DOC_ID = "left({chunk_id}, length({chunk_id}) - strpos(reverse({chunk_id}), '#'))"
@@ -331,11 +333,22 @@ class ServedIndex:
         for (doc_id,) in self.db.rows(f"SELECT DISTINCT c.doc_id FROM chunks c WHERE c.doc_id {_IN} "
                                       "AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = c.doc_id)", probe):
             found.setdefault(doc_id, []).append("chunks")
+        wanted = set(doc_ids)
         for table in ("vectors", "postings"):
-            for (doc_id,) in self.db.rows(
-                f"SELECT DISTINCT p.doc_id FROM {table} t JOIN (SELECT unnest(?::VARCHAR[]) AS doc_id) p "
-                f"ON {_CHUNK_DOC_ID.format(chunk_id='t.chunk_id')} = p.doc_id "
-                "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = t.chunk_id)", probe):
+            if len(wanted) <= _FEW_PREFIXES:
+                # A few documents: a prefix test per row (8x cheaper than computing every row's document
+                # id); a longer id sharing the prefix (`a#b` for `a`) is told apart by its document id.
+                prefixes = " OR ".join("starts_with(t.chunk_id, ?)" for _ in wanted)
+                rows = self.db.rows(f"SELECT DISTINCT t.chunk_id FROM {table} t WHERE ({prefixes}) "
+                                    "AND NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = t.chunk_id)",
+                                    [f"{d}#" for d in sorted(wanted)])
+                docs = sorted({chunk_id.rsplit("#", 1)[0] for (chunk_id,) in rows} & wanted)
+            else:
+                docs = [doc_id for (doc_id,) in self.db.rows(
+                    f"SELECT DISTINCT p.doc_id FROM {table} t JOIN (SELECT unnest(?::VARCHAR[]) AS doc_id) p "
+                    f"ON {_CHUNK_DOC_ID.format(chunk_id='t.chunk_id')} = p.doc_id "
+                    "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.chunk_id = t.chunk_id)", probe)]
+            for doc_id in docs:
                 found.setdefault(doc_id, []).append(table)
         return found
 

@@ -208,3 +208,20 @@ def test_a_run_that_changed_nothing_rewrites_no_discovery_ledger_or_manifest_row
     _run(source, store, "r3")
     ledger = store.db.rows("SELECT DISTINCT doc_id FROM ledger WHERE run_id = 'r3'")
     assert ledger == [("kb:p0.md",)]
+
+
+def test_orphan_rows_refuse_an_incremental_switch_that_touched_their_document_and_a_full_one_always(source, store):
+    _run(source, store, "r1")
+    with store.db.connection() as con:  # rows whose chunk is gone, as a broken switch would leave them
+        for doc in ("kb:p1.md", "kb:p2.md"):
+            con.execute("INSERT INTO postings (chunk_id, source_id, term, tf) VALUES (?, 'kb', 'stale', 1)", [f"{doc}#99"])
+    assert store.served.orphans(["kb:p2.md", "kb:p2"]) == {"kb:p2.md": ["postings"]}
+    (source.path / "p2.md").write_text("# Page 2\n\nPlan 2 refunds now take a month.\n")
+    refused = _run(source, store, "r2")
+    assert not refused.switched and refused.deletions.orphans == {"kb:p2.md": ["postings"]}
+    with store.db.connection() as con:
+        con.execute("DELETE FROM postings WHERE chunk_id = 'kb:p2.md#99'")
+    # p1's orphan is not in what the run touched; the full proof finds it.
+    assert _run(source, store, "r3").switched
+    full = index_source(source, store, EMBEDDER, "r4", full_proof="forced")
+    assert not full.switched and full.deletions.orphans == {"kb:p1.md": ["postings"]}
