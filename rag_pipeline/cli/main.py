@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="ingest every configured source and report coverage")
     common(ingest)
     ingest.add_argument("--force", action="store_true",
-                        help="run every source, also those whose inputs did not change since their last switch")
+                        help="run every source, also those whose inputs did not change since their last switch, "
+                             "and prove each whole (every served document probed again)")
     ingest.add_argument("--fail-on-document-errors", action="store_true",
                         help="exit 1 when any document failed (by default a failed document is a warning)")
     ingest.set_defaults(func=_command("ingest.cmd_ingest"))

@@ -27,6 +27,8 @@ from rag_pipeline.defs.runs import close_dead_runs, process_tags
 # quiet; a bug's stack trace comes with the run's result and is printed to stderr (`_executed`).
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 CLI_TAGS = {TRIGGER_TAG: "cli"}
+# A forced run proves the whole source (core/ingestion/proof_scope.py).
+FULL_PROOF = {"ops": {"search_index": {"config": {"full_proof": True}}}}
 
 
 def ingest(
@@ -41,7 +43,7 @@ def ingest(
     """Materialize the ingestion assets for each source partition; one failing source does not stop the others.
 
     A source whose inputs have not changed since its last committed switch (`inputs.py`) is not
-    run, unless `force`. `config` must already include the `overrides` (`name -> path`), which
+    run, unless `force` (a forced run's switch proves the whole source). `config` must already include the `overrides` (`name -> path`), which
     are passed on to the assets. `walks`: each source's walk, when the caller made them just now
     (listing a web site again is a request per page).
     """
@@ -69,7 +71,8 @@ def ingest(
                     continue
                 job = job or _job(config, ingest_sources_job.name, embedder, overrides)
                 result = job.execute_in_process(
-                    instance=instance, partition_key=source_id, raise_on_error=False, run_config=QUIET_LOGS,
+                    instance=instance, partition_key=source_id, raise_on_error=False,
+                    run_config=FULL_PROOF | QUIET_LOGS if force else QUIET_LOGS,
                     tags={**CLI_TAGS, SOURCE_TAG: source_id, **process_tags()},
                 )
         except SourceBusyError as busy:

@@ -217,6 +217,13 @@ class LifecycleConfig(_Strict):
     # rag_pipeline/failed_documents). True: the run still switches, then marks the partition failed,
     # so that the UI's "Failed" partition selection and a backfill's re-execution retry the source.
     failed_documents_fail_partition: bool = False
+    # A switch proves what its run changed (the ledger, the queryable probe and coverage of the changed
+    # documents); the whole source is proven again (every served document probed, every served row
+    # compared with its staged state, every tombstone and orphan checked) at the source's first switch,
+    # every `full_proof_every_runs`-th switch, when the last full proof is `full_proof_hours` old, on the
+    # nightly schedule's runs and on a forced run (docs/guarantees.md). 1: every switch is a full proof.
+    full_proof_every_runs: int = Field(default=20, ge=1)
+    full_proof_hours: float = Field(default=24.0, gt=0)
 
 
 class MonitoringConfig(_Strict):

@@ -49,6 +49,9 @@ class DiscoveredFile:
     # For records of a BEIR corpus, the text lives in the record rather than in a file of its own.
     inline_text: str | None = None
     inline_title: str | None = None
+    # Not read: an earlier discovery read this very state of the file, and its staged row (and its
+    # `discovered` ledger row) hold as they are.
+    carried_over: bool = False
 
 
 @dataclass(frozen=True)

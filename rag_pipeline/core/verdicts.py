@@ -30,6 +30,8 @@ class Verdict:
     markdown: Mapping[str, str] = field(default_factory=dict)
     # "WARN" where a failure is only a warning although the check is usually an error (no baseline yet).
     severity: str | None = None
+    # Words beside the numbers (which proof a switch ran, and why), shown as plain text.
+    texts: Mapping[str, str] = field(default_factory=dict)
 
 
 def listed(ids: Sequence[str], limit: int = 5) -> str:

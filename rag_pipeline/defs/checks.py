@@ -115,6 +115,7 @@ def result(name: str, verdict: Verdict) -> dg.AssetCheckResult:
                       else {key: dg.MetadataValue.text(render.number(value)) for key, value in verdict.numbers.items()})
     metadata |= {key: table(t.rows, t.columns) for key, t in verdict.tables.items()}
     metadata |= {key: dg.MetadataValue.md(text) for key, text in verdict.markdown.items()}
+    metadata |= {key: dg.MetadataValue.text(render.plain_text(text)) for key, text in verdict.texts.items()}
     return dg.AssetCheckResult(check_name=name, asset_key=doc.asset, passed=verdict.passed, severity=severity,
                                description=render.cut(render.plain_text(verdict.summary), 1000), metadata=metadata)
 

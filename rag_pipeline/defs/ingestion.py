@@ -18,7 +18,15 @@ from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
 from rag_pipeline.core.verdicts import Verdict
 from rag_pipeline.defs import checks
-from rag_pipeline.defs.common import FAILED_DOCUMENTS_TAG, OWNERS, REVISION_TAG, STORE_POOL, tag_failure, tag_trigger
+from rag_pipeline.defs.common import (
+    FAILED_DOCUMENTS_TAG,
+    OWNERS,
+    REVISION_TAG,
+    STORE_POOL,
+    TRIGGER_TAG,
+    tag_failure,
+    tag_trigger,
+)
 from rag_pipeline.defs.failures import explained
 from rag_pipeline.defs.metadata import outcome, stage_metadata, table
 from rag_pipeline.defs.partitions import source_partitions
@@ -117,29 +125,48 @@ def chunk_embeddings(context: dg.AssetExecutionContext, store: StoreResource, em
     return _materialized(context, report, model=model.identity)
 
 
+class IndexConfig(dg.Config):
+    """Run-time switch for a full proof of the source (`rag-pipeline ingest --force` sets it)."""
+
+    full_proof: bool = False
+
+
+def _full_proof_asked(context: dg.AssetExecutionContext, config: IndexConfig) -> str | None:
+    """Why this run must prove the whole source, if it was asked to: its config, or the nightly schedule."""
+    if config.full_proof:
+        return "asked for by the run (full_proof: true; rag-pipeline ingest --force sets it)"
+    if context.run.tags.get(TRIGGER_TAG) == "schedule":
+        return "the nightly schedule's run"
+    return None
+
+
 @dg.asset(
     deps=[chunk_embeddings], check_specs=checks.specs("search_index", source_partitions), kinds={"duckdb"},
     pool=STORE_POOL, **_common,
 )
-def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, store: StoreResource, embedder: EmbedderResource):
+def search_index(context: dg.AssetExecutionContext, config: IndexConfig, settings: PipelineSettings, store: StoreResource,
+                 embedder: EmbedderResource):
     """The served rows of the source, switched in one transaction only when coverage and deletion
-    propagation are proven on the new version; otherwise the previous version stays served."""
+    propagation are proven on the new version; otherwise the previous version stays served. The
+    proofs cover what the run changed, or the whole source when a full proof is due or asked for
+    (each check's `proof` and `proof_reason` say which)."""
     db = store.get()
     with (explained(context, lambda: _served_state(db, context.partition_key)),
           failure_recorded(db, context.partition_key, context.run.run_id)):
-        config = settings.load()
-        source = config.source(context.partition_key)
+        pipeline = settings.load()
+        source = pipeline.source(context.partition_key)
         model = embedder.get()
-        report = switch.index_source(source, db, model, context.run.run_id, config.lifecycle,
-                                     settings_fingerprint(config.chunking, model.identity), progress=context.log.info)
+        report = switch.index_source(source, db, model, context.run.run_id, pipeline.lifecycle,
+                                     settings_fingerprint(pipeline.chunking, model.identity), progress=context.log.info,
+                                     full_proof=_full_proof_asked(context, config))
         if report.pinned:
             yield from _left_alone(context, db, source.source_id, report)
             return
         # All four are evaluated whether the switch committed or not: a refused switch leaves the
         # previous version served, and freshness and failed documents say what that means.
-        proofs = [checks.result("coverage", report.coverage.verdict()),
-                  checks.result("deletions_propagated", report.deletions.verdict()),
-                  checks.result("sources_fresh", freshness_report(db, source, config.lifecycle.max_staleness_hours).verdict()),
+        proofs = [checks.result("coverage", report.proof.stated(report.coverage.verdict())),
+                  checks.result("deletions_propagated", report.proof.stated(report.deletions.verdict())),
+                  checks.result("sources_fresh", freshness_report(db, source, pipeline.lifecycle.max_staleness_hours).verdict()),
                   checks.result("no_failed_documents", report.coverage.failed_documents_verdict(context.run.run_id)),
                   checks.result("served_as_configured", Verdict(True, "served from the source's files, as configured"))]
     failed = len(report.coverage.failed)
@@ -158,10 +185,12 @@ def search_index(context: dg.AssetExecutionContext, settings: PipelineSettings, 
     failures = {"failed_documents": table(report.coverage.failed, ["doc_id", "stage", "reason", "since"])} if failed else {}
     # What the source serves now, and the settings its chunks and vectors were built with: the
     # evaluation sensor compares them with what the last evaluation measured (defs/night_state.py).
-    served = {"manifest_hash": dg.MetadataValue.text(db.served.manifest_hash(source.source_id)),
-              "index_settings": dg.MetadataValue.text(settings_fingerprint(config.chunking, model.identity)),
-              "index_state": dg.MetadataValue.text(report.state or "")}
-    if failed and config.lifecycle.failed_documents_fail_partition:
+    served = {"manifest_hash": dg.MetadataValue.text(report.manifest_hash or db.served.manifest_hash(source.source_id)),
+              "index_settings": dg.MetadataValue.text(settings_fingerprint(pipeline.chunking, model.identity)),
+              "index_state": dg.MetadataValue.text(report.state or ""),
+              "proof": dg.MetadataValue.text(report.proof.name),
+              "proof_reason": dg.MetadataValue.text(render.plain_text(report.proof.reason))}
+    if failed and pipeline.lifecycle.failed_documents_fail_partition:
         yield from proofs
         _fail_partition(context, source.source_id, report, {**served, **failures})
     yield _materialized(context, report, **served, **failures)

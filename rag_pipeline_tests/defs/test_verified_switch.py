@@ -73,3 +73,30 @@ def test_every_check_is_declared_with_the_definitions(write_config, tmp_path):
     defs = build_definitions(write_config({"kb": tmp_path}))
     specs = {k.name for k in defs.resolve_asset_graph().asset_check_keys if k.asset_key == search_index.key}
     assert specs == {"coverage", "deletions_propagated", "sources_fresh", "no_failed_documents", "served_as_configured"}
+
+
+def test_the_checks_say_whether_the_proof_was_full_or_incremental_and_a_run_can_ask_for_a_full_one(setup):
+    root, _, instance, resources = setup
+
+    def proofs(result):
+        checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+        return {name: (checks[name].metadata["proof"].value, checks[name].description)
+                for name in ("coverage", "deletions_propagated")}
+
+    first = proofs(_materialize(setup))
+    assert {scope for scope, _ in first.values()} == {"full"}  # the source's first switch
+    (root / "refunds.md").write_text("# Refunds\n\nRefunds are issued within 30 days.\n")
+    second = _materialize(setup)
+    assert {scope for scope, _ in proofs(second).values()} == {"incremental"}
+    assert all("incremental proof" in text for _, text in proofs(second).values())
+    materialized = instance.get_latest_materialization_event(search_index.key).asset_materialization
+    assert materialized.metadata["proof"].value == "incremental"
+    asked = dg.materialize(ingestion_assets, instance=instance, resources=resources, partition_key="kb",
+                           run_config={"ops": {"search_index": {"config": {"full_proof": True}}}})
+    checks = {e.check_name: e for e in asked.get_asset_check_evaluations()}
+    assert checks["coverage"].metadata["proof"].value == "full"
+    assert "full_proof: true" in checks["coverage"].metadata["proof_reason"].value
+    nightly = dg.materialize(ingestion_assets, instance=instance, resources=resources, partition_key="kb",
+                             tags={"rag_pipeline/trigger": "schedule"})
+    checks = {e.check_name: e for e in nightly.get_asset_check_evaluations()}
+    assert checks["coverage"].metadata["proof_reason"].value == "the nightly schedule's run"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from rag_pipeline.core.models import STAGES
@@ -55,45 +54,61 @@ class CoverageReport:
         return self.counts_by_stage.get("queryable", 0) / self.supported if self.supported else 1.0
 
 
+# The source's current documents (its latest discovery's supported ones), as `m`.
+_CURRENT = "FROM discovery m WHERE m.source_id = ? AND m.supported"
+# The same, each with its ledger rows `l`.
+_WITH_LEDGER = "FROM discovery m JOIN ledger l ON l.doc_id = m.doc_id WHERE m.source_id = ? AND m.supported"
+# A ledger row `l` that holds for the current version of `m`'s document (a row without a hash holds for any).
+_HOLDS = "(l.content_hash IS NULL OR l.content_hash = m.content_hash)"
+_STAGES = "(SELECT unnest(?::VARCHAR[]))"
+
+
 def coverage_report(store: Store, source_id: str) -> CoverageReport:
     """Per stage, how many of the source's current documents passed; which failed and why.
 
     The current documents are those of the latest discovery. A document is covered when its
     current content is queryable, or when a failure of its current content is recorded at some
     stage. Anything else fell through the pipeline silently.
+
+    Counted by the database (joins of the discovery and the ledger): the rows of the covered
+    documents never come to Python, so a run at 100k documents does not read 600k ledger rows.
     """
+    stages = list(STAGES)
     with store.db.session():
-        manifest = store.staging.discovery_rows(source_id, ("doc_id", "content_hash", "supported", "skip_reason"))
-        ledger = store.ledger.rows(source_id)
-    current = {r["doc_id"]: r["content_hash"] for r in manifest if r["supported"]}
-    by_doc: dict[str, dict[str, dict]] = {}
-    for row in ledger:
-        by_doc.setdefault(row["doc_id"], {})[row["stage"]] = row
-    counts: Counter[str] = Counter()
-    failed, uncovered = [], []
+        supported = int(store.db.value(f"SELECT count(*) {_CURRENT}", [source_id]))
+        counts = dict(store.db.rows(
+            f"SELECT l.stage, count(*) {_WITH_LEDGER} "
+            f"AND l.status = 'ok' AND {_HOLDS} GROUP BY l.stage", [source_id]))
+        failures = store.db.dicts(
+            f"SELECT l.* {_WITH_LEDGER} "
+            f"AND l.status = 'failed' AND l.stage IN {_STAGES} AND {_HOLDS} ORDER BY m.doc_id", [source_id, stages])
+        uncovered = [doc_id for (doc_id,) in store.db.rows(
+            f"SELECT m.doc_id {_CURRENT} "
+            "AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.doc_id = m.doc_id AND l.stage = 'queryable' "
+            "AND l.status = 'ok' AND l.content_hash = m.content_hash) "
+            f"AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.doc_id = m.doc_id AND l.status = 'failed' "
+            f"AND l.stage IN {_STAGES} AND {_HOLDS}) ORDER BY m.doc_id", [source_id, stages])]
+        reached = store.db.rows(
+            f"SELECT m.doc_id, l.stage {_WITH_LEDGER} "
+            f"AND l.status = 'ok' AND {_HOLDS} AND m.doc_id IN (SELECT unnest(?::VARCHAR[]))",
+            [source_id, uncovered]) if uncovered else []
+        skipped = [{"doc_id": d, "reason": r} for d, r in store.db.rows(
+            "SELECT doc_id, skip_reason FROM discovery WHERE source_id = ? AND NOT supported ORDER BY doc_id", [source_id])]
+    # A document's failure: the one at its earliest failed stage (documents in the database's order).
+    first: dict[str, dict] = {}
+    for row in failures:
+        kept = first.get(row["doc_id"])
+        if kept is None or stages.index(row["stage"]) < stages.index(kept["stage"]):
+            first[row["doc_id"]] = row
+    failed = [{"doc_id": d, "stage": row["stage"], "reason": row["reason"], "since": row["updated_at"],
+               "run_id": row["run_id"]} for d, row in first.items()]
+    ok: dict[str, set[str]] = {}
+    for doc_id, stage in reached:
+        ok.setdefault(doc_id, set()).add(stage)
     stopped: dict[str, str] = {}
-    for doc_id, content_hash in current.items():
-        stages = by_doc.get(doc_id, {})
-        for stage in STAGES:
-            row = stages.get(stage)
-            if row and row["status"] == "ok" and row["content_hash"] in (None, content_hash):
-                counts[stage] += 1
-        failure = next(
-            (stages[s] for s in STAGES if s in stages and stages[s]["status"] == "failed"
-             and stages[s]["content_hash"] in (None, content_hash)),
-            None,
-        )
-        queryable = stages.get("queryable")
-        is_queryable = queryable is not None and queryable["status"] == "ok" and queryable["content_hash"] == content_hash
-        if failure is not None:
-            failed.append({"doc_id": doc_id, "stage": failure["stage"], "reason": failure["reason"],
-                           "since": failure["updated_at"], "run_id": failure["run_id"]})
-        elif not is_queryable:
-            uncovered.append(doc_id)
-            reached = [s for s in STAGES if s in stages and stages[s]["status"] == "ok"
-                       and stages[s]["content_hash"] in (None, content_hash)]
-            missing = next((s for s in STAGES if s not in reached), "queryable")
-            stopped[doc_id] = f"{reached[-1] if reached else 'not even discovered'}, never {missing}"
-    skipped = [{"doc_id": r["doc_id"], "reason": r["skip_reason"]} for r in manifest if not r["supported"]]
-    return CoverageReport(source_id, len(current), {s: counts.get(s, 0) for s in STAGES}, failed, uncovered, skipped,
+    for doc_id in uncovered:
+        passed = [s for s in STAGES if s in ok.get(doc_id, ())]
+        missing = next((s for s in STAGES if s not in passed), "queryable")
+        stopped[doc_id] = f"{passed[-1] if passed else 'not even discovered'}, never {missing}"
+    return CoverageReport(source_id, supported, {s: int(counts.get(s, 0)) for s in STAGES}, failed, uncovered, skipped,
                           stopped)

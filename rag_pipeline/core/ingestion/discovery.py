@@ -218,6 +218,7 @@ def describe_entry(
         mtime_ns=entry.mtime_ns,
         # Only a document read whole, with sound metadata, may be carried over by the next discovery.
         stat_key=key if skip_reason is None and error is None and meta_error is None else None,
+        carried_over=skip_reason is None and error is None and known is not None,
     )
 
 

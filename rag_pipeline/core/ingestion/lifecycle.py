@@ -3,7 +3,7 @@ deletions propagated, freshness."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -118,7 +118,7 @@ class DeletionReport:
 
 def deletion_report(
     store: Store, source_id: str, embedder: Embedder, run_id: str | None = None,
-    probe_vectors: Mapping[str, np.ndarray] | None = None,
+    probe_vectors: Mapping[str, np.ndarray] | None = None, touched: Sequence[str] | None = None,
 ) -> DeletionReport:
     """Nothing of a deleted document is left in any table, and retrieval cannot return it.
 
@@ -134,11 +134,16 @@ def deletion_report(
     deleted document (the searches of a 1% deletion grew with the square of the corpus).
     `probe_vectors` holds texts already encoded; the rest are encoded with `embedder`, only
     for the documents searched for.
+
+    `touched` (an incremental proof): the documents the switch wrote or removed; only the
+    tombstones of `run_id` are checked, and only these documents' rows for orphans.
     """
     tombstones = store.served.tombstones(source_id)
+    if touched is not None:
+        tombstones = [t for t in tombstones if t["run_id"] == run_id]
     report = DeletionReport(checked=[t["doc_id"] for t in tombstones])
     report.remnants = store.served.remnants(report.checked)
-    report.orphans = store.served.orphans()
+    report.orphans = store.served.orphans(None if touched is None else sorted(set(touched)))
     probes = [t for t in tombstones if (run_id is None or t["run_id"] == run_id)
               and "chunks" in report.remnants.get(t["doc_id"], ())]
     if probes:

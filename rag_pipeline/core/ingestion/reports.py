@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from rag_pipeline.core.ingestion.coverage import CoverageReport
 from rag_pipeline.core.ingestion.lifecycle import DeletionReport
+from rag_pipeline.core.ingestion.proof_scope import ProofScope
 from rag_pipeline.core.models import StageFailure
 
 
@@ -35,10 +36,13 @@ class IndexReport(StageReport):
     switched: bool = False
     coverage: CoverageReport | None = None
     deletions: DeletionReport | None = None
-    # The state the switch recorded (`storage/states.py`), or None.
+    # The state the switch recorded (`storage/states.py`), or None, and the manifest hash of what it serves.
     state: str | None = None
+    manifest_hash: str | None = None
     # Why the served rows were left alone: the source is pinned to a state or disabled (a sentence).
     pinned: str | None = None
+    # The proofs the switch ran: full (the whole source) or incremental (what the run changed), and why.
+    proof: ProofScope | None = None
 
     @property
     def refusal(self) -> str | None:

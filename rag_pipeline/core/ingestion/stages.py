@@ -100,11 +100,14 @@ def discover_source(
                                                 {f.doc_id for f in files})
     meta_json = {f.doc_id: metadata.meta_to_json(f.meta) for f in files if f.supported}
     diff = discovery.diff_manifest(files, previous, meta_json)
-    served = {d for d in store.served.document_hashes() if d.startswith(f"{source_id}:")}
+    # Read only when something would be deleted: the guard counts served documents a run would lose.
+    served = store.served.served_ids(source_id) if diff.deleted else set()
     allowed = guard_against_mass_deletion(store, source_id, diff, served, lifecycle, run_id)
     report = StageReport(source_id, "discovered", revision=revision)
     ledger: list[dict] = []
     for f in files:
+        if f.carried_over:
+            continue  # its `discovered ok` row, for this very content, was written by the discovery that read it
         if not f.supported:
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "skipped", f.skip_reason))
         elif f.error:
@@ -112,7 +115,8 @@ def discover_source(
             report.failures.append(StageFailure(f.doc_id, "discovered", f.error))
         else:
             ledger.append(ledger_entry(f.doc_id, source_id, f.content_hash, "discovered", "ok"))
-    with store.db.session():
+    # One transaction: a carried-over file's ledger row is the one written with its discovery row.
+    with store.db.transaction():
         store.staging.write_discovery(source_id, files, meta_json, started)
         store.staging.stage_inputs(source_id, inputs.with_revision(inputs.inputs_fingerprint(source, digest, settings),
                                                                    revision))
@@ -221,7 +225,9 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
     with store.db.session():
         parsed = store.staging.parsed_versions(source_id)
         failed = store.ledger.failures(source_id)
-        rows = store.staging.discovery_rows(source_id)
+        # The columns the decision needs; whole rows only for the documents to parse (a run that
+        # changed nothing reads 5 columns of the discovery, not 13).
+        rows = store.staging.discovery_rows(source_id, ("doc_id", "content_hash", "meta_json", "supported", "error"))
     version, attempt = parser_for(source.kind), attempt_version(source)
     todo = []
     for row in rows:
@@ -233,8 +239,11 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
         if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
                 and failure["parser_version"] == attempt:
             continue
-        todo.append(row)
-    return todo
+        todo.append(row["doc_id"])
+    if len(todo) <= 1000:
+        return store.staging.discovery_rows_of(source_id, todo) if todo else []
+    wanted = set(todo)  # many (a full build): one scan rather than a long list of ids
+    return [row for row in store.staging.discovery_rows(source_id) if row["doc_id"] in wanted]
 
 
 def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str,
@@ -321,8 +330,9 @@ def embed_source(source_id: str, store: Store, embedder: Embedder, run_id: str,
         store.staging.cache_vectors(identity, list(zip(batch, vectors)))
         kill_point("embed:batch")
     embedded_docs = sorted({chunk_id.rsplit("#", 1)[0] for chunk_id, _, _ in pending})
-    with store.db.session():
+    with store.db.transaction():
         store.staging.mark_embedded([chunk_id for chunk_id, _, _ in pending], identity)
+        store.staging.note_changes(source_id, embedded_docs)
         store.ledger.record(
             [{"doc_id": d, "source_id": source_id, "stage": "embedded", "status": "ok"} for d in embedded_docs], run_id
         )

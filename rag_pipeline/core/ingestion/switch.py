@@ -2,7 +2,8 @@
 
 `index_source` replaces the source's served rows, probes every document that needs it, writes the
 ledger, prunes the cache, commits the manifest and proves coverage and deletions, all inside one
-transaction. It commits only when both proofs pass; otherwise it rolls back and the previous
+transaction: for what the run changed, or for the whole source when a full proof is due
+(`proof_scope.py`). It commits only when both proofs pass; otherwise it rolls back and the previous
 version stays served. A kill at any point leaves the old version or the new one, never a mix, and
 never a record that disagrees with what is served.
 """
@@ -20,13 +21,15 @@ from rag_pipeline.core.faults import kill_point
 from rag_pipeline.core.ingestion.coverage import coverage_report
 from rag_pipeline.core.ingestion.inputs import revision_of
 from rag_pipeline.core.ingestion.lifecycle import deletion_report
+from rag_pipeline.core.ingestion.proof_scope import proof_scope
 from rag_pipeline.core.ingestion.reports import IndexReport, ledger_entry
 from rag_pipeline.core.models import SearchFilters, StageFailure
 from rag_pipeline.core.progress import Progress
 from rag_pipeline.core.retrieval.lexical import analyzer_identity
 from rag_pipeline.core.storage import Store
-from rag_pipeline.core.storage.served import SERVED_FIELDS, document_version
+from rag_pipeline.core.storage.served import SERVED_FIELDS, Replaced, document_version
 from rag_pipeline.core.storage.staging import utcnow
+from rag_pipeline.core.storage.states import IndexState
 
 # A document is queryable when a search with its own opening text finds it this high.
 QUERYABLE_TOP_K = 10
@@ -41,7 +44,7 @@ class _Refused(Exception):
 
 def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id: str,
                  lifecycle: LifecycleConfig | None = None, settings: str = "",
-                 progress: Callable[[str], None] | None = None) -> IndexReport:
+                 progress: Callable[[str], None] | None = None, full_proof: str | None = None) -> IndexReport:
     """The switch: serve the source's staged state only if it is proven, in one transaction.
 
     Inside the transaction: the served rows are replaced, every served document whose current
@@ -53,6 +56,10 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     earlier run believed, so a run after any kill converges. What is served becomes the source's
     next index state (`settings`: what shaped it besides its files), older states are pruned as
     `lifecycle` says, and a source pinned to a state (or disabled) is left alone.
+
+    The proofs are those of what changed (`proof_scope.py`), unless a full proof is due or asked
+    for (`full_proof`: why, as the run's metadata will say): then every served document is probed
+    again and every tombstone and orphan of the source is checked.
     """
     source_id = source.source_id
     lifecycle = lifecycle or LifecycleConfig()
@@ -61,16 +68,18 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
     if pin is not None:
         report.pinned = pin.sentence()
         return report
+    scope = proof_scope(store, source_id, lifecycle, full_proof)
+    report.proof = scope
     leaving = store.served.leaving_documents(source_id)
     try:
         with store.transaction():
             kill_point("switch:begin")
-            before = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
             store.served.record_tombstones(source_id, leaving, run_id)
-            counts = store.served.replace_served(source_id, embedder.identity, keep_history=lifecycle.keep_states > 0,
-                                                 analyzer=analyzer_identity())
+            replaced = store.served.replace_served(source_id, embedder.identity, keep_history=lifecycle.keep_states > 0,
+                                                   analyzer=analyzer_identity(), whole=scope.full)
+            store.staging.clear_changes(source_id)
             kill_point("switch:replaced")
-            ledger, probed, failures, served = _reconcile_ledger(store, source_id, before, progress)
+            ledger, probed, failures, written = _reconcile_ledger(store, source_id, replaced, scope.full, progress)
             store.ledger.record(ledger, run_id)
             pruned = store.staging.prune_cache(embedder.identity, [h for d in leaving for h in d["text_hashes"]])
             store.staging.commit_manifest(source_id)
@@ -79,11 +88,15 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
             report.coverage = coverage_report(store, source_id)
             # A deleted document is searched for (its former text encoded) only if one of its
             # chunks is still served: none is, unless the switch failed to remove it.
-            report.deletions = deletion_report(store, source_id, embedder, run_id)
+            report.deletions = deletion_report(store, source_id, embedder, run_id,
+                                               touched=None if scope.full else [*replaced.previous, *replaced.written])
             if not (report.coverage.passed and report.deletions.passed):
                 raise _Refused
-            store.ledger.record_served(source_id, run_id, len(served))
-            report.state = _record_state(store, source_id, run_id, settings, embedder.identity, lifecycle, revision)
+            served_count = store.served.served_count(source_id)
+            store.ledger.record_served(source_id, run_id, served_count)
+            store.ledger.record_proof(source_id, run_id, scope.name, scope.reason)
+            state = _record_state(store, source_id, run_id, settings, embedder.identity, lifecycle, revision)
+            report.state, report.manifest_hash = state.state_id, state.manifest_hash
             kill_point("switch:verified")
         report.switched = True
         kill_point("switch:committed")
@@ -92,22 +105,22 @@ def index_source(source: SourceConfig, store: Store, embedder: Embedder, run_id:
         store.ledger.record_source_run(source_id, source.location if source.is_folder else None, run_id,
                                        failure=report.refusal)
         return report
-    after = {d["doc_id"] for d in served}
+    removed = sorted(set(replaced.previous) - set(replaced.written))
     report.failures = failures
     report.counts = {
         # A new served version: new bytes, or new metadata (who may see it, status, dates).
-        "indexed": sum(1 for d in served if d["doc_id"] not in before
-                       or document_version(before[d["doc_id"]]) != document_version(d)),
+        "indexed": sum(1 for doc_id, row in written.items() if doc_id not in replaced.previous
+                       or document_version(replaced.previous[doc_id]) != document_version(row)),
         "queryable": report.coverage.counts_by_stage.get("queryable", 0),
         "probed": probed,
-        "removed": len(set(before) - after),
-        "served_documents": len(served),
-        "kept_previous": counts["kept_previous"],
+        "removed": len(removed),
+        "served_documents": served_count,
+        "kept_previous": replaced.counts["kept_previous"],
         # Documents whose served rows were written by this switch (the others were already current).
-        "rewritten": counts["rewritten"],
+        "rewritten": replaced.counts["rewritten"],
         "cache_pruned": pruned,
     }
-    report.details = {"removed": sorted(set(before) - after)}
+    report.details = {"removed": removed}
     return report
 
 
@@ -118,30 +131,38 @@ def served_from(source: SourceConfig, revision: str | None) -> str:
 
 
 def _record_state(store: Store, source_id: str, run_id: str, settings: str, model: str,
-                  lifecycle: LifecycleConfig, revision: str | None = None) -> str:
+                  lifecycle: LifecycleConfig, revision: str | None = None) -> IndexState:
     """Record what the source now serves as its next state, and prune the states retention lets go."""
-    state = store.states.record(source_id, run_id, "switch", settings, model, store.served.manifest_hash(source_id),
-                                revision=revision)
+    state = store.states.record(source_id, run_id, "switch", settings, model,
+                                lambda: store.served.manifest_hash(source_id), revision=revision)
     since = utcnow() - timedelta(days=lifecycle.keep_state_days)
     measured = store.records.evaluated_manifests(since).get(source_id, set())
     keep = [s.state_id for s in store.states.list(source_id) if s.manifest_hash in measured]
     store.states.prune(source_id, lifecycle.keep_states, since, keep)
-    return state.state_id
+    return state
 
 
 def _reconcile_ledger(
-    store: Store, source_id: str, before: dict[str, dict], progress: Callable[[str], None] | None = None,
-) -> tuple[list[dict], int, list[StageFailure], list[dict]]:
+    store: Store, source_id: str, replaced: Replaced, full: bool, progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict], int, list[StageFailure], dict[str, dict]]:
     """Ledger rows that make the record match what is now served (call inside the switch).
 
     Served documents get an `indexed` row for their served version (new bytes, another parser,
     or the same bytes served with new metadata: the row says which fields changed); those whose
-    served version was never proven queryable (or failed the probe before) are probed now;
-    documents no longer in the source get their `deleted` rows. `before`: the served rows before.
-    Also returns the served rows (the rest of the switch changes none).
+    served version was never proven queryable (or failed the probe before) are probed now, and with
+    `full` every served document is probed again, whatever the ledger says; documents no longer in
+    the source get their `deleted` rows. `replaced`: what the switch wrote and what it replaced.
+    Only the documents the switch wrote and those the ledger does not prove are read (`full`: all):
+    a one-document edit of a large source reads one document's rows. Also returns the served
+    rows of the documents written.
     """
-    served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
-    rows = {(r["doc_id"], r["stage"]): r for r in store.ledger.rows(source_id, ("indexed", "queryable"))}
+    unproven = store.ledger.unproven(source_id)
+    if full:
+        served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id)}
+    else:
+        served = {d["doc_id"]: d for d in store.served.indexed_documents(source_id, sorted({*replaced.written, *unproven}))}
+    rows = {(r["doc_id"], r["stage"]): r
+            for r in store.ledger.rows(source_id, ("indexed", "queryable"), None if full else list(served))}
 
     def proven(doc_id: str, stage: str) -> bool:
         row, doc = rows.get((doc_id, stage)), served[doc_id]
@@ -155,14 +176,14 @@ def _reconcile_ledger(
         for d, row in served.items() if not proven(d, "indexed")
     ]
     fresh = {entry["doc_id"] for entry in ledger}
-    for doc_id, row in served.items():
-        old = before.get(doc_id)
+    for doc_id in replaced.written:
+        row, old = served[doc_id], replaced.previous.get(doc_id)
         if doc_id not in fresh and old is not None and document_version(old) != document_version(row):
             changed = [f for f in SERVED_FIELDS if str(old.get(f)) != str(row.get(f))]
             ledger.append(ledger_entry(doc_id, source_id, row["content_hash"], "indexed", "ok",
                                         f"served with new metadata: {', '.join(changed)}",
                                         parser_version=row["parser_version"]))
-    to_probe = sorted(d for d in served if not proven(d, "queryable"))
+    to_probe = sorted(served) if full else sorted(d for d in served if not proven(d, "queryable"))
     queryable, not_found = set(), {}
     done = Progress(f"{source_id}: probing", len(to_probe), progress)
     for start in range(0, len(to_probe), PROBE_BATCH):
@@ -179,23 +200,20 @@ def _reconcile_ledger(
             reason = not_found.get(doc_id, "not returned by a search for its own text")
             ledger.append(ledger_entry(doc_id, source_id, content_hash, "queryable", "failed", reason))
             failures.append(StageFailure(doc_id, "queryable", reason))
-    discovered = store.staging.discovery_rows(source_id, ("doc_id", "supported"))
-    current = {r["doc_id"] for r in discovered if r["supported"]}
-    manifest = store.staging.manifest_rows(source_id, ("doc_id", "supported", "skip_reason"))
-    committed = {r["doc_id"] for r in manifest if r["supported"]}
-    for doc_id in sorted((committed | set(before)) - current):
+    gone = store.staging.gone_from_discovery(source_id)
+    removed = set(replaced.previous) - set(replaced.written)
+    for doc_id in sorted({r["doc_id"] for r in gone if r["supported"]} | removed):
         ledger.append({"doc_id": doc_id, "source_id": source_id, "stage": "deleted", "status": "deleted",
                        "reason": "no longer in the source"})
-        if doc_id in before:
+        if doc_id in removed:
             ledger.extend({"doc_id": doc_id, "source_id": source_id, "stage": stage, "status": "deleted",
                            "reason": "removed from the index"} for stage in ("indexed", "queryable"))
     # Skipped files (not documents) that are gone: their record says so too, not "skipped" for ever.
-    names = {r["doc_id"] for r in discovered}
-    for row in manifest:
-        if not row["supported"] and row["doc_id"] not in names:
+    for row in gone:
+        if not row["supported"]:
             ledger.append({"doc_id": row["doc_id"], "source_id": source_id, "stage": "deleted", "status": "deleted",
                            "reason": f"no longer in the source (it was skipped: {row['skip_reason']})"})
-    return ledger, len(to_probe), failures, list(served.values())
+    return ledger, len(to_probe), failures, {d: served[d] for d in replaced.written}
 
 
 def probe_queryable(store: Store, doc_ids: Sequence[str]) -> tuple[set[str], dict[str, str]]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from rag_pipeline.core.models import STAGES
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.schema import columns
 from rag_pipeline.core.storage.staging import utcnow
@@ -43,14 +44,31 @@ class Ledger:
             )
             self.db.insert("ledger", columns("ledger"), rows)
 
-    def rows(self, source_id: str | None = None, stages: Sequence[str] = ()) -> list[dict]:
-        """Every row (of the source; of these stages, when given)."""
+    def rows(self, source_id: str | None = None, stages: Sequence[str] = (), doc_ids: Sequence[str] | None = None) -> list[dict]:
+        """Every row (of the source; of these stages, when given; of these documents, when given)."""
         if source_id is None:
             return self.db.dicts("SELECT * FROM ledger ORDER BY doc_id, stage")
+        if doc_ids is not None:
+            if not doc_ids:
+                return []
+            return self.db.dicts("SELECT * FROM ledger WHERE source_id = ? AND stage IN (SELECT unnest(?::VARCHAR[])) "
+                                 "AND doc_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY doc_id, stage",
+                                 [source_id, list(stages or STAGES), list(doc_ids)])
         if stages:
             return self.db.dicts("SELECT * FROM ledger WHERE source_id = ? AND stage IN (SELECT unnest(?::VARCHAR[])) "
                                  "ORDER BY doc_id, stage", [source_id, list(stages)])
         return self.db.dicts("SELECT * FROM ledger WHERE source_id = ? ORDER BY doc_id, stage", [source_id])
+
+    def unproven(self, source_id: str) -> list[str]:
+        """The source's served documents whose served version the ledger does not record as indexed
+        (same bytes, same parser) and queryable: what a switch must record and probe, found by the
+        database without reading the proven ones."""
+        return [doc_id for (doc_id,) in self.db.rows(
+            "SELECT d.doc_id FROM documents d WHERE d.source_id = ? AND ("
+            "NOT EXISTS (SELECT 1 FROM ledger l WHERE l.doc_id = d.doc_id AND l.stage = 'indexed' AND l.status = 'ok' "
+            "AND l.content_hash = d.content_hash AND l.parser_version IS NOT DISTINCT FROM d.parser_version) "
+            "OR NOT EXISTS (SELECT 1 FROM ledger l WHERE l.doc_id = d.doc_id AND l.stage = 'queryable' AND l.status = 'ok' "
+            "AND l.content_hash = d.content_hash)) ORDER BY d.doc_id", [source_id])]
 
     def document_history(self) -> dict[str, str | None]:
         """Every document id the ledger has ever recorded -> None, or its skip reason when its
@@ -127,3 +145,21 @@ class Ledger:
                                 "AND recorded_at >= ? ORDER BY served_documents DESC, recorded_at DESC LIMIT 1",
                                 [source_id, start])
         return HighPoint(int(rows[0][0]), rows[0][1]) if rows else None
+
+    # ---- which proofs each switch ran (when the next full proof is due) --------------------
+
+    def record_proof(self, source_id: str, run_id: str, scope: str, reason: str) -> None:
+        """The proofs a committed switch ran, `full` or `incremental`, and why (call inside the switch)."""
+        self.db.insert("source_proofs", columns("source_proofs"), [(source_id, run_id, scope, reason, utcnow())])
+
+    def last_full_proof(self, source_id: str) -> tuple[datetime, int] | None:
+        """When the source's latest full proof committed, and how many switches committed since
+        (None: no full proof on record)."""
+        with self.db.session():
+            at = self.db.value("SELECT max(proved_at) FROM source_proofs WHERE source_id = ? AND scope = 'full'",
+                               [source_id])
+            if at is None:
+                return None
+            since = self.db.value("SELECT count(*) FROM source_proofs WHERE source_id = ? AND proved_at > ?",
+                                  [source_id, at])
+        return at, int(since)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rag_pipeline.core.errors import UnavailableError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _TEXT, _TEXTS, _INT, _BIG, _BOOL, _TS, _DATE, _REAL, _REALS = (
     "VARCHAR", "VARCHAR[]", "INTEGER", "BIGINT", "BOOLEAN", "TIMESTAMP", "DATE", "DOUBLE PRECISION", "DOUBLE PRECISION[]",
@@ -51,6 +51,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
     "staged_chunks": [*_CHUNK, ("content_hash", _TEXT), ("chunking_fingerprint", _TEXT), ("embedded_identity", _TEXT)],
     "staged_postings": [("chunk_id", _TEXT), ("source_id", _TEXT), ("term", _TEXT), ("tf", _INT)],
     "embedding_cache": [("identity", _TEXT), ("text_hash", _TEXT), ("created_at", _TS), ("vector", _VECTOR)],
+    # Documents whose staged rows a stage wrote since the source's last committed switch: what an
+    # incremental switch compares with the served rows (cleared by the switch that commits).
+    "staged_changes": [("source_id", _TEXT), ("doc_id", _TEXT)],
     # The committed manifest and the served index: changed only by the switch.
     "manifest": _DISCOVERY,
     "documents": [*_HISTORY_DOCUMENT, ("version", _TEXT)],
@@ -100,6 +103,9 @@ TABLES: dict[str, list[tuple[str, str]]] = {
         ("source_id", _TEXT), ("recorded_at", _TS), ("served_documents", _INT), ("run_id", _TEXT),
         ("mass_delete_allowed", _BOOL),
     ],
+    # The proofs each committed switch ran: `full` (the whole source) or `incremental` (what the run
+    # changed), and why; what decides when the next full proof is due (core/ingestion/proof_scope.py).
+    "source_proofs": [("source_id", _TEXT), ("run_id", _TEXT), ("scope", _TEXT), ("reason", _TEXT), ("proved_at", _TS)],
     # Records: evaluations, baselines, experiments, golden snapshots, production samples.
     "baselines": [("revision", _TEXT), ("eval_id", _TEXT), ("promoted_at", _TS), ("note", _TEXT), ("suite", _TEXT)],
     # Changes to the golden set made by a command (a case released from holdout, say): who, when, why.
@@ -157,7 +163,8 @@ INDEXES = {
     "elements": ["doc_id"], "staged_chunks": ["doc_id", "chunk_id", "source_id"], "staged_postings": ["chunk_id"],
     "documents": ["doc_id", "source_id"], "chunks": ["chunk_id", "doc_id"],
     "vectors": ["chunk_id"], "postings": ["term", "chunk_id"], "ledger": ["doc_id, stage", "source_id"],
-    "served_history": ["source_id, recorded_at"],
+    "served_history": ["source_id, recorded_at"], "source_proofs": ["source_id, proved_at"],
+    "staged_changes": ["source_id"],
     "eval_cases": ["eval_id"], "eval_scores": ["eval_id"], "eval_case_changes": ["eval_id"],
     "index_states": ["source_id, seq"], "served_spans": ["source_id, doc_id", "version"],
     "history_documents": ["version"], "history_chunks": ["version", "chunk_id"], "history_vectors": ["version"],
@@ -170,9 +177,9 @@ UNIQUE_KEYS = {"embedding_cache": ("identity", "text_hash")}
 
 # Tables whose rows belong to one source; a purge of the source clears them all.
 SOURCE_TABLES = (
-    "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings",
+    "manifest", "discovery", "parsed_docs", "elements", "staged_chunks", "staged_postings", "staged_changes",
     "documents", "chunks", "vectors", "postings", "source_runs", "served_versions", "source_inputs", "served_history",
-    "index_states", "served_spans", "source_pins",
+    "source_proofs", "index_states", "served_spans", "source_pins",
 )
 # Tables holding something of a document (checked by the deletion proof).
 DOCUMENT_TABLES = ("parsed_docs", "elements", "staged_chunks", "documents", "chunks")
@@ -265,6 +272,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS analyzer VARCHAR",
         "ALTER TABLE history_chunks ADD COLUMN IF NOT EXISTS analyzer VARCHAR",
     ),
+    # 8 -> 9: the record of each switch's proofs (`source_proofs`) and of the documents staged since
+    # a source's last switch (`staged_changes`), created with the missing tables. A source without a
+    # proof on record gets a full proof (every document compared and probed) at its next switch.
+    8: (),
 }
 
 

@@ -49,15 +49,19 @@ class Staging:
                         started: datetime | None = None) -> None:
         """Replace the source's staged discovery: every name found, supported or not. `started`:
         when the discovery began to read the files (the next one trusts no read of a file changed
-        around then)."""
+        around then). A file carried over from an earlier read keeps its row as it is (with the
+        time of that read): a run that changed nothing rewrites none of the rows."""
         started = started or utcnow()
+        kept = [f.doc_id for f in files if f.carried_over]
         rows = [
             (f.source_id, f.doc_id, f.rel_path, f.content_hash, meta_json.get(f.doc_id, ""), f.size,
              f.file_type, f.supported, f.skip_reason, f.error, started, f.mtime_ns, f.stat_key)
-            for f in files
+            for f in files if not f.carried_over
         ]
         with self.db.transaction():
-            self.db.execute("DELETE FROM discovery WHERE source_id = ?", [source_id])
+            self.db.execute("DELETE FROM discovery WHERE source_id = ? AND NOT EXISTS "
+                            "(SELECT 1 FROM (SELECT unnest(?::VARCHAR[]) AS doc_id) k WHERE k.doc_id = discovery.doc_id)",
+                            [source_id, kept])
             self.db.insert("discovery", columns("discovery"), rows)
 
     def earlier_reads(self, source_id: str) -> dict[str, EarlierRead]:
@@ -65,7 +69,10 @@ class Staging:
         which the next discovery need not read again while their stat key holds."""
         rows = self.db.rows("SELECT rel_path, stat_key, content_hash, meta_json, discovered_at FROM discovery "
                             "WHERE source_id = ? AND supported AND error IS NULL AND stat_key IS NOT NULL", [source_id])
-        return {rel: EarlierRead(key, content_hash, meta, _epoch_ns(at)) for rel, key, content_hash, meta, at in rows}
+        # A discovery stamps all its rows with one time: each distinct time is converted once.
+        epoch: dict[datetime, int] = {}
+        return {rel: EarlierRead(key, content_hash, meta, epoch.get(at) or epoch.setdefault(at, _epoch_ns(at)))
+                for rel, key, content_hash, meta, at in rows}
 
     def discovery_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
         """The source's latest discovery (what the stages work towards); only `fields`, when given
@@ -73,18 +80,37 @@ class Staging:
         return self.db.dicts(f"SELECT {', '.join(fields) or '*'} FROM discovery WHERE source_id = ? ORDER BY doc_id",
                              [source_id])
 
+    def discovery_rows_of(self, source_id: str, doc_ids: Sequence[str]) -> list[dict]:
+        """The latest discovery's rows of these documents (every column), in document order."""
+        return self.db.dicts("SELECT * FROM discovery WHERE source_id = ? AND doc_id IN (SELECT unnest(?::VARCHAR[])) "
+                             "ORDER BY doc_id", [source_id, list(doc_ids)])
+
     def manifest_rows(self, source_id: str, fields: Sequence[str] = ()) -> list[dict]:
         """The source's committed manifest (what the served index was built from); only `fields`, when given."""
         return self.db.dicts(f"SELECT {', '.join(fields) or '*'} FROM manifest WHERE source_id = ? ORDER BY doc_id",
                              [source_id])
 
+    def gone_from_discovery(self, source_id: str) -> list[dict]:
+        """Rows of the committed manifest whose name the latest discovery no longer holds as they
+        were: documents no longer found as supported (`doc_id`, `supported` true), and skipped files no
+        longer found at all (`supported` false, with their `skip_reason`)."""
+        return self.db.dicts(
+            "SELECT m.doc_id, m.supported, m.skip_reason FROM manifest m WHERE m.source_id = ? AND NOT EXISTS "
+            "(SELECT 1 FROM discovery d WHERE d.source_id = m.source_id AND d.doc_id = m.doc_id "
+            "AND (d.supported OR NOT m.supported)) ORDER BY m.doc_id", [source_id])
+
     def commit_manifest(self, source_id: str) -> None:
         """The staged discovery becomes the committed manifest, and its inputs' fingerprint the
         committed one (part of the switch)."""
         names = ", ".join(columns("manifest"))
+        # Only the rows that differ are written: a one-file edit of a large source moves one row.
+        same = " AND ".join(f"a.{c} IS NOT DISTINCT FROM b.{c}" for c in columns("manifest"))
         with self.db.transaction():
-            self.db.execute("DELETE FROM manifest WHERE source_id = ?", [source_id])
-            self.db.execute(f"INSERT INTO manifest ({names}) SELECT {names} FROM discovery WHERE source_id = ?", [source_id])
+            self.db.execute(f"DELETE FROM manifest WHERE source_id = ? AND doc_id IN (SELECT a.doc_id FROM manifest a "
+                            f"WHERE a.source_id = ? AND NOT EXISTS (SELECT 1 FROM discovery b WHERE {same}))",
+                            [source_id, source_id])
+            self.db.execute(f"INSERT INTO manifest ({names}) SELECT {names} FROM discovery a WHERE a.source_id = ? "
+                            f"AND NOT EXISTS (SELECT 1 FROM manifest b WHERE {same})", [source_id])
             self.db.execute("UPDATE source_inputs SET committed = staged WHERE source_id = ?", [source_id])
 
     def stage_inputs(self, source_id: str, fingerprint: str) -> None:
@@ -130,6 +156,7 @@ class Staging:
             self.drop_staged_documents(replaced)
             self.db.insert("elements", columns("elements"), element_rows)
             self.db.insert("parsed_docs", columns("parsed_docs"), doc_rows)
+            self.note_changes(source_id, replaced)
 
     def load_parsed(self, doc_ids: Sequence[str]) -> list[ParsedDocument]:
         if not doc_ids:
@@ -174,6 +201,17 @@ class Staging:
             self._drop([d[0] for d in docs], ("staged_chunks",), postings=True)
             self.db.insert("staged_chunks", columns("staged_chunks"), chunk_rows)
             self.db.insert("staged_postings", columns("staged_postings"), posting_rows)
+            self.note_changes(source_id, [d[0] for d in docs])
+
+    def note_changes(self, source_id: str, doc_ids: Sequence[str]) -> None:
+        """These documents' staged rows changed: the source's next switch compares them with what it
+        serves, whatever its proof (`staged_changes`, cleared by the switch that commits)."""
+        if doc_ids:
+            self.db.insert("staged_changes", columns("staged_changes"), [(source_id, d) for d in dict.fromkeys(doc_ids)])
+
+    def clear_changes(self, source_id: str) -> None:
+        """The source's switch committed: its staged changes are served (call inside the switch)."""
+        self.db.execute("DELETE FROM staged_changes WHERE source_id = ?", [source_id])
 
     def drop_staged_documents(self, doc_ids: Sequence[str]) -> None:
         """Remove documents from every staging table (deleted ones, or ones about to be parsed again)."""

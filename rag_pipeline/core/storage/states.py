@@ -18,7 +18,7 @@ is unpinned: ingestion then leaves its served rows alone. A disabled source serv
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -96,10 +96,12 @@ class IndexStates:
 
     # ---- inside a switch or a restore (the caller's transaction) ---------------------------
 
-    def record(self, source_id: str, run_id: str, origin: str, settings: str, model: str, manifest_hash: str,
-               revision: str | None = None, note: str | None = None) -> IndexState:
+    def record(self, source_id: str, run_id: str, origin: str, settings: str, model: str,
+               manifest_hash: str | Callable[[], str], revision: str | None = None, note: str | None = None) -> IndexState:
         """Record what the source serves now as its next state, unless it serves what its latest
-        state served (then that state is returned). Call after the served rows changed."""
+        state served (then that state is returned). Call after the served rows changed.
+        `manifest_hash`: its value, or how to compute it (asked only when a new state is recorded:
+        it reads every served document of the source)."""
         history.stamp_versions(self.db, source_id)
         digest = self.db.value("SELECT md5(coalesce(string_agg(doc_id || ':' || version, ',' ORDER BY doc_id), '')) "
                                "FROM documents WHERE source_id = ?", [source_id])
@@ -108,6 +110,8 @@ class IndexStates:
                 "SELECT digest FROM index_states WHERE source_id = ? AND seq = ?", [source_id, latest.seq]) == digest:
             return latest
         seq = (latest.seq if latest else 0) + 1
+        if callable(manifest_hash):
+            manifest_hash = manifest_hash()
         self.db.execute("UPDATE served_spans SET last_seq = ? WHERE source_id = ? AND last_seq IS NULL AND NOT EXISTS "
                         "(SELECT 1 FROM documents d WHERE d.doc_id = served_spans.doc_id AND d.version = served_spans.version)",
                         [seq - 1, source_id])

@@ -109,11 +109,16 @@ def test_a_store_of_schema_6_gains_the_gaps_table_and_gaps_read_back(store, tmp_
     # A store written before coverage gaps: brought forward by a writer, its rows kept, on both engines.
     store.records.add_waiver("recall_at_5", "ana", "kept", date(2026, 12, 31))
     store.db.execute("DROP TABLE coverage_gaps")
+    # ...and before the switches' proofs were recorded (schema 9).
+    store.db.execute("DROP TABLE source_proofs")
+    store.db.execute("DROP TABLE staged_changes")
     store.db.execute("UPDATE schema_version SET version = 6")
     reopened = _reopen(store)
     try:
-        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 8
+        assert reopened.db.value("SELECT version FROM schema_version") == SCHEMA_VERSION == 9
         assert len(reopened.records.waivers()) == 1 and reopened.gaps.of_day(date(2026, 11, 20)) == []
+        assert reopened.ledger.last_full_proof("kb") is None  # its next switch is a full proof
+        reopened.staging.note_changes("kb", ["kb:a.md"])
         day1, day2 = date(2026, 11, 20), date(2026, 11, 21)
         reopened.gaps.save_day(day1, [_gap_row(day1, "gap-a"), _gap_row(day1, "gap-b", question_count=5)])
         reopened.gaps.save_day(day2, [_gap_row(day2, "gap-a", "closed", closed_by="kb:dash.md")])
