@@ -179,8 +179,15 @@ def test_two_processes_racing_to_write_the_copy_both_answer_right(store):
         [analyze(q) for q in QUESTIONS], 4, SearchFilters(unrestricted=True), k1=0.9, b=0.4)]
     path = str(store.db.path)
     store.db.close()
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        results = pool.map(_search_in_process, [path, path])
+    # Closed and joined, not terminated (`with Pool` would): a worker that inherited an ignored
+    # SIGTERM from its test process never dies of `terminate`, and the test would hang instead of
+    # failing. A search that never answers fails after its timeout.
+    pool = multiprocessing.get_context("spawn").Pool(2)
+    try:
+        results = pool.map_async(_search_in_process, [path, path]).get(timeout=300)
+    finally:
+        pool.close()
+        pool.join()
     assert results == [[True, expected], [True, expected]]
     folder = CopyCache.of(store.db).folder
     assert [p.name for p in folder.iterdir() if p.is_dir()] == [CopyCache.of(store.db).place(served_version(store.db)).name]
