@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -54,3 +55,16 @@ def _remove_stale_temporaries(path: Path) -> None:
             stale.unlink(missing_ok=True)
         except PermissionError:
             continue  # another user's live process
+
+
+def fingerprint(path: Path, probe_bytes: int = 1 << 16) -> list:
+    """A file's size and a hash of its first and last `probe_bytes`: tells a cached file is the one
+    written (truncated, overwritten, a damaged header) without reading all of it."""
+    size = path.stat().st_size
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        digest.update(handle.read(probe_bytes))
+        if size > probe_bytes:
+            handle.seek(max(probe_bytes, size - probe_bytes))
+            digest.update(handle.read())
+    return [size, digest.hexdigest()]

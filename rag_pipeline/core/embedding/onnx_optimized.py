@@ -26,12 +26,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from rag_pipeline.core.files import fingerprint
+
 LOGGER = logging.getLogger("rag_pipeline.progress.model")
 GRAPH_FILE = "model.onnx"
 WEIGHTS_FILE = "model.weights"
 RECORD_FILE = "record.json"
-# Bytes hashed at each end of a file to tell it is the one written.
-_PROBE_BYTES = 1 << 16
 
 
 def create_session(model_file: Path, options, providers: list[str]):
@@ -101,7 +101,7 @@ def _sound(place: Path) -> bool:
     except (OSError, ValueError):
         record = None
     try:
-        if record is not None and all(_fingerprint(place / name) == value for name, value in record["files"].items()):
+        if record is not None and all(fingerprint(place / name) == value for name, value in record["files"].items()):
             return True
     except (OSError, KeyError, TypeError, AttributeError):
         pass
@@ -114,7 +114,7 @@ def _save(work: Path, place: Path) -> None:
     """Record the files ONNX Runtime wrote in `work`, rename it to `place`, drop older graphs of the model."""
     if not (work / GRAPH_FILE).is_file():
         return
-    files = {p.name: _fingerprint(p) for p in work.iterdir() if p.is_file()}
+    files = {p.name: fingerprint(p) for p in work.iterdir() if p.is_file()}
     (work / RECORD_FILE).write_text(json.dumps({"files": files}))
     try:
         os.rename(work, place)
@@ -126,12 +126,3 @@ def _save(work: Path, place: Path) -> None:
             shutil.rmtree(older, ignore_errors=True)
 
 
-def _fingerprint(path: Path) -> list:
-    size = path.stat().st_size
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as handle:
-        digest.update(handle.read(_PROBE_BYTES))
-        if size > _PROBE_BYTES:
-            handle.seek(max(_PROBE_BYTES, size - _PROBE_BYTES))
-            digest.update(handle.read())
-    return [size, digest.hexdigest()]

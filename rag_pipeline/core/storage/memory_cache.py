@@ -15,7 +15,7 @@ version read before the load is read again after it (a switch landing meanwhile:
 Safety: a copy is written into a temporary folder beside its place and renamed into it whole, so
 a reader sees all of it or none; two processes writing the same version each write their own, the
 first rename wins and the other is discarded. `meta.json` records each file's size and a hash of
-its first and last `_PROBE_BYTES`; a file that differs (truncated, overwritten, a damaged header)
+its first and last 64 KB (`files.fingerprint`); a file that differs (truncated, overwritten, a damaged header)
 makes the folder discarded and the copy read again from the database. A folder removed while
 mapped (a newer version's writer prunes older ones) stays readable for the process mapping it.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.core.files import cache_folder
+from rag_pipeline.core.files import cache_folder, fingerprint
 from rag_pipeline.core.storage.database import Database
 from rag_pipeline.core.storage.memory import HitRecords, PackedStrings, ServedCopy, TermPostings
 from rag_pipeline.core.storage.memory_load import load_served_copy as read_copy
@@ -44,8 +44,6 @@ LOGGER = logging.getLogger("rag_pipeline.progress.search")
 # Changes to the files written take a new format (older folders are then never mapped, and pruned).
 CACHE_FORMAT = 1
 FOLDER = "search-copies"
-# Bytes hashed at each end of a file to tell it is the one written (whole files would cost a read of every vector).
-_PROBE_BYTES = 1 << 16
 # A temporary folder this old is a crashed writer's.
 _ABANDONED_SECONDS = 3600
 # ServedCopy's arrays, by file name.
@@ -227,21 +225,11 @@ def _write(work: Path, copy: ServedCopy, database: str) -> None:
         "format": CACHE_FORMAT, "database": database, "version": [list(row) for row in copy.version],
         "size": copy.size, "tenants": list(copy.tenants.items()), "statuses": list(copy.statuses.items()),
         "role_sets": [sorted(roles) for roles in copy.role_sets], "vectors": copy.vectors is not None,
-        "files": {name: _fingerprint(work / name) for name in files},
+        "files": {name: fingerprint(work / name) for name in files},
     }
     (work / "meta.json").write_text(json.dumps(meta))
 
 
-def _fingerprint(path: Path) -> list:
-    """A file's size and a hash of its first and last `_PROBE_BYTES`."""
-    size = path.stat().st_size
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as handle:
-        digest.update(handle.read(_PROBE_BYTES))
-        if size > _PROBE_BYTES:
-            handle.seek(max(_PROBE_BYTES, size - _PROBE_BYTES))
-            digest.update(handle.read())
-    return [size, digest.hexdigest()]
 
 
 def _problem(place: Path, meta: dict, version: tuple) -> str | None:
@@ -250,8 +238,8 @@ def _problem(place: Path, meta: dict, version: tuple) -> str | None:
         return f"format {meta.get('format')}, not {CACHE_FORMAT}"
     if tuple(tuple(row) for row in meta["version"]) != tuple(tuple(row) for row in version):
         return "it holds another served version"
-    for name, fingerprint in meta["files"].items():
-        if _fingerprint(place / name) != fingerprint:
+    for name, written in meta["files"].items():
+        if fingerprint(place / name) != written:
             return f"{name} is not the file written"
     return None
 

@@ -11,8 +11,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from rag_pipeline.core.embedding import onnx_optimized
 from rag_pipeline.core.embedding.onnx_optimized import GRAPH_FILE, RECORD_FILE, create_session, optimized_folder
+from rag_pipeline.core.files import fingerprint
 
 
 def _model(folder: Path, name: str = "model.onnx", seed: int = 0) -> Path:
@@ -103,7 +103,7 @@ def test_a_graph_onnx_runtime_refuses_is_made_again(tmp_path, opened, caplog):
     place = optimized_folder(model_file)
     (place / GRAPH_FILE).write_bytes(b"not an onnx graph")
     record = json.loads((place / RECORD_FILE).read_text())
-    record["files"][GRAPH_FILE] = onnx_optimized._fingerprint(place / GRAPH_FILE)
+    record["files"][GRAPH_FILE] = fingerprint(place / GRAPH_FILE)
     (place / RECORD_FILE).write_text(json.dumps(record))
     with caplog.at_level("WARNING", logger="rag_pipeline.progress.model"):
         assert np.array_equal(_run(model_file), expected)
