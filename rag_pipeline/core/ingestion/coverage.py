@@ -54,15 +54,6 @@ class CoverageReport:
         return self.counts_by_stage.get("queryable", 0) / self.supported if self.supported else 1.0
 
 
-# The source's current documents (its latest discovery's supported ones), as `m`.
-_CURRENT = "FROM discovery m WHERE m.source_id = ? AND m.supported"
-# The same, each with its ledger rows `l`.
-_WITH_LEDGER = "FROM discovery m JOIN ledger l ON l.doc_id = m.doc_id WHERE m.source_id = ? AND m.supported"
-# A ledger row `l` that holds for the current version of `m`'s document (a row without a hash holds for any).
-_HOLDS = "(l.content_hash IS NULL OR l.content_hash = m.content_hash)"
-_STAGES = "(SELECT unnest(?::VARCHAR[]))"
-
-
 def coverage_report(store: Store, source_id: str) -> CoverageReport:
     """Per stage, how many of the source's current documents passed; which failed and why.
 
@@ -74,26 +65,7 @@ def coverage_report(store: Store, source_id: str) -> CoverageReport:
     documents never come to Python, so a run at 100k documents does not read 600k ledger rows.
     """
     stages = list(STAGES)
-    with store.db.session():
-        supported = int(store.db.value(f"SELECT count(*) {_CURRENT}", [source_id]))
-        counts = dict(store.db.rows(
-            f"SELECT l.stage, count(*) {_WITH_LEDGER} "
-            f"AND l.status = 'ok' AND {_HOLDS} GROUP BY l.stage", [source_id]))
-        failures = store.db.dicts(
-            f"SELECT l.* {_WITH_LEDGER} "
-            f"AND l.status = 'failed' AND l.stage IN {_STAGES} AND {_HOLDS} ORDER BY m.doc_id", [source_id, stages])
-        uncovered = [doc_id for (doc_id,) in store.db.rows(
-            f"SELECT m.doc_id {_CURRENT} "
-            "AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.doc_id = m.doc_id AND l.stage = 'queryable' "
-            "AND l.status = 'ok' AND l.content_hash = m.content_hash) "
-            f"AND NOT EXISTS (SELECT 1 FROM ledger l WHERE l.doc_id = m.doc_id AND l.status = 'failed' "
-            f"AND l.stage IN {_STAGES} AND {_HOLDS}) ORDER BY m.doc_id", [source_id, stages])]
-        reached = store.db.rows(
-            f"SELECT m.doc_id, l.stage {_WITH_LEDGER} "
-            f"AND l.status = 'ok' AND {_HOLDS} AND m.doc_id IN (SELECT unnest(?::VARCHAR[]))",
-            [source_id, uncovered]) if uncovered else []
-        skipped = [{"doc_id": d, "reason": r} for d, r in store.db.rows(
-            "SELECT doc_id, skip_reason FROM discovery WHERE source_id = ? AND NOT supported ORDER BY doc_id", [source_id])]
+    supported, counts, failures, uncovered, reached, skipped = store.ledger.coverage_facts(source_id, stages)
     # A document's failure: the one at its earliest failed stage (documents in the database's order).
     first: dict[str, dict] = {}
     for row in failures:
