@@ -1,5 +1,6 @@
-"""A real Dagster deployment on this machine: `dagster-webserver` and `dagster-daemon` on a fresh
-instance, the pipeline's code location, and an asset backfill launched the way the UI launches it.
+"""A real Dagster deployment on this machine: the pipeline's code location as a gRPC server,
+`dagster-webserver` and `dagster-daemon` on a fresh instance sharing it, and an asset backfill
+launched the way the UI launches it.
 
 Two shapes, the ones docs/architecture.md describes:
 
@@ -36,6 +37,8 @@ from rag_pipeline_tests.harness.probe import note_deployment
 
 # The checkout whose code location the deployment serves: the one rag_pipeline is imported from.
 REPO = PROJECT_ROOT
+# The code location: the module of the one Definitions object, and its name in the UI.
+LOCATION = "rag_pipeline.definitions"
 INGESTION_ASSETS = ["source_documents", "parsed_documents", "document_chunks", "chunk_embeddings", "search_index"]
 _LAUNCH = """
 mutation($params: LaunchBackfillParams!) {
@@ -354,6 +357,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _await_port(port: int, process: subprocess.Popen, log: Path, timeout_s: float = 180) -> None:
+    """Wait until `process` listens on `port` (a code server binds it once its definitions loaded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise TimeoutError(f"the code server did not listen on port {port}; see {log}")
+        time.sleep(0.3)
+
+
 def _start(command: list[str], env: dict, cwd: Path, log: Path) -> subprocess.Popen:
     # Default signal handlers: a process started from a non-interactive shell inherits "ignore SIGINT".
     return subprocess.Popen(command, env=env, cwd=cwd, stdout=log.open("w"), stderr=subprocess.STDOUT,
@@ -385,26 +400,36 @@ def deployment(work: Path, raw_config: dict, backend: str = "duckdb", dsn: str |
     config.write_text(yaml.safe_dump({**raw_config, "storage": {**raw_config.get("storage", {}), **storage}}))
     env["RAG_PIPELINE_CONFIG"] = str(config)
     bin_dir = Path(sys.executable).parent
-    workspace = project / "workspace.yaml"
     port = free_port()
     running = Deployment(work, home, config, env, port, project)
 
+    # The code location runs as a server of its own, which the webserver and the daemon share, as
+    # the Helm chart runs it (deploy/helm/values.yaml: `dagster api grpc -m rag_pipeline.definitions`).
+    # Given a Python module instead, each of them would start its own, and the daemon a new one
+    # every minute (Dagster's workspace refresh): seconds of CPU a minute that say nothing here.
+    code_port = free_port()
+    running.processes = [_start([str(bin_dir / "dagster"), "api", "grpc", "-m", LOCATION, "-h", "127.0.0.1",
+                                 "-p", str(code_port), "--location-name", LOCATION, "--log-level", "warning"],
+                                env, project, work / "code_server.log")]
+    workspace = work / "workspace.yaml"
+    workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {
+        "host": "127.0.0.1", "port": code_port, "location_name": LOCATION}}]}))
     # Automation is on by default, as a team deploys it: stopped through the webserver (the UI's
     # toggles) before the daemon starts, so that only what the caller launches runs, and no tick of
     # the daemon can undo a stop (docs/operations.md). The webserver alone creates the instance's
     # storage (one writer at a time for an instance in SQLite).
-    running.processes = [
-        _start([str(bin_dir / "dagster-webserver"), "-w", str(workspace), "-p", str(port), "-h", "127.0.0.1"],
-               env, project, work / "webserver.log"),
-    ]
     try:
+        _await_port(code_port, running.processes[0], work / "code_server.log")
+        running.processes.append(
+            _start([str(bin_dir / "dagster-webserver"), "-w", str(workspace), "-p", str(port), "-h", "127.0.0.1"],
+                   env, project, work / "webserver.log"))
         deadline = time.monotonic() + 180
         while True:
             try:
                 running.graphql("{ version }")
                 break
             except Exception:  # noqa: BLE001 - not up yet
-                if time.monotonic() > deadline or running.processes[0].poll() is not None:
+                if time.monotonic() > deadline or running.processes[-1].poll() is not None:
                     raise TimeoutError(f"dagster-webserver did not answer; see {work / 'webserver.log'}") from None
                 time.sleep(0.5)
         running.stop_automation(_AUTOMATION, settle_s=0)  # no daemon yet: nothing can undo a stop
