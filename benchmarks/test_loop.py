@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -39,16 +40,21 @@ class LoopRun:
     exit_code: int
     slowest: list[tuple[float, str, str]]
     load: tuple[float, float]  # the 1-minute load average before and after: a loaded machine is slower
+    cpu_s: float  # CPU seconds of the process tree (every process the run started and reaped)
+    busy: float  # the share of all cores' time that was busy during the run (this run, on a quiet machine)
 
 
 def run_target(target: str, workers: int | None) -> LoopRun:
     """Run `make <target>` in the checkout (on `workers`, or as many as the Makefile says) and read
     its pytest summary and durations."""
     load_before = os.getloadavg()[0]
+    cpu_before, cores_before = _tree_cpu_s(), _core_times()
     started = time.monotonic()
     override = [f"{WORKER_VARIABLE[target]}={workers}"] if workers else []
     done = subprocess.run(["make", target, *override], cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - started
+    cpu_s = _tree_cpu_s() - cpu_before
+    busy, total = (after - before for before, after in zip(cores_before, _core_times(), strict=True))
     output = done.stdout + done.stderr
     summary = None
     for summary in _SUMMARY.finditer(output):
@@ -56,7 +62,18 @@ def run_target(target: str, workers: int | None) -> LoopRun:
     slowest = sorted(((float(m["seconds"]), m["when"], m["test"]) for m in _DURATION.finditer(output)), reverse=True)
     return LoopRun(target, workers or makefile_workers(target), wall, float(summary["seconds"]) if summary else None,
                    summary["counts"] if summary else "no pytest summary (see the make output)", done.returncode,
-                   slowest[:5], (load_before, os.getloadavg()[0]))
+                   slowest[:5], (load_before, os.getloadavg()[0]), cpu_s, busy / total if total else 0.0)
+
+
+def _tree_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _core_times() -> tuple[float, float]:
+    """(busy, total) seconds of all cores since boot, from /proc/stat (idle and iowait count as idle)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
 
 
 def makefile_workers(target: str) -> int:
@@ -70,10 +87,14 @@ def makefile_workers(target: str) -> int:
 def render(runs: list[LoopRun]) -> str:
     lines = ["Each target run once on its pytest-xdist workers (a module per work unit, the longest modules",
              "first); wall time includes the lint that `make` runs first.", "",
-             "| command | workers | wall | pytest | tests | exit | load before / after |", "|---|---:|---:|---:|---|---:|---|"]
+             "CPU is the CPU seconds of the processes the run started and waited for; busy is the share of the",
+             "cores' time that was busy meanwhile (two cores give at most 2 CPU seconds a second).", "",
+             "| command | workers | wall | pytest | CPU | busy | tests | exit | load before / after |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---|"]
     for run in runs:
         pytest_time = f"{run.pytest_s / 60:.1f} min" if run.pytest_s is not None else "-"
-        lines.append(f"| `make {run.target}` | {run.workers} | {run.wall_s / 60:.1f} min | {pytest_time} | {run.counts} "
+        lines.append(f"| `make {run.target}` | {run.workers} | {run.wall_s / 60:.1f} min | {pytest_time} "
+                     f"| {run.cpu_s:,.0f} s | {run.busy:.0%} | {run.counts} "
                      f"| {run.exit_code} | {run.load[0]:.1f} / {run.load[1]:.1f} |")
     for run in runs:
         if run.slowest:
