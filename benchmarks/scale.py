@@ -45,7 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # ../shared/datasets from the repository; from a worktree nested deeper, the nearest one above it.
 DATASETS = next((p / "shared" / "datasets" for p in ROOT.parents if (p / "shared" / "datasets").is_dir()),
                 ROOT.parent / "shared" / "datasets")
-WORK = Path("/tmp/rag-scale")
+# RAG_SCALE_WORK: another folder, for sessions measuring on one machine at once (each its own copies).
+WORK = Path(os.environ.get("RAG_SCALE_WORK", "/tmp/rag-scale"))
 RESULTS = ROOT / "benchmarks" / "results" / "scale.jsonl"
 PLOT = ROOT / "docs" / "performance-scale.png"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")

@@ -54,6 +54,8 @@ NAMED_FILES = 5
 # A file changed this close before the discovery that read it may change again within the same
 # tick of its clock (the "racy clean" case of git's index): it is read again by the next discovery.
 RACY_MARGIN_NS = 2_000_000_000
+# Carried-over files between two progress counts (a count per file costs more than such a file).
+PROGRESS_STEP = 1024
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -156,24 +158,49 @@ def describe_entries(
     earlier = earlier or {}
     found = []
     done = Progress(f"{tree.source_id}: {stage}", len(entries), progress)
+    counted = 0  # entries done and not yet counted by `done` (carried-over files are counted in steps)
     for entry in entries:
-        done.advance()
-        name = name_and_suffix(entry.rel_path)[0]
-        if name.endswith(SIDECAR_SUFFIX) and entry.rel_path[: -len(SIDECAR_SUFFIX)] in names:
+        counted += 1
+        rel_path = entry.rel_path
+        named = name_and_suffix(rel_path)
+        if named[0].endswith(SIDECAR_SUFFIX) and rel_path[: -len(SIDECAR_SUFFIX)] in names:
             continue
-        key = None if entry.rel_path + SIDECAR_SUFFIX in names else stat_key(entry, defaults_key)
-        known = earlier.get(entry.rel_path)
-        found.append(describe_entry(tree, entry, defaults, key, known if key and _still_valid(known, key, entry) else None))
+        key = None if rel_path + SIDECAR_SUFFIX in names else stat_key(entry, defaults_key)
+        known = earlier.get(rel_path)
+        if (key and _still_valid(known, key, entry) and entry.skip_reason is None and entry.error is None
+                and named[1].lower() in SUPPORTED_TYPES and not named[0].startswith(".")):
+            found.append(_carried_over(tree, entry, named, known, key))
+            if counted < PROGRESS_STEP:
+                continue
+        else:
+            found.append(describe_entry(tree, entry, defaults, key, None, named))
+        done.advance(counted)
+        counted = 0
+    done.advance(counted)
     return found
+
+
+def _carried_over(tree: SourceTree, entry: TreeEntry, named: tuple[str, str], known: EarlierRead,
+                  key: str) -> DiscoveredFile:
+    """A supported document an earlier discovery read in this very state (`describe_entry`'s case
+    for most files of a run: its hash and metadata carried over, built without the checks a file
+    that is read needs)."""
+    return DiscoveredFile(
+        doc_id=f"{tree.source_id}:{entry.rel_path}", source_id=tree.source_id, rel_path=entry.rel_path,
+        abs_path=entry.real_path or f"{tree.root}/{entry.rel_path}", content_hash=known.content_hash,
+        size=entry.size, file_type=SUPPORTED_TYPES[named[1].lower()], supported=True,
+        meta=meta_from_json(known.meta_json), mtime_ns=entry.mtime_ns, stat_key=key, carried_over=True)
 
 
 def describe_entry(
     tree: SourceTree, entry: TreeEntry, defaults: Mapping, key: str | None = None, known: EarlierRead | None = None,
+    named: tuple[str, str] | None = None,
 ) -> DiscoveredFile:
     """Read (when allowed), hash and classify one entry; a read problem becomes the document's error.
-    `known`: what an earlier discovery read from this very state of the file (not read again)."""
+    `known`: what an earlier discovery read from this very state of the file (not read again);
+    `named`: its `name_and_suffix`, when the caller has it."""
     rel_path = entry.rel_path
-    name, suffix = name_and_suffix(rel_path)
+    name, suffix = named or name_and_suffix(rel_path)
     suffix = suffix.lower()
     file_type = SUPPORTED_TYPES.get(suffix, suffix.lstrip(".") or "none")
     skip_reason = entry.skip_reason

@@ -36,6 +36,8 @@ SUPPORTED_TYPES: dict[str, str] = {
 
 
 SIDECAR_SUFFIX = ".meta.yaml"
+# The real user the walk's readability check (`os.access`) asks about.
+_UID = os.getuid()
 
 
 class SourceUnavailableError(UnavailableError):
@@ -66,7 +68,8 @@ class TreeEntry:
     """
 
     rel_path: str
-    real_path: Path | None
+    # A string, not a Path: the walk makes one per file, and a Path costs more than the file's stat.
+    real_path: str | None
     size: int = 0
     mtime_ns: int = 0
     ctime_ns: int = 0
@@ -96,6 +99,7 @@ class SourceTree:
         self.max_file_bytes = max_file_bytes
         self.exclude = tuple(exclude)
         self.root = Path(os.path.realpath(root))
+        self._root = str(self.root)
 
     def walk(self) -> tuple[list[TreeEntry], list[str]]:
         """Every name under the root in path order, and the folders that could not be listed.
@@ -135,7 +139,7 @@ class SourceTree:
             for name in sorted(filenames):
                 rel = prefix + name
                 if not _is_excluded(rel, self.exclude):
-                    entries.append(self._resolve(rel, parent_is_real))
+                    entries.append(self._resolve(rel, parent_is_real, f"{dirpath}/{name}"))
         return self._read_links_once(entries), sorted(unreadable)
 
     def _rel(self, path: Path) -> str:
@@ -144,11 +148,11 @@ class SourceTree:
     def _read_links_once(self, entries: list[TreeEntry]) -> list[TreeEntry]:
         regular = {e.rel_path for e in entries
                    if e.link_target is None and e.real_path is not None and _is_document_name(e.rel_path)}
-        first_reader: dict[Path, str] = {}
+        first_reader: dict[str, str] = {}
         result = []
         for entry in entries:
             if entry.link_target is not None and entry.real_path is not None and entry.error is None:
-                target_rel = self._rel(entry.real_path)
+                target_rel = self._rel(Path(entry.real_path))
                 if target_rel in regular:
                     entry = replace(entry, real_path=None,
                                     skip_reason=f"symbolic link to {target_rel}, which is read under its own path")
@@ -165,8 +169,8 @@ class SourceTree:
         parent = (self.root / rel_path).parent
         return self._resolve(rel_path, os.path.realpath(parent) == str(parent))
 
-    def _resolve(self, rel_path: str, parent_is_real: bool) -> TreeEntry:
-        path = self.root / rel_path
+    def _resolve(self, rel_path: str, parent_is_real: bool, path: str | None = None) -> TreeEntry:
+        path = path or f"{self._root}/{rel_path}"
         # The walk never enters folders behind links; a folder swapped for a link since must not lead out.
         if not parent_is_real:
             return TreeEntry(rel_path, None, error="a folder on its path became a symbolic link; not read")
@@ -182,9 +186,9 @@ class SourceTree:
             return TreeEntry(rel_path, None, skip_reason=f"not a regular file ({_file_kind(st.st_mode)}): never opened")
         if st.st_nlink > 1 and not self.allow_hard_links:
             return TreeEntry(rel_path, None, skip_reason=_hard_link_reason(rel_path, st.st_nlink))
-        return self._sized(TreeEntry(rel_path, path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        return self._sized(TreeEntry(rel_path, path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), st)
 
-    def _resolve_link(self, rel_path: str, path: Path) -> TreeEntry:
+    def _resolve_link(self, rel_path: str, path: str) -> TreeEntry:
         target = os.readlink(path)
         if self.follow_symlinks == "never":
             return TreeEntry(rel_path, None, link_target=target,
@@ -207,13 +211,16 @@ class SourceTree:
         if st.st_nlink > 1 and not self.allow_hard_links:
             return TreeEntry(rel_path, None, link_target=target,
                              skip_reason=_hard_link_reason(self._rel(real), st.st_nlink))
-        return self._sized(TreeEntry(rel_path, real, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
-                                     link_target=target))
+        return self._sized(TreeEntry(rel_path, str(real), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                                     link_target=target), st)
 
-    def _sized(self, entry: TreeEntry) -> TreeEntry:
+    def _sized(self, entry: TreeEntry, st: os.stat_result) -> TreeEntry:
         # Known without reading: a file nobody may read is seen by the walk (and so changes the
-        # source's fingerprint), not only when a run happens to open it.
-        if not os.access(entry.real_path, os.R_OK):
+        # source's fingerprint), not only when a run happens to open it. A file of this process's
+        # user with its owner's read bit is readable (the owner's class decides, ACLs included):
+        # asked of the system only otherwise, as it is a call per file.
+        owned = st.st_uid == _UID and st.st_mode & stat.S_IRUSR
+        if not owned and not os.access(entry.real_path, os.R_OK):
             return replace(entry, error="cannot be read: permission denied (check the file's owner and mode)")
         if self.max_file_bytes is not None and entry.size > self.max_file_bytes:
             return replace(entry, error=(

@@ -222,28 +222,23 @@ def documents_to_parse(source: SourceConfig, store: Store) -> list[dict]:
     upgraded parser may give other elements), except those that already failed with this content
     and parser (they would fail again)."""
     source_id = source.source_id
-    with store.db.session():
-        parsed = store.staging.parsed_versions(source_id)
-        failed = store.ledger.failures(source_id)
-        # The columns the decision needs; whole rows only for the documents to parse (a run that
-        # changed nothing reads 5 columns of the discovery, not 13).
-        rows = store.staging.discovery_rows(source_id, ("doc_id", "content_hash", "meta_json", "supported", "error"))
     version, attempt = parser_for(source.kind), attempt_version(source)
-    todo = []
-    for row in rows:
-        if not row["supported"] or row["error"]:
-            continue
-        if parsed.get(row["doc_id"]) == (row["content_hash"], row["meta_json"], version):
-            continue
+    with store.db.session():
+        # Compared by the database: a run that changed nothing reads no discovery or parsed row.
+        unparsed = store.staging.unparsed(source_id, version)
+        failed = store.ledger.failures(source_id) if unparsed else {}
+        if len(unparsed) <= 1000:
+            rows = store.staging.discovery_rows_of(source_id, unparsed) if unparsed else []
+        else:
+            wanted = set(unparsed)  # many (a full build): one scan rather than a long list of ids
+            rows = [row for row in store.staging.discovery_rows(source_id) if row["doc_id"] in wanted]
+
+    def failed_before(row: dict) -> bool:
         failure = failed.get(row["doc_id"])
-        if failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"] \
-                and failure["parser_version"] == attempt:
-            continue
-        todo.append(row["doc_id"])
-    if len(todo) <= 1000:
-        return store.staging.discovery_rows_of(source_id, todo) if todo else []
-    wanted = set(todo)  # many (a full build): one scan rather than a long list of ids
-    return [row for row in store.staging.discovery_rows(source_id) if row["doc_id"] in wanted]
+        return bool(failure and failure["stage"] == "parsed" and failure["content_hash"] == row["content_hash"]
+                    and failure["parser_version"] == attempt)
+
+    return [row for row in rows if not failed_before(row)]
 
 
 def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run_id: str,
@@ -254,13 +249,9 @@ def chunk_source(source: SourceConfig, store: Store, config: ChunkingConfig, run
     config = source.effective_chunking(config)
     fingerprint = inputs.chunking_fingerprint(config)
     with store.db.session():
-        current = {r["doc_id"] for r in store.staging.discovery_rows(source_id, ("doc_id", "supported")) if r["supported"]}
-        parsed = {doc_id: (content_hash, meta)
-                  for doc_id, (content_hash, meta, _) in store.staging.parsed_versions(source_id).items()}
-        staged = store.staging.chunk_versions(source_id)
-        gone = sorted((set(parsed) | set(staged)) - current)
+        # Compared by the database: a run that changed nothing reads no parsed or staged row.
+        todo, gone = store.staging.chunking_due(source_id, fingerprint)
         store.staging.drop_staged_documents(gone)
-    todo = [d for d, (content_hash, _) in parsed.items() if d in current and staged.get(d) != (content_hash, fingerprint)]
     report = StageReport(source_id, "chunked")
     ledger: list[dict] = []
     chunk_total = 0

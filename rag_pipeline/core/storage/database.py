@@ -49,6 +49,7 @@ class Database(ABC):
     vector_type: str
     # Dense candidates from an approximate index (HNSW): the engine answers, not the in-memory copy.
     approximate: bool = False
+    scan_once_queries: int = 32  # from this many questions, an exact search reads the vectors once (search.py)
 
     def __init__(self, read_only: bool = False, create: bool = True) -> None:
         self.read_only = read_only

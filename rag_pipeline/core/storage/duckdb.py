@@ -46,6 +46,9 @@ PASSING_READS_MEMORY = "128MB"
 class DuckDBDatabase(Database):
     dialect = "duckdb"
     vector_type = "FLOAT[]"
+    # One statement scores every vector in the engine (`dense_candidates`); from three questions, one
+    # read of the vectors for all of them costs less (100k chunks: 0.3 s a statement, 1 s a read).
+    scan_once_queries = 3
 
     def __init__(self, path: Path | str, read_only: bool = False, create: bool = True) -> None:
         super().__init__(read_only, create)
@@ -269,7 +272,24 @@ class DuckDBDatabase(Database):
 
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
                          filters: SearchFilters) -> list[str] | None:
-        return None  # no vector index: the caller scores every filtered vector, exactly
+        """Exact, in the engine: every filtered vector scored where it lies (no vector leaves the
+        file: a switch's probe of one edited page at 100k chunks, 0.3 s against 2.5 s through
+        Arrow and numpy), and every chunk as close as the `depth`-th kept, so that ties and float
+        rounding at the edge are decided by the caller's exact rescoring."""
+        from rag_pipeline.core.vectors import FLOAT32_SCORE_TOLERANCE  # numpy: not for a run that reads rows only
+
+        # A zero vector's cosine is NaN: it scores 0, as in the common rescoring.
+        similarity = "list_cosine_similarity(v.vector, ?::FLOAT[])"
+        sql = f"""
+            WITH scored AS MATERIALIZED (
+                SELECT c.chunk_id, CASE WHEN isnan({similarity}) THEN 1.0 ELSE 1.0 - {similarity} END AS distance
+                FROM chunks c JOIN vectors v USING (chunk_id) WHERE {where}
+            ),
+            edge AS (SELECT distance FROM scored ORDER BY distance LIMIT 1 OFFSET ?)
+            SELECT chunk_id FROM scored WHERE distance <= coalesce((SELECT distance FROM edge), 'Infinity') + ?
+        """
+        vector = [float(x) for x in query]
+        return [row[0] for row in self.rows(sql, [vector, vector, *params, depth - 1, FLOAT32_SCORE_TOLERANCE])]
 
     def source_lock(self, source_id: str, timeout_s: float = 1800.0) -> AbstractContextManager:
         return exclusive_source(self.path, source_id, timeout_s)

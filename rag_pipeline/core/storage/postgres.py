@@ -155,8 +155,8 @@ class PostgresDatabase(Database):
     def dense_candidates(self, query: np.ndarray, depth: int, where: str, params: Sequence,
                          filters: SearchFilters) -> list[str]:
         literal = "[" + ",".join(repr(float(x)) for x in query) + "]"
-        # A zero vector has no cosine distance (NaN): it scores 0, as in the common rescoring.
-        distance = "coalesce(v.vector <=> ?::vector, 1.0)"
+        # A zero vector has no cosine distance (pgvector gives NaN, which coalesce keeps): it scores 0, as in the rescoring.
+        distance = "coalesce(nullif(v.vector <=> ?::vector, 'NaN'), 1.0)"
         if self.vector_index == "hnsw":
             # The index's order, k plus a margin; with filters, the scan goes on until enough rows
             # pass them (pgvector 0.8's iterative scan).

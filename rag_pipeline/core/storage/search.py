@@ -31,10 +31,10 @@ def load_served_copy(db: Database, version: tuple, records=None) -> ServedCopy:
 
 # Queries per BM25 statement: bounds the (query x posting) work of one statement.
 QUERY_BATCH = 256
-# From this many questions at once, an exact search reads the filtered vectors once and scores them
-# all here, whatever the engine: a statement per question would scan every vector once each (a
-# switch's queryable probe of 10k documents on PostgreSQL: 10k scans of 10k vectors).
-SCAN_ONCE_QUERIES = 32
+# From `Database.scan_once_queries` questions at once (32; DuckDB, which scores in the engine, 3), an
+# exact search reads the filtered vectors once and scores them all here: a statement per question
+# would scan every vector once each (a switch's queryable probe of 10k documents on PostgreSQL: 10k
+# scans of 10k vectors).
 # Questions scored per read of the vectors: each keeps its candidates' vectors until the scan ends
 # (about 15 KB a question at k = 10), so the probe of a 100k-document build reads the vectors a few
 # times rather than holding 1.5 GB of candidates.
@@ -137,7 +137,7 @@ class Search:
         if copy is not None:
             return self._hits(copy.dense(queries, k, filters), copy)
         where, params = filter_sql(filters)
-        scan_once = len(queries) >= SCAN_ONCE_QUERIES and not self.db.approximate
+        scan_once = len(queries) >= self.db.scan_once_queries and not self.db.approximate
         first = None if scan_once else self.db.dense_candidates(queries[0], k, where, params, filters)
         if first is None:
             # Many questions, or no index of the engine's own: score every filtered vector, a batch

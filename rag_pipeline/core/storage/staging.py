@@ -136,6 +136,33 @@ class Staging:
                             [source_id])
         return {d: (h, m, v) for d, h, m, v in rows}
 
+    def unparsed(self, source_id: str, parser_version: str) -> list[str]:
+        """Supported, readable documents of the latest discovery whose parsed version is not of their
+        content, metadata and this parser (or that have none): decided by the database, so that a
+        run that changed nothing reads no row of a large source."""
+        rows = self.db.rows(
+            "SELECT m.doc_id FROM discovery m LEFT JOIN parsed_docs p ON p.doc_id = m.doc_id "
+            "WHERE m.source_id = ? AND m.supported AND m.error IS NULL AND (p.doc_id IS NULL "
+            "OR p.content_hash IS DISTINCT FROM m.content_hash OR p.meta_json IS DISTINCT FROM m.meta_json "
+            "OR p.parser_version IS DISTINCT FROM ?) ORDER BY m.doc_id", [source_id, parser_version])
+        return [doc_id for (doc_id,) in rows]
+
+    def chunking_due(self, source_id: str, fingerprint: str) -> tuple[list[str], list[str]]:
+        """(parsed documents of the latest discovery whose staged chunks are not of their parsed content
+        and `fingerprint`, or that have none; staged documents the discovery no longer holds as
+        supported), decided by the database."""
+        current = "EXISTS (SELECT 1 FROM discovery m WHERE m.doc_id = {alias}.doc_id AND m.supported)"
+        todo = self.db.rows(
+            f"SELECT p.doc_id FROM parsed_docs p WHERE p.source_id = ? AND {current.format(alias='p')} "
+            "AND (NOT EXISTS (SELECT 1 FROM staged_chunks s WHERE s.doc_id = p.doc_id) OR EXISTS (SELECT 1 "
+            "FROM staged_chunks s WHERE s.doc_id = p.doc_id AND (s.content_hash IS DISTINCT FROM p.content_hash "
+            "OR s.chunking_fingerprint IS DISTINCT FROM ?))) ORDER BY p.doc_id", [source_id, fingerprint])
+        gone = self.db.rows(
+            f"SELECT doc_id FROM parsed_docs p WHERE p.source_id = ? AND NOT {current.format(alias='p')} UNION "
+            f"SELECT doc_id FROM staged_chunks s WHERE s.source_id = ? AND NOT {current.format(alias='s')} ORDER BY 1",
+            [source_id, source_id])
+        return [doc_id for (doc_id,) in todo], [doc_id for (doc_id,) in gone]
+
     def save_parsed(self, source_id: str, docs: Sequence[tuple[ParsedDocument, str]]) -> None:
         """Replace the parsed elements of these (document, meta json) pairs, in one transaction.
 
@@ -176,12 +203,6 @@ class Staging:
                 for doc_id, content_hash, parser, title in docs]
 
     # ---- chunks ----------------------------------------------------------------------------
-
-    def chunk_versions(self, source_id: str) -> dict[str, tuple[str, str]]:
-        """`doc_id -> (content hash, chunking fingerprint)` of the staged chunks."""
-        rows = self.db.rows(
-            "SELECT DISTINCT doc_id, content_hash, chunking_fingerprint FROM staged_chunks WHERE source_id = ?", [source_id])
-        return {d: (h, f) for d, h, f in rows}
 
     def save_chunks(self, source_id: str, fingerprint: str,
                     docs: Sequence[tuple[str, str, Sequence[Chunk], Sequence[tuple[str, str, int]]]]) -> None:

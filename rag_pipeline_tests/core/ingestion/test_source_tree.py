@@ -159,3 +159,25 @@ def test_a_file_with_several_names_is_skipped_unless_the_source_allows_hard_link
     assert allowed["linked.md"].supported and allowed["linked.md"].error is None
     assert allowed["page.html"].error is None and allowed["page.html"].meta.tenant == "acme"
     assert "read under its own path" in allowed["alias.md"].skip_reason
+
+
+def test_a_file_its_owner_may_not_read_is_asked_about(tmp_path, monkeypatch):
+    """The walk trusts the owner's read bit of a file of this user without a call; a file without it
+    (or of another user) is asked of the system, and one the system refuses fails with the reason."""
+    from rag_pipeline.core.ingestion import source_tree
+
+    (tmp_path / "open.md").write_text("# Open\n")
+    (tmp_path / "closed.md").write_text("# Closed\n")
+    (tmp_path / "closed.md").chmod(0o200)
+    asked = []
+    def access(path, mode):  # the root is readable, every file asked about is refused
+        if os.path.isdir(path):
+            return True
+        asked.append(os.path.basename(path))
+        return False
+
+    monkeypatch.setattr(source_tree.os, "access", access)
+    entries = {e.rel_path: e for e in SourceTree("s", tmp_path).walk()[0]}
+    assert asked == ["closed.md"]
+    assert entries["open.md"].error is None
+    assert "permission denied" in entries["closed.md"].error

@@ -86,17 +86,17 @@ def test_packed_strings_index_like_a_list():
 
 @pytest.mark.parametrize("group", [8192, 7])
 def test_many_questions_at_once_rank_as_each_alone(store, monkeypatch, group):
-    """From SCAN_ONCE_QUERIES questions, the database search scores one read of the vectors (on
+    """From `scan_once_queries` questions, the database search scores one read of the vectors (on
     PostgreSQL too, instead of a statement per question), a group of questions per read: the same
-    hits as each question alone."""
+    hits as each question alone (scored by the engine's statement, DuckDB's included)."""
     from rag_pipeline.core.storage import search
-    from rag_pipeline.core.storage.search import SCAN_ONCE_QUERIES
 
     monkeypatch.setattr(search, "SCAN_GROUP_QUERIES", group)
 
     in_database = Search(store.db, memory=False)
     filters = SearchFilters(unrestricted=True)
-    texts = [f"{QUESTIONS[i % len(QUESTIONS)]} {WORDS[i % len(WORDS)]}" for i in range(SCAN_ONCE_QUERIES + 3)]
+    texts = [f"{QUESTIONS[i % len(QUESTIONS)]} {WORDS[i % len(WORDS)]}" for i in range(32 + 3)]
+    assert store.db.scan_once_queries <= 32
     vectors = store.embedder.encode(texts)
     together = in_database.dense_search(vectors, 5, filters)
     alone = [in_database.dense_search(vectors[i:i + 1], 5, filters)[0] for i in range(len(texts))]

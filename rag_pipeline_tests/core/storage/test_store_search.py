@@ -146,3 +146,19 @@ def test_the_in_memory_copy_ranks_exactly_as_the_database(store, filters):
     assert [[h.chunk_id for h in hits] for hits in memory_bm25] == [[h.chunk_id for h in hits] for hits in database_bm25]
     for left, right in zip(memory_bm25, database_bm25):
         assert [h.score for h in left] == pytest.approx([h.score for h in right], rel=1e-12)
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_one_question_in_the_database_ranks_as_the_copy(store, filters):
+    """A question alone in the database is answered by the engine's own statement (DuckDB scores
+    every vector in the file, PostgreSQL likewise): the copy's hits and scores, under each filter;
+    a zero vector (no cosine) scores 0 everywhere, as in the copy."""
+    from rag_pipeline.core.storage.search import Search
+
+    in_database = Search(store.db, memory=False)
+    vectors = np.vstack([store.embedder.encode(["escalate refunds to finance", "sso entity id urn"]),
+                         np.zeros((1, store.embedder.encode(["x"]).shape[1]), dtype=np.float32)])
+    for i in range(len(vectors)):
+        alone = in_database.dense_search(vectors[i:i + 1], 3, filters)[0]
+        copied = store.search.dense_search(vectors[i:i + 1], 3, filters)[0]
+        assert [(h.chunk_id, h.score) for h in alone] == [(h.chunk_id, h.score) for h in copied]
