@@ -16,10 +16,12 @@ export TOKENIZERS_PARALLELISM := false
 $(BIN)/rag-pipeline: pyproject.toml tools/en_core_web_sm_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-	set -o pipefail; $(BIN)/pip install -q -e '.[dev]' ./tools/en_core_web_sm_shim 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
+	# --no-compile: Python compiles a module's bytecode when it is first imported; compiling all of
+	# site-packages up front (torch's thousands of files included) costs about a minute of CPU.
+	set -o pipefail; $(BIN)/pip install -q --no-compile -e '.[dev]' ./tools/en_core_web_sm_shim 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
 	# unstructured's PDF path imports unstructured-inference; its own dependencies would replace
 	# the CPU torch with a multi-GB CUDA build, so it goes in without them (pyproject lists what it needs).
-	set -o pipefail; $(BIN)/pip install -q --no-deps unstructured-inference==1.6.14 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
+	set -o pipefail; $(BIN)/pip install -q --no-compile --no-deps unstructured-inference==1.6.14 2>&1 | grep -v "is ignored" || test $${PIPESTATUS[0]} -eq 0
 	# The bundled model exported to ONNX once, into the user's cache (first use would do it otherwise).
 	$(BIN)/python -m rag_pipeline.core.embedding.onnx_export
 	touch $@
@@ -42,7 +44,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 # than the two cores: the longest modules of `make test` mostly wait for a daemon (a schedule's
 # minute, a backfill's 30 s loop) and the fast tests for processes they start (Dagster instances,
 # the command line), so extra workers compute meanwhile (benchmarks/test_loop.py measures both).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 FAST_WORKERS ?= 3
 test: lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
@@ -64,7 +66,7 @@ bench: install
 
 # The UI's key pages in headless Chromium (Debian's chromium package; playwright drives it, nothing downloaded).
 screenshots: install
-	$(BIN)/pip install -q -e '.[ui]' 2>&1 | grep -v "is ignored" || true
+	$(BIN)/pip install -q --no-compile -e '.[ui]' 2>&1 | grep -v "is ignored" || true
 	$(BIN)/python tools/ui_screenshots.py --out docs/screenshots
 
 clean:
