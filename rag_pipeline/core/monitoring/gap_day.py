@@ -114,13 +114,15 @@ def coverage_gaps_day(config: PipelineConfig, store: Store, embedder: Embedder, 
     threshold = golden_threshold(load_golden_set(config.golden_set).cases, retriever, monitoring.gap_answerable_flag_rate)
     evidence = best_evidence(retriever, [Question(q.query, q.tenant, q.roles) for q in examined])
     earlier = [gap_from_row(row) for row in store.gaps.open_before(day)]
-    found = find_gaps(day, evidence, threshold.value, earlier, monitoring.gap_distance, monitoring.gap_min_queries)
+    golden = threshold.answerable_scores
+    found = find_gaps(day, evidence, threshold.value, earlier, monitoring.gap_distance, monitoring.gap_min_queries,
+                      golden, monitoring.gap_alpha)
     continued = {g.gap_id for g in found}
     closing = []
     for gap in earlier:
         if gap.gap_id not in continued:
             now = best_evidence(retriever, [m.question for m in gap.members])
-            done = closed(gap, now, threshold.value, day)
+            done = closed(gap, now, threshold.value, day, golden, monitoring.gap_alpha)
             if done is not None:
                 closing.append(done)
     result = GapDay(day, threshold, found + sorted(closing, key=lambda g: (-g.count, g.gap_id)), len(examined),
