@@ -1,19 +1,26 @@
 """Coverage gaps: topics of production questions the served index holds no good evidence for.
 
-A day's gaps are its weak questions (best evidence under the weak-evidence threshold,
-`gap_threshold.py`) grouped into topics (`gap_topics.py`); a topic with at least `min_queries`
-questions is a gap, ranked by its number of questions. Each gap shows its label (distinctive
-terms), its questions and their share of the day's examined questions, the tenants that asked, and
-its nearest document and section (the best chunk any of its questions reached, with that score).
+A day's examined questions are grouped into topics (`gap_topics.py`, cut at `distance`). A topic of
+at least `min_queries` questions is a gap when its questions' best evidence scores sit lower, as a
+group, than the golden set's answerable cases' (`gap_group.py`: one-sided Mann-Whitney, the day's
+topics adjusted together by Benjamini-Hochberg, significant at `alpha`), even when few of them fall
+under the per-question threshold. The weak questions left (best evidence under the weak-evidence
+threshold, `gap_threshold.py`) are grouped into topics among themselves, and one of at least
+`min_queries` is a gap too: a handful of questions with no evidence at all is a gap whatever the
+rest of its topic does. Gaps are ranked by their number of questions. Each shows its label
+(distinctive terms), its questions and their share of the day's examined questions, the tenants
+that asked, and its nearest document and section (the best chunk any of its questions reached,
+with that score).
 
 Identity across days: a day's topic is the same gap as an open gap of an earlier day when their
 centroids (mean of unit question vectors) are within `distance` (cosine) of each other, each
 earlier gap matched at most once, closest pairs first; it keeps that gap's id and first day.
 
-Closing: an open gap of an earlier day that is not asked again weakly is searched again, question by
+Closing: an open gap of an earlier day that is not a gap again that day is searched again, question by
 question with each one's caller context, against what the index serves now. When at least half of
-its questions (`CLOSING_SHARE`) reach the threshold, it is closed by the document that most of the
-answered ones find first (ties: the higher best score).
+its questions (`CLOSING_SHARE`) reach the threshold and, as a group, they no longer score lower than
+the golden answerable cases (the same test, alone, at `alpha`), it is closed by the document that
+most of the answered ones find first (ties: the higher best score).
 """
 
 from __future__ import annotations
