@@ -10,6 +10,11 @@ export TRANSFORMERS_OFFLINE := 1
 export DO_NOT_TRACK := 1
 export UNSTRUCTURED_DISABLE_NOTICE := 1
 export TOKENIZERS_PARALLELISM := false
+# Bytecode is cached as each module is first imported (pip installs with --no-compile, below). A shell
+# that sets PYTHONDONTWRITEBYTECODE would make every process compile Dagster, torch and the rest from
+# source again: on a clean clone that doubled the CPU of the command-line tests (test_cli.py: 54 CPU s
+# against 27 with the cache), and the suite starts hundreds of processes.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test test-fast ui validate bench clean lint screenshots
 

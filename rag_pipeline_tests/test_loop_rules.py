@@ -5,6 +5,8 @@ and the longest modules start first."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -132,3 +134,14 @@ def test_under_xdist_the_longest_modules_start_first(pytester):
     pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *one_worker).assert_outcomes(passed=18)
     assert [line.split()[0] for line in log.read_text().splitlines()] == [
         "e2e/test_real_night", "e2e/test_celery_backfill", "core/test_small"]
+
+
+def test_make_caches_bytecode_even_where_the_shell_says_not_to():
+    """A shell with PYTHONDONTWRITEBYTECODE (this machine's has it) would have every process of the
+    suite compile Dagster and torch from source again: the Makefile unexports it for its commands."""
+    repo = Path(__file__).resolve().parent.parent
+    probe = 'probe: ; @echo "[$$PYTHONDONTWRITEBYTECODE]"'
+    shown = subprocess.run(["make", "-s", "--no-print-directory", "--eval", probe, "probe"], cwd=repo,
+                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
+                           check=True)
+    assert shown.stdout.strip() == "[]"
