@@ -2,7 +2,11 @@
 answerable ones, and what `coverage_gaps` finds, against what was removed.
 
     python benchmarks/gaps.py --dataset ../shared/datasets/beir-scifact [--work DIR] [--clusters 25]
-                              [--topics 4] [--seed 0] [--page]
+                              [--topics 4] [--seed 0] [--qrels test] [--page]
+
+Any dataset in BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/<name>.tsv`): SciFact, PubMedQA
+(`../shared/datasets/pubmedqa-pqal`). `--page` writes one section of docs/performance.md per
+dataset and seed, named after both.
 
 BEIR datasets have no topic labels, so topics are made from the corpus itself, once, before any
 gap is looked for: k-means (`--clusters`, seeded) of the documents' embeddings as the pipeline
@@ -48,13 +52,13 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from rag_pipeline.api import coverage_gaps_day, ingest_source, load_config, make_embedder, open_store  # noqa: E402
+from rag_pipeline.config.sections import slugify_source_id  # noqa: E402
 from rag_pipeline.core.evaluation.golden.beir import BEIR_REFERENCE, read_qrels  # noqa: E402
 from rag_pipeline.core.monitoring.evidence import Question, best_evidence, evidence_retriever  # noqa: E402
 
 # Queries a cluster needs (all judged documents inside it) to be drawn as a topic: a gap needs a
 # few questions to be a topic at all (monitoring.gap_min_queries is 2).
 MIN_TOPIC_QUERIES = 6
-SOURCE = "scifact"
 DAY1, DAY2 = date(2026, 11, 20), date(2026, 11, 21)
 
 
@@ -120,18 +124,21 @@ def main() -> int:
     parser.add_argument("--clusters", type=int, default=25)
     parser.add_argument("--topics", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--qrels", default="test", help="the qrels file under qrels/ (without .tsv)")
     parser.add_argument("--page", action="store_true", help="write the figures into docs/performance.md")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="gaps-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     corpus = _read_jsonl(args.dataset / "corpus.jsonl")
     queries = {q["_id"]: q["text"] for q in _read_jsonl(args.dataset / "queries.jsonl")}
-    qrels = {q: judged for q, judged in read_qrels(args.dataset / "qrels" / "test.tsv").items() if q in queries}
+    qrels = {q: judged for q, judged in read_qrels(args.dataset / "qrels" / f"{args.qrels}.tsv").items() if q in queries}
+    dataset = args.dataset.resolve().name
+    source = slugify_source_id(dataset.removeprefix("beir-"))
     served = work / "corpus" / "corpus.jsonl"
     _write_jsonl(served, corpus)
     config_path = work / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump({
-        "sources": [{"name": SOURCE, "path": str(served), "kind": "beir"}],
+        "sources": [{"name": source, "path": str(served), "kind": "beir"}],
         "storage": {"path": str(work / "index.duckdb")}, "golden_set": str(work / "golden.jsonl"),
         "monitoring": {"query_log": str(work / "log"), "start_date": DAY1.isoformat(), "gap_sample_size": 100_000},
         # Removing whole topics deletes more than a nightly change would: allowed here, on purpose.
@@ -152,7 +159,7 @@ def main() -> int:
     replayed_removed = [q for q in topic_of if topic_of[q] != 0]
     _write_jsonl(Path(config.golden_set), [
         {"id": f"q{q}", "question": queries[q], "reference": BEIR_REFERENCE, "slice": "beir", "split": "dev",
-         "gold_docs": [f"{SOURCE}:{d}" for d, s in qrels[q].items() if s > 0], "answerable": True} for q in golden_ids
+         "gold_docs": [f"{source}:{d}" for d, s in qrels[q].items() if s > 0], "answerable": True} for q in golden_ids
     ] + [{"id": f"q{q}", "question": queries[q], "reference": "", "slice": "beir", "split": "dev", "gold_docs": [],
           "answerable": False} for q in topic_queries[0]])
     day_ids = sorted(control_ids + replayed_removed, key=lambda q: random.Random(f"{args.seed}:{q}").random())
@@ -218,7 +225,7 @@ def main() -> int:
         from benchmarks.performance_page import write_section
 
         body = "\n".join([
-            f"BEIR SciFact test queries; {len(removed_docs)} of {len(corpus)} documents removed: {args.topics + 1} "
+            f"`{dataset}`, {args.qrels} queries; {len(removed_docs)} of {len(corpus)} documents removed: {args.topics + 1} "
             f"k-means topics of the stored document vectors (k={args.clusters}, seed {args.seed}); one topic's "
             f"{len(topic_queries[0])} queries are the golden set's unanswerable cases, {len(golden_ids)} answerable "
             f"queries its answerable ones. Replayed as one day: {len(replayed_removed)} questions of the {args.topics} "
@@ -252,7 +259,8 @@ def main() -> int:
             f"Whole run (two ingestions with the embedding cache, two gap days): {elapsed:.0f} s. The goal of "
             "issue 36 is 0.8 for gap precision and topic recall.",
         ])
-        write_section("Coverage gaps on removed topics", body)
+        write_section(f"Coverage gaps on removed topics: {dataset}, seed {args.seed}", body,
+                      script=f"benchmarks/gaps.py:{dataset}-seed{args.seed}")
     store.close()
     return 0
 

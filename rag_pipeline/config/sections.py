@@ -253,6 +253,11 @@ class MonitoringConfig(_Strict):
     gap_distance: float = Field(default=0.5, gt=0, le=2, description="cosine distance under which weak questions "
                                 "join one topic (average linkage), and a gap matches an earlier day's")
     gap_min_queries: int = Field(default=2, ge=1, description="questions a topic needs to be listed as a gap")
+    # A topic whose questions score lower as a group than the golden set's answerable cases is a gap
+    # even when few of them fall under the threshold (gap_group.py): the false discovery rate of
+    # that test over a day's topics (Benjamini-Hochberg), and its level when a gap is re-tested to close.
+    gap_alpha: float = Field(default=0.05, gt=0, lt=1, description="false discovery rate of the group test that "
+                             "calls a topic a coverage gap")
     gap_share_warn: float = Field(default=0.10, gt=0, le=1, description="the coverage_gaps check warns when a new "
                                   "gap holds more than this share of the day's questions")
 

@@ -114,20 +114,23 @@ def coverage_gaps_day(config: PipelineConfig, store: Store, embedder: Embedder, 
     threshold = golden_threshold(load_golden_set(config.golden_set).cases, retriever, monitoring.gap_answerable_flag_rate)
     evidence = best_evidence(retriever, [Question(q.query, q.tenant, q.roles) for q in examined])
     earlier = [gap_from_row(row) for row in store.gaps.open_before(day)]
-    found = find_gaps(day, evidence, threshold.value, earlier, monitoring.gap_distance, monitoring.gap_min_queries)
+    golden = threshold.answerable_scores
+    found = find_gaps(day, evidence, threshold.value, earlier, monitoring.gap_distance, monitoring.gap_min_queries,
+                      golden, monitoring.gap_alpha)
     continued = {g.gap_id for g in found}
     closing = []
     for gap in earlier:
         if gap.gap_id not in continued:
             now = best_evidence(retriever, [m.question for m in gap.members])
-            done = closed(gap, now, threshold.value, day)
+            done = closed(gap, now, threshold.value, day, golden, monitoring.gap_alpha)
             if done is not None:
                 closing.append(done)
     result = GapDay(day, threshold, found + sorted(closing, key=lambda g: (-g.count, g.gap_id)), len(examined),
                     len(in_window), sum(1 for e in evidence if e.weak(threshold.value)))
     with store.transaction():
         store.gaps.save_day(day, [gap_row(g, day, threshold.value) for g in result.gaps])
-        store.records.save_monitoring(day, "gaps", {**result.measures(), "threshold_rule": threshold.rule})
+        store.records.save_monitoring(day, "gaps", {**result.measures(), "gap_alpha": monitoring.gap_alpha,
+                                                     "threshold_rule": threshold.rule})
     return result
 
 
@@ -137,10 +140,11 @@ def gaps_markdown(gaps: Sequence[Gap], measures: Mapping | None) -> str:
     if measures is None:
         return "\n".join([*lines, "_coverage_gaps was not materialized for this day_", ""])
     lines += [
-        "Questions whose best evidence in the served index (dense cosine of the best chunk the asker may see) is "
-        f"under {number(measures.get('weak_threshold'), 4)} ({inline(measures.get('threshold_rule', ''))}), grouped "
-        f"into topics. Weak: {measures.get('weak_queries', 0):.0f} of {measures.get('examined_queries', 0):.0f} "
-        "questions examined.",
+        "Topics of the day's questions whose best evidence in the served index (dense cosine of the best chunk the "
+        "asker may see) is lower, as a group, than the golden set's answerable cases' (one-sided Mann-Whitney, "
+        f"Benjamini-Hochberg over the day's topics at {number(measures.get('gap_alpha'), 2)}), and groups of weak "
+        f"questions: under {number(measures.get('weak_threshold'), 4)} ({inline(measures.get('threshold_rule', ''))}). "
+        f"Weak: {measures.get('weak_queries', 0):.0f} of {measures.get('examined_queries', 0):.0f} questions examined.",
         "",
         table([{"label": g.label, "count": g.count, "share": g.share, "first_seen": g.first_seen.isoformat(),
                 "status": g.status + (f" by {g.closed_by}" if g.closed_by else ""),

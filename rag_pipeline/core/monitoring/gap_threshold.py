@@ -43,6 +43,8 @@ class WeakThreshold:
     # Share of answerable golden cases under the threshold, and of unanswerable ones (NaN without any).
     answerable_flagged: float
     unanswerable_caught: float
+    # The answerable cases' best scores: what a topic's scores are compared with as a group (gap_group.py).
+    answerable_scores: tuple[float, ...] = ()
 
     def measures(self) -> dict[str, float]:
         return {"weak_threshold": self.value, "golden_answerable_flagged": self.answerable_flagged,
@@ -72,6 +74,7 @@ def calibrate(scores: Sequence[float], answerable: Sequence[bool], max_flag_rate
         value=float(value), rule=rule, answerable=len(answered), unanswerable=len(unanswered),
         answerable_flagged=sum(1 for s in answered if s < value) / len(answered),
         unanswerable_caught=sum(1 for s in unanswered if s < value) / len(unanswered) if unanswered else math.nan,
+        answerable_scores=tuple(float(s) for s in answered),
     )
 
 

@@ -1,19 +1,26 @@
 """Coverage gaps: topics of production questions the served index holds no good evidence for.
 
-A day's gaps are its weak questions (best evidence under the weak-evidence threshold,
-`gap_threshold.py`) grouped into topics (`gap_topics.py`); a topic with at least `min_queries`
-questions is a gap, ranked by its number of questions. Each gap shows its label (distinctive
-terms), its questions and their share of the day's examined questions, the tenants that asked, and
-its nearest document and section (the best chunk any of its questions reached, with that score).
+A day's examined questions are grouped into topics (`gap_topics.py`, cut at `distance`). A topic of
+at least `min_queries` questions is a gap when its questions' best evidence scores sit lower, as a
+group, than the golden set's answerable cases' (`gap_group.py`: one-sided Mann-Whitney, the day's
+topics adjusted together by Benjamini-Hochberg, significant at `alpha`), even when few of them fall
+under the per-question threshold. The weak questions left (best evidence under the weak-evidence
+threshold, `gap_threshold.py`) are grouped into topics among themselves, and one of at least
+`min_queries` is a gap too: a handful of questions with no evidence at all is a gap whatever the
+rest of its topic does. Gaps are ranked by their number of questions. Each shows its label
+(distinctive terms), its questions and their share of the day's examined questions, the tenants
+that asked, and its nearest document and section (the best chunk any of its questions reached,
+with that score).
 
 Identity across days: a day's topic is the same gap as an open gap of an earlier day when their
 centroids (mean of unit question vectors) are within `distance` (cosine) of each other, each
 earlier gap matched at most once, closest pairs first; it keeps that gap's id and first day.
 
-Closing: an open gap of an earlier day that is not asked again weakly is searched again, question by
+Closing: an open gap of an earlier day that is not a gap again that day is searched again, question by
 question with each one's caller context, against what the index serves now. When at least half of
-its questions (`CLOSING_SHARE`) reach the threshold, it is closed by the document that most of the
-answered ones find first (ties: the higher best score).
+its questions (`CLOSING_SHARE`) reach the threshold and, as a group, they no longer score lower than
+the golden answerable cases (the same test, alone, at `alpha`), it is closed by the document that
+most of the answered ones find first (ties: the higher best score).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from datetime import date
 import numpy as np
 
 from rag_pipeline.core.monitoring.evidence import Evidence, Question
+from rag_pipeline.core.monitoring.gap_group import adjusted_pvalues, is_low
 from rag_pipeline.core.monitoring.gap_topics import distinctive_terms, topics
 from rag_pipeline.core.vectors import normalise_rows
 
@@ -111,17 +119,38 @@ def match(centroids: Sequence[np.ndarray], earlier: Sequence[Gap], distance: flo
     return matched
 
 
-def find_gaps(day: date, evidence: Sequence[Evidence], threshold: float, earlier: Sequence[Gap],
-              distance: float, min_queries: int) -> list[Gap]:
-    """The day's gaps from its examined questions' evidence, largest first (see the module docstring)."""
-    weak = [e for e in evidence if e.weak(threshold)]
-    if not weak:
-        return []
-    numbers = topics(np.array([e.vector for e in weak]), distance)
+def _score(item: Evidence) -> float:
+    """A question's best score for the group test; nothing at all counts as 0 (as in the calibration)."""
+    return item.best_score if item.best_score is not None else 0.0
+
+
+def _group(items: Sequence[Evidence], vectors_of: Sequence[Evidence], distance: float) -> list[list[Evidence]]:
+    numbers = topics(np.array([e.vector for e in vectors_of]), distance)
     groups: dict[int, list[Evidence]] = {}
-    for item, number in zip(weak, numbers, strict=True):
+    for item, number in zip(items, numbers, strict=True):
         groups.setdefault(number, []).append(item)
-    kept = [group for group in groups.values() if len(group) >= min_queries]
+    return list(groups.values())
+
+
+def gap_topics(evidence: Sequence[Evidence], threshold: float, distance: float, min_queries: int,
+               golden: Sequence[float], alpha: float) -> list[list[Evidence]]:
+    """The day's topics that are gaps (see the module docstring): low topics first, then the
+    topics of the weak questions left."""
+    candidates = [g for g in _group(evidence, evidence, distance) if len(g) >= min_queries]
+    adjusted = adjusted_pvalues([[_score(e) for e in g] for g in candidates], golden)
+    low = [g for g, p in zip(candidates, adjusted, strict=True) if p <= alpha]
+    in_low = {id(e) for g in low for e in g}
+    weak = [e for e in evidence if e.weak(threshold) and id(e) not in in_low]
+    return low + [g for g in _group(weak, weak, distance) if len(g) >= min_queries]
+
+
+def find_gaps(day: date, evidence: Sequence[Evidence], threshold: float, earlier: Sequence[Gap],
+              distance: float, min_queries: int, golden: Sequence[float] = (), alpha: float = 0.05) -> list[Gap]:
+    """The day's gaps from its examined questions' evidence, largest first (see the module docstring);
+    `golden` the golden set's answerable scores the group test compares with."""
+    kept = gap_topics(evidence, threshold, distance, min_queries, golden, alpha)
+    if not kept:
+        return []
     in_gaps = {id(e) for group in kept for e in group}
     labels = distinctive_terms([[e.question.text for e in group] for group in kept],
                                [e.question.text for e in evidence if id(e) not in in_gaps])
@@ -153,10 +182,13 @@ def closing_document(evidence: Sequence[Evidence], threshold: float) -> str | No
     return min(votes, key=lambda doc: (-votes[doc], -best[doc], doc))
 
 
-def closed(gap: Gap, evidence: Sequence[Evidence], threshold: float, day: date) -> Gap | None:
-    """The gap closed on `day`, its questions' scores brought up to date; None while it stays open."""
+def closed(gap: Gap, evidence: Sequence[Evidence], threshold: float, day: date, golden: Sequence[float] = (),
+           alpha: float = 0.05) -> Gap | None:
+    """The gap closed on `day`, its questions' scores brought up to date; None while it stays open:
+    fewer than CLOSING_SHARE of them reach the threshold, or as a group they still score lower
+    than the golden set's answerable cases (`golden`) at `alpha`."""
     document = closing_document(evidence, threshold)
-    if document is None:
+    if document is None or is_low([_score(e) for e in evidence], golden, alpha):
         return None
     members = tuple(Member(e.question, e.best_score) for e in evidence)
     return replace(gap, members=members, closed_by=document, closed_on=day)

@@ -90,7 +90,9 @@ def test_an_off_corpus_topic_is_one_gap_holding_most_of_it(pipeline, tmp_path):
     assert len(asked & set(OFF_CORPUS)) >= 6 and not asked & set(NORMAL)
     assert "dashboard" in gap.label and gap.first_seen == DAY1 and gap.status == "open"
     assert gap.share == pytest.approx(gap.count / len(NORMAL + OFF_CORPUS))
-    assert gap.best_score is not None and gap.best_score < result.threshold.value
+    # The group test takes in the topic's questions above the per-question threshold too.
+    scores = [m.best_score for m in gap.members]
+    assert len(asked) >= 7 and min(scores) < result.threshold.value <= max(scores) == gap.best_score
     assert gap.nearest_doc and gap.nearest_doc.startswith("kb:")
     verdict = result.verdict(config.monitoring.gap_share_warn)
     assert not verdict.passed and "dashboard" in verdict.summary
@@ -208,3 +210,63 @@ def test_the_report_section_escapes_what_users_typed():
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert len(rows) == 3 and len({row.count("|") - row.count("\\|") for row in rows}) == 1
     assert "_coverage_gaps was not materialized" in gaps_markdown([], None)
+
+
+def test_the_group_test_is_a_one_sided_mann_whitney_with_benjamini_hochberg_over_the_day():
+    from rag_pipeline.core.monitoring.gap_group import adjusted_pvalues, is_low, lower_pvalue
+
+    # Two scores under all three golden ones, no ties: exactly 1 of the C(5, 2) = 10 orderings is as low.
+    assert lower_pvalue([0.1, 0.2], [0.3, 0.4, 0.5]) == pytest.approx(0.1)
+    # Above all of them: the most extreme ordering the other way, p = 1.
+    assert lower_pvalue([0.6, 0.7], [0.3, 0.4, 0.5]) == pytest.approx(1.0)
+    assert lower_pvalue([], [0.3]) == 1.0 and lower_pvalue([0.1], []) == 1.0
+    golden = [0.5, 0.55, 0.6, 0.62, 0.65, 0.7, 0.72, 0.75, 0.8]
+    groups = [[0.1, 0.2, 0.3], [0.52, 0.58, 0.9], [0.4, 0.45], [0.66, 0.71, 0.74, 0.85]]
+    raw = [lower_pvalue(g, golden) for g in groups]
+    # Benjamini-Hochberg by hand: sorted p(i) * m / i, then the running minimum from the largest down.
+    order = sorted(range(len(raw)), key=lambda i: raw[i])
+    expected, running = [0.0] * len(raw), 1.0
+    for rank in range(len(raw), 0, -1):
+        i = order[rank - 1]
+        running = min(running, raw[i] * len(raw) / rank)
+        expected[i] = running
+    assert adjusted_pvalues(groups, golden) == pytest.approx(expected)
+    assert adjusted_pvalues([], golden) == []
+    assert is_low(groups[0], golden, 0.05) and not is_low(groups[3], golden, 0.05)
+
+
+def _asked(text: str, score: float | None, vector) -> Evidence:
+    return Evidence(Question(text), score, "kb:a.md", "A", np.asarray(vector, dtype=np.float32))
+
+
+GOLDEN_SCORES = [0.55, 0.6, 0.62, 0.65, 0.68, 0.7, 0.72, 0.75, 0.78, 0.8, 0.82, 0.85]
+
+
+def test_a_topic_scoring_low_as_a_group_is_a_gap_though_none_of_its_questions_is_weak():
+    from rag_pipeline.core.monitoring.gaps import find_gaps
+
+    low = [_asked(f"low {i}", 0.42 + 0.01 * i, [1.0, 0.05 * i, 0.0]) for i in range(6)]
+    usual = [_asked(f"usual {i}", GOLDEN_SCORES[i * 2], [0.0, 1.0, 0.05 * i]) for i in range(6)]
+    weak = [_asked(f"weak {i}", 0.2, [0.0, 0.05 * i, 1.0]) for i in range(2)]
+    found = find_gaps(DAY1, low + usual + weak, threshold=0.4, earlier=[], distance=0.3, min_queries=2,
+                      golden=GOLDEN_SCORES, alpha=0.05)
+    assert [sorted(m.question.text for m in g.members) for g in found] == [
+        [e.question.text for e in low], [e.question.text for e in weak]]
+    # Without golden scores to compare with, only the per-question threshold speaks.
+    alone = find_gaps(DAY1, low + usual + weak, 0.4, [], 0.3, 2)
+    assert [sorted(m.question.text for m in g.members) for g in alone] == [[e.question.text for e in weak]]
+    # A stricter false discovery rate than the topic's adjusted p-value: not a gap.
+    strict = find_gaps(DAY1, low + usual + weak, 0.4, [], 0.3, 2, golden=GOLDEN_SCORES, alpha=1e-6)
+    assert len(strict) == 1
+
+
+def test_a_gap_closes_only_when_its_questions_pass_the_threshold_and_no_longer_score_low_as_a_group():
+    from rag_pipeline.core.monitoring.gaps import closed
+
+    gap = _gap("g", [1.0, 0.0])
+    above_but_low = [_asked(f"q{i}", 0.45 + 0.01 * i, [1.0, 0.0]) for i in range(6)]
+    assert closed(gap, above_but_low, 0.4, DAY2) is not None  # the threshold alone would close it
+    assert closed(gap, above_but_low, 0.4, DAY2, golden=GOLDEN_SCORES, alpha=0.05) is None
+    answered = [_asked(f"q{i}", GOLDEN_SCORES[i * 2], [1.0, 0.0]) for i in range(6)]
+    done = closed(gap, answered, 0.4, DAY2, golden=GOLDEN_SCORES, alpha=0.05)
+    assert done is not None and done.closed_by == "kb:a.md" and done.closed_on == DAY2
