@@ -130,7 +130,8 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="gaps-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     corpus = _read_jsonl(args.dataset / "corpus.jsonl")
-    queries = {q["_id"]: q["text"] for q in _read_jsonl(args.dataset / "queries.jsonl")}
+    # As the query log reads them: whitespace runs made one space.
+    queries = {q["_id"]: " ".join(q["text"].split()) for q in _read_jsonl(args.dataset / "queries.jsonl")}
     qrels = {q: judged for q, judged in read_qrels(args.dataset / "qrels" / f"{args.qrels}.tsv").items() if q in queries}
     dataset = args.dataset.resolve().name
     source = slugify_source_id(dataset.removeprefix("beir-"))
