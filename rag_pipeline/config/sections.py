@@ -258,8 +258,9 @@ class MonitoringConfig(_Strict):
     # that test over a day's topics (Benjamini-Hochberg), and its level when a gap is re-tested to close.
     gap_alpha: float = Field(default=0.05, gt=0, lt=1, description="false discovery rate of the group test that "
                              "calls a topic a coverage gap")
-    gap_share_warn: float = Field(default=0.10, gt=0, le=1, description="the coverage_gaps check warns when a new "
-                                  "gap holds more than this share of the day's questions")
+    # Said once: a gap that stays over the share on later days is listed, not warned about again.
+    gap_share_warn: float = Field(default=0.10, gt=0, le=1, description="the coverage_gaps check warns when a gap "
+                                  "first holds more than this share of a day's questions")
 
     @model_validator(mode="after")
     def _days_start_somewhere(self) -> MonitoringConfig:

@@ -87,8 +87,9 @@ CHECKS: dict[str, CheckDoc] = {
     ),
     "no_large_new_gap": CheckDoc(
         "coverage_gaps",
-        "No coverage gap first seen this day (a topic of questions with weak evidence in the served index) holds "
-        "more than monitoring.gap_share_warn of the day's questions; warns with the gap's label and questions.",
+        "No coverage gap (a topic of questions with weak evidence in the served index) holds more than "
+        "monitoring.gap_share_warn of the day's questions for the first time this day, new or open since an "
+        "earlier day; warns once, with the gap's label and questions (a gap that stays over it is only listed).",
         severity=dg.AssetCheckSeverity.WARN,
     ),
 }

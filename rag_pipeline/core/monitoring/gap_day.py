@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 
 from rag_pipeline.config import ConfigError, PipelineConfig
@@ -33,6 +33,9 @@ class GapDay:
     examined: int
     window: int
     weak: int
+    # The largest share of a day each open gap held on an earlier day (by gap id): whether a gap over
+    # the warning share today crosses it for the first time.
+    earlier_peaks: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def open_gaps(self) -> list[Gap]:
@@ -57,19 +60,30 @@ class GapDay:
                  "best_score": g.best_score, "examples": " | ".join(m.question.text for m in g.members[:3])}
                 for g in self.gaps]
 
+    def crossing(self, share_warn: float) -> list[Gap]:
+        """The open gaps over `share_warn` of the day that never were on an earlier day: new ones, and
+        earlier ones that grew over it today (said once; while a gap stays over, it is only listed)."""
+        return [g for g in self.open_gaps
+                if g.share > share_warn and self.earlier_peaks.get(g.gap_id, 0.0) <= share_warn]
+
     def verdict(self, share_warn: float) -> Verdict:
-        """`no_large_new_gap` (WARN): no gap first seen this day holds more than `share_warn` of it."""
-        large = [g for g in self.new_gaps if g.share > share_warn]
+        """`no_large_new_gap` (WARN): no gap first crosses `share_warn` of the day's questions this day."""
+        large = self.crossing(share_warn)
         if large:
-            summary = (f"{len(large)} new coverage gap(s) over {share_warn:.0%} of the day's questions; largest: "
-                       f"'{large[0].label}', {large[0].count} questions ({large[0].share:.0%}), e.g. "
-                       f"{large[0].members[0].question.text[:120]}")
+            first = large[0]
+            since = "new today" if first.first_seen == self.day else f"open since {first.first_seen.isoformat()}"
+            summary = (f"{len(large)} coverage gap(s) first over {share_warn:.0%} of the day's questions; largest: "
+                       f"'{first.label}' ({since}), {first.count} questions ({first.share:.0%}), e.g. "
+                       f"{first.members[0].question.text[:120]}")
         else:
-            summary = (f"no new coverage gap over {share_warn:.0%} of the day's {self.examined} questions "
-                       f"({len(self.open_gaps)} open, {len(self.new_gaps)} new; weak-evidence threshold "
-                       f"{self.threshold.value:.4f})")
+            above = sum(1 for g in self.open_gaps if g.share > share_warn)
+            summary = (f"no coverage gap first over {share_warn:.0%} of the day's {self.examined} questions "
+                       f"({len(self.open_gaps)} open, {len(self.new_gaps)} new, {above} over it since an earlier "
+                       f"day; weak-evidence threshold {self.threshold.value:.4f})")
         numbers = {"largest_new_gap_share": round(max((g.share for g in self.new_gaps), default=0.0), 4),
-                   "new_gaps": len(self.new_gaps), "weak_threshold": round(self.threshold.value, 6)}
+                   "largest_gap_share": round(max((g.share for g in self.open_gaps), default=0.0), 4),
+                   "new_gaps": len(self.new_gaps), "crossing_gaps": len(large),
+                   "weak_threshold": round(self.threshold.value, 6)}
         return Verdict(not large, summary, numbers, {"gaps": Table(self.rows(), GAP_COLUMNS)})
 
 
@@ -126,7 +140,8 @@ def coverage_gaps_day(config: PipelineConfig, store: Store, embedder: Embedder, 
             if done is not None:
                 closing.append(done)
     result = GapDay(day, threshold, found + sorted(closing, key=lambda g: (-g.count, g.gap_id)), len(examined),
-                    len(in_window), sum(1 for e in evidence if e.weak(threshold.value)))
+                    len(in_window), sum(1 for e in evidence if e.weak(threshold.value)),
+                    store.gaps.peak_shares_before(day))
     with store.transaction():
         store.gaps.save_day(day, [gap_row(g, day, threshold.value) for g in result.gaps])
         store.records.save_monitoring(day, "gaps", {**result.measures(), "gap_alpha": monitoring.gap_alpha,

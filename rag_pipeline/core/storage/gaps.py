@@ -35,6 +35,12 @@ class GapRecords:
             latest[row["gap_id"]] = row
         return [row for row in latest.values() if row["status"] == "open"]
 
+    def peak_shares_before(self, day: date) -> dict[str, float]:
+        """The largest share of a day each gap held while open on a day before `day`, by gap id."""
+        rows = self.db.dicts("SELECT gap_id, max(share) AS peak FROM coverage_gaps WHERE day < ? AND status = 'open' "
+                             "GROUP BY gap_id", [day])
+        return {row["gap_id"]: float(row["peak"]) for row in rows}
+
     def still_open(self) -> list[dict]:
         """Each gap's latest row, when no later day closed it: the gaps open now."""
         return self.open_before(date.max)

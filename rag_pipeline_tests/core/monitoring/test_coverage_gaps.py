@@ -138,6 +138,29 @@ def test_a_gap_keeps_its_identity_then_closes_when_a_document_answers_it(pipelin
     assert first.gap_id not in {row["gap_id"] for row in store.gaps.open_before(date(2026, 11, 24))}
 
 
+def test_a_gap_that_grows_over_the_share_warns_on_the_day_it_crosses_and_not_again(pipeline, tmp_path):
+    config, store, embedder, _, _ = pipeline
+    warn = config.monitoring.gap_share_warn
+    # The topic is small for two days (found, under the share), crosses it on the third, stays over on the fourth.
+    days = [date(2026, 11, 20 + i) for i in range(4)]
+    for day, asked in zip(days, [3, 3, 8, 8], strict=True):
+        _log(tmp_path / "log", day, NORMAL + OFF_CORPUS[:asked])
+    results = [coverage_gaps_day(config, store, embedder, day) for day in days]
+    dashboards = [[g for g in r.gaps if "dashboard" in g.label] for r in results]
+    assert all(len(found) == 1 for found in dashboards), [[g.label for g in r.gaps] for r in results]
+    shares = [found[0].share for found in dashboards]
+    assert shares[0] <= warn and shares[1] <= warn and shares[2] > warn and shares[3] > warn, shares
+    assert len({found[0].gap_id for found in dashboards}) == 1
+    verdicts = [r.verdict(warn) for r in results]
+    assert [v.passed for v in verdicts] == [True, True, False, True]
+    # Not new on the day it crosses: the warning says since when it is open.
+    assert not results[2].new_gaps and f"open since {days[0].isoformat()}" in verdicts[2].summary
+    assert verdicts[2].numbers["crossing_gaps"] == 1 and verdicts[3].numbers["crossing_gaps"] == 0
+    # Still listed on the fourth day, over the share: said once, not hidden.
+    assert "1 over it since an earlier day" in verdicts[3].summary
+    assert store.gaps.peak_shares_before(days[3]) == {dashboards[0][0].gap_id: pytest.approx(shares[2])}
+
+
 def test_the_threshold_is_youdens_j_capped_by_the_answerable_quantile():
     # Answerable 0.9, 0.8, 0.7, 0.3; unanswerable 0.75, 0.2. J is best at 0.25 (TPR 1, FPR 0.5) and at
     # 0.775 (TPR 0.5, FPR 0): J = 0.5 both; the tie goes to the one nearest 0.5 (`best_threshold`): 0.25.
