@@ -23,7 +23,7 @@ ingest the reduced corpus, run `coverage_gaps_day` for the day (threshold calibr
 set as the asset does), put the full corpus back, ingest, and run the next day (same questions):
 gaps whose questions are now answered close.
 
-Figures: per-question AUROC of the best evidence score for "removed topic" against "answerable"
+Figures: per-question AUROC of the evidence score (and of the cosine alone) for "removed topic" against "answerable"
 (lower score = removed); the gaps' precision (gaps whose majority of questions come from one
 removed topic) and topic recall (removed topics that are the majority of some gap); the same at
 the question level (questions in a gap from a removed topic / all questions in gaps; removed-topic
@@ -168,15 +168,19 @@ def main() -> int:
         _log(Path(config.monitoring.query_log), day, [queries[q] for q in day_ids])
     retriever = evidence_retriever(store, embedder, config.retrieval)
     # The same questions against the whole corpus: what was weak before anything was removed.
-    before = {e.question.text: e.best_score for e in best_evidence(retriever, [Question(queries[q]) for q in day_ids])}
+    before = {e.question.text: e for e in best_evidence(retriever, [Question(queries[q]) for q in day_ids])}
     _write_jsonl(served, [d for d in corpus if d["_id"] not in removed_docs])
     ingest_source(config.sources[0], store, embedder, config.chunking, config.lifecycle, "reduced")
 
     first = coverage_gaps_day(config, store, embedder, DAY1)
-    evidence = {e.question.text: e for e in best_evidence(retriever, [Question(queries[q]) for q in day_ids])}
+    # Scored as the day scored them: on the golden answerable cases' scale (gap_threshold.py).
+    scale = first.threshold.scale
+    evidence = {e.question.text: e for e in scale.apply(best_evidence(retriever, [Question(queries[q]) for q in day_ids]))}
     label_of = {queries[q]: (f"topic {topic_of[q]}" if q in topic_of else "answerable") for q in day_ids}
-    auroc = _auroc([evidence[queries[q]].best_score for q in replayed_removed],
-                   [evidence[queries[q]].best_score for q in control_ids])
+    auroc = _auroc([evidence[queries[q]].score for q in replayed_removed],
+                   [evidence[queries[q]].score for q in control_ids])
+    cosine_auroc = _auroc([evidence[queries[q]].best_score or 0.0 for q in replayed_removed],
+                          [evidence[queries[q]].best_score or 0.0 for q in control_ids])
     majorities = [Counter(label_of[m.question.text] for m in g.members).most_common(1)[0][0] for g in first.open_gaps]
     correct = sum(1 for m in majorities if m != "answerable")
     found_topics = {m for m in majorities if m != "answerable"}
@@ -187,7 +191,7 @@ def main() -> int:
     stages = {}
     for kind, ids in (("removed", replayed_removed), ("answerable", control_ids)):
         texts = [queries[q] for q in ids]
-        stages[kind] = (len(texts), sum(1 for t in texts if (before[t] or 0.0) < threshold),
+        stages[kind] = (len(texts), sum(1 for t in texts if scale.score(before[t]) < threshold),
                         sum(1 for t in texts if evidence[t].weak(threshold)), sum(1 for t in in_gaps if t in set(texts)))
 
     _write_jsonl(served, corpus)
@@ -210,7 +214,7 @@ def main() -> int:
         "topic_recall": len(found_topics) / args.topics,
         "question_precision": removed_in_gaps / len(in_gaps) if in_gaps else float("nan"),
         "question_recall": removed_in_gaps / len(replayed_removed),
-        "auroc": auroc,
+        "auroc": auroc, "cosine_auroc": cosine_auroc,
         "closed_after_restore": f"{len(closed)} of {len(first.open_gaps)} gaps "
                                 f"({sum(1 for g in closed if majority_of.get(g.gap_id, 'answerable') != 'answerable')} "
                                 f"of {len(removed_gaps)} removed-topic gaps)",
@@ -236,7 +240,8 @@ def main() -> int:
             "| measure | value |",
             "|---|---|",
             f"| weak-evidence threshold | {figures['threshold']} ({figures['threshold_rule']}) |",
-            f"| per-question AUROC (best evidence, removed vs answerable) | {auroc:.3f} |",
+            f"| per-question AUROC (evidence score, removed vs answerable; the cosine alone) | {auroc:.3f} "
+            f"({cosine_auroc:.3f}) |",
             f"| weak questions / gaps | {first.weak} / {len(first.open_gaps)} |",
             f"| gap precision (majority from a removed topic) | {figures['gap_precision']:.2f} |",
             f"| topic recall (removed topics that lead a gap) | {figures['topic_recall']:.2f} |",
@@ -253,7 +258,7 @@ def main() -> int:
             *[f"| {kind} | {n} | {weak_before} | {weak_after} | {gapped} |"
               for kind, (n, weak_before, weak_after, gapped) in stages.items()],
             "",
-            "Gaps found (questions, majority label, best score, label):",
+            "Gaps found (questions, majority label, best cosine, label):",
             "",
             *[f"- {count} · {majority} · {score:.3f} · {label}" for label, count, majority, score in rows],
             "",

@@ -90,7 +90,7 @@ class GapDay:
 def gap_row(gap: Gap, day: date, threshold: float) -> dict:
     """A gap as a row of the `coverage_gaps` table."""
     members = [{"query": m.question.text, "tenant": m.question.tenant, "roles": list(m.question.roles),
-                "best_score": m.best_score} for m in gap.members]
+                "best_score": m.best_score, "score": m.score} for m in gap.members]
     return {"day": day, "gap_id": gap.gap_id, "first_seen": gap.first_seen, "last_seen": gap.last_seen,
             "status": gap.status, "label": gap.label, "question_count": gap.count, "share": gap.share,
             "best_score": gap.best_score, "threshold": threshold, "nearest_doc": gap.nearest_doc,
@@ -100,7 +100,8 @@ def gap_row(gap: Gap, day: date, threshold: float) -> dict:
 
 def gap_from_row(row: Mapping) -> Gap:
     """A stored row back as a gap."""
-    members = tuple(Member(Question(m["query"], m.get("tenant"), tuple(m.get("roles") or ())), m.get("best_score"))
+    members = tuple(Member(Question(m["query"], m.get("tenant"), tuple(m.get("roles") or ())), m.get("best_score"),
+                           m.get("score"))
                     for m in json.loads(row["members"]))
     closed_on = row["day"] if row["status"] == "closed" else None
     return Gap(gap_id=row["gap_id"], first_seen=row["first_seen"], last_seen=row["last_seen"], label=row["label"],
@@ -126,7 +127,7 @@ def coverage_gaps_day(config: PipelineConfig, store: Store, embedder: Embedder, 
     examined = sampling.stratified_sample(in_window, monitoring.gap_sample_size, seed=f"gaps:{day.isoformat()}")
     retriever = evidence_retriever(store, embedder, config.retrieval)
     threshold = golden_threshold(load_golden_set(config.golden_set).cases, retriever, monitoring.gap_answerable_flag_rate)
-    evidence = best_evidence(retriever, [Question(q.query, q.tenant, q.roles) for q in examined])
+    evidence = threshold.scale.apply(best_evidence(retriever, [Question(q.query, q.tenant, q.roles) for q in examined]))
     earlier = [gap_from_row(row) for row in store.gaps.open_before(day)]
     golden = threshold.answerable_scores
     found = find_gaps(day, evidence, threshold.value, earlier, monitoring.gap_distance, monitoring.gap_min_queries,
@@ -135,7 +136,7 @@ def coverage_gaps_day(config: PipelineConfig, store: Store, embedder: Embedder, 
     closing = []
     for gap in earlier:
         if gap.gap_id not in continued:
-            now = best_evidence(retriever, [m.question for m in gap.members])
+            now = threshold.scale.apply(best_evidence(retriever, [m.question for m in gap.members]))
             done = closed(gap, now, threshold.value, day, golden, monitoring.gap_alpha)
             if done is not None:
                 closing.append(done)
@@ -155,8 +156,10 @@ def gaps_markdown(gaps: Sequence[Gap], measures: Mapping | None) -> str:
     if measures is None:
         return "\n".join([*lines, "_coverage_gaps was not materialized for this day_", ""])
     lines += [
-        "Topics of the day's questions whose best evidence in the served index (dense cosine of the best chunk the "
-        "asker may see) is lower, as a group, than the golden set's answerable cases' (one-sided Mann-Whitney, "
+        "Topics of the day's questions whose evidence in the served index, as the asker may see it (the dense cosine "
+        "of the best chunk and the idf-weighted share of the question's terms its best BM25 chunk holds, each "
+        "ranked among the golden set's answerable cases, averaged), is lower, as a group, than those cases' "
+        "(one-sided Mann-Whitney, "
         f"Benjamini-Hochberg over the day's topics at {number(measures.get('gap_alpha'), 2)}), and groups of weak "
         f"questions: under {number(measures.get('weak_threshold'), 4)} ({inline(measures.get('threshold_rule', ''))}). "
         f"Weak: {measures.get('weak_queries', 0):.0f} of {measures.get('examined_queries', 0):.0f} questions examined.",
@@ -168,7 +171,7 @@ def gaps_markdown(gaps: Sequence[Gap], measures: Mapping | None) -> str:
                 "examples": " | ".join(m.question.text for m in g.members[:3])} for g in gaps],
               ["label", "count", "share", "first_seen", "status", "nearest", "best_score", "tenants", "examples"],
               headers=["topic", "questions", "share", "first seen", "status", "nearest document (section)",
-                       "best score", "tenants", "examples"], limit=None),
+                       "best cosine", "tenants", "examples"], limit=None),
         "",
     ]
     return "\n".join(lines)

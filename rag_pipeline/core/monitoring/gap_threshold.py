@@ -1,7 +1,18 @@
-"""The weak-evidence threshold: under it, a question counts as one the corpus cannot answer.
+"""The evidence score and the weak-evidence threshold: under it, a question counts as one the
+corpus cannot answer.
 
 Calibrated on the golden set, whose cases say whether the corpus answers them. Each case outside
-holdout (holdout never tunes anything) is searched as its own caller would (`evidence.py`); then
+holdout (holdout never tunes anything) is searched as its own caller would (`evidence.py`).
+
+The evidence score of a question puts its two measures on one scale, the golden set's answerable
+cases (`EvidenceScale`):
+
+    score = (F_cos(best cosine) + F_cov(coverage)) / 2
+
+with F the share of answerable cases whose measure is at or under the question's (its percentile
+rank; no evidence at all ranks 0). Neither measure is weighted by a constant fitted anywhere: each
+counts as far as it ranks a question among questions the corpus answers, and the scores of the
+answerable cases themselves spread over (0, 1]. Then, on the cases' scores,
 
     t_J   = the threshold maximising Youden's J = TPR - FPR over answerable (score >= t) against
             unanswerable (score < t) cases: the same argmax as balanced accuracy (J = 2 BA - 1);
@@ -18,18 +29,50 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from rag_pipeline.core.errors import InputError
 from rag_pipeline.core.evaluation.answers.abstention import best_threshold
 from rag_pipeline.core.evaluation.golden.holdout import withheld
 from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
-from rag_pipeline.core.monitoring.evidence import Question, best_evidence
+from rag_pipeline.core.monitoring.evidence import Evidence, Question, best_evidence
 from rag_pipeline.core.retrieval.retriever import Retriever
 
 
 class NoAnswerableCasesError(InputError):
     """The golden set has no answerable case to calibrate on."""
+
+
+@dataclass(frozen=True)
+class EvidenceScale:
+    """The answerable golden cases' best cosines and coverages, sorted: what a question's measures rank
+    among (module docstring). Empty: the cosine alone is the score (no golden case to rank among)."""
+
+    cosines: tuple[float, ...] = ()
+    coverages: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, answerable: Sequence[Evidence]) -> EvidenceScale:
+        return cls(tuple(sorted(e.best_score if e.best_score is not None else 0.0 for e in answerable)),
+                   tuple(sorted(e.coverage if e.coverage is not None else 0.0 for e in answerable)))
+
+    def score(self, evidence: Evidence) -> float:
+        if evidence.best_score is None:
+            return 0.0
+        if not self.cosines:
+            return evidence.best_score
+        return (_rank(self.cosines, evidence.best_score) + _rank(self.coverages, evidence.coverage or 0.0)) / 2
+
+    def apply(self, evidence: Sequence[Evidence]) -> list[Evidence]:
+        """The evidence with its strength set."""
+        return [replace(e, strength=self.score(e)) for e in evidence]
+
+
+def _rank(sorted_values: Sequence[float], value: float) -> float:
+    """The share of the values at or under `value`."""
+    return float(np.searchsorted(np.asarray(sorted_values), value, side="right")) / len(sorted_values)
 
 
 @dataclass(frozen=True)
@@ -43,8 +86,10 @@ class WeakThreshold:
     # Share of answerable golden cases under the threshold, and of unanswerable ones (NaN without any).
     answerable_flagged: float
     unanswerable_caught: float
-    # The answerable cases' best scores: what a topic's scores are compared with as a group (gap_group.py).
+    # The answerable cases' evidence scores: what a topic's scores are compared with as a group (gap_group.py).
     answerable_scores: tuple[float, ...] = ()
+    # The scale a day's questions are scored on (the answerable cases' measures).
+    scale: EvidenceScale = field(default_factory=EvidenceScale)
 
     def measures(self) -> dict[str, float]:
         return {"weak_threshold": self.value, "golden_answerable_flagged": self.answerable_flagged,
@@ -79,9 +124,10 @@ def calibrate(scores: Sequence[float], answerable: Sequence[bool], max_flag_rate
 
 
 def golden_threshold(cases: Sequence, retriever: Retriever, max_flag_rate: float) -> WeakThreshold:
-    """Calibrate on the golden cases outside holdout, each searched with its own tenant and roles;
-    a case whose caller may see nothing at all scores 0."""
+    """Calibrate on the golden cases outside holdout, each searched with its own tenant and roles and
+    scored on the scale of the answerable ones; a case whose caller may see nothing scores 0."""
     tunable = [c for c in cases if not withheld(c)]
     evidence = best_evidence(retriever, [Question(c.question, c.tenant, tuple(c.roles)) for c in tunable])
-    scores = [e.best_score if e.best_score is not None else 0.0 for e in evidence]
-    return calibrate(scores, [c.answerable for c in tunable], max_flag_rate)
+    scale = EvidenceScale.of([e for e, c in zip(evidence, tunable, strict=True) if c.answerable])
+    threshold = calibrate([scale.score(e) for e in evidence], [c.answerable for c in tunable], max_flag_rate)
+    return replace(threshold, scale=scale)

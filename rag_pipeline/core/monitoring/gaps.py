@@ -1,16 +1,17 @@
 """Coverage gaps: topics of production questions the served index holds no good evidence for.
 
 A day's examined questions are grouped into topics (`gap_topics.py`, cut at `distance`). A topic of
-at least `min_queries` questions is a gap when its questions' best evidence scores sit lower, as a
-group, than the golden set's answerable cases' (`gap_group.py`: one-sided Mann-Whitney, the day's
+at least `min_queries` questions is a gap when its questions' evidence scores (`gap_threshold.py`:
+cosine and term coverage ranked among the golden answerable cases) sit lower, as a group, than the
+golden set's answerable cases' (`gap_group.py`: one-sided Mann-Whitney, the day's
 topics adjusted together by Benjamini-Hochberg, significant at `alpha`), even when few of them fall
-under the per-question threshold. The weak questions left (best evidence under the weak-evidence
-threshold, `gap_threshold.py`) are grouped into topics among themselves, and one of at least
+under the per-question threshold. The weak questions left (evidence score under the weak-evidence
+threshold) are grouped into topics among themselves, and one of at least
 `min_queries` is a gap too: a handful of questions with no evidence at all is a gap whatever the
 rest of its topic does. Gaps are ranked by their number of questions. Each shows its label
 (distinctive terms), its questions and their share of the day's examined questions, the tenants
 that asked, and its nearest document and section (the best chunk any of its questions reached,
-with that score).
+with its cosine).
 
 Identity across days: a day's topic is the same gap as an open gap of an earlier day when their
 centroids (mean of unit question vectors) are within `distance` (cosine) of each other, each
@@ -45,10 +46,11 @@ NO_TENANT = "(no tenant)"
 
 @dataclass(frozen=True)
 class Member:
-    """One question of a gap with its best evidence score when it was last searched."""
+    """One question of a gap when it was last searched: its best chunk's cosine and its evidence score."""
 
     question: Question
     best_score: float | None
+    score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,8 +122,8 @@ def match(centroids: Sequence[np.ndarray], earlier: Sequence[Gap], distance: flo
 
 
 def _score(item: Evidence) -> float:
-    """A question's best score for the group test; nothing at all counts as 0 (as in the calibration)."""
-    return item.best_score if item.best_score is not None else 0.0
+    """A question's evidence score for the group test; nothing at all counts as 0 (as in the calibration)."""
+    return item.score if item.score is not None else 0.0
 
 
 def _group(items: Sequence[Evidence], vectors_of: Sequence[Evidence], distance: float) -> list[list[Evidence]]:
@@ -163,7 +165,7 @@ def find_gaps(day: date, evidence: Sequence[Evidence], threshold: float, earlier
             gap_id=continued.gap_id if continued else _gap_id(day, questions),
             first_seen=continued.first_seen if continued else day, last_seen=day,
             label=", ".join(terms) or questions[0][:60],
-            members=tuple(Member(e.question, e.best_score) for e in group),
+            members=tuple(Member(e.question, e.best_score, e.score) for e in group),
             share=len(group) / len(evidence),
             nearest_doc=nearest.doc_id if nearest else None, nearest_section=nearest.section if nearest else "",
             best_score=nearest.best_score if nearest else None, centroid=tuple(float(x) for x in centroid),
@@ -190,5 +192,5 @@ def closed(gap: Gap, evidence: Sequence[Evidence], threshold: float, day: date, 
     document = closing_document(evidence, threshold)
     if document is None or is_low([_score(e) for e in evidence], golden, alpha):
         return None
-    members = tuple(Member(e.question, e.best_score) for e in evidence)
+    members = tuple(Member(e.question, e.best_score, e.score) for e in evidence)
     return replace(gap, members=members, closed_by=document, closed_on=day)

@@ -145,6 +145,18 @@ def analyze(text: str) -> list[str]:
     return [term for _, term in analyze_words(text)]
 
 
+# Words that make a question a question, not what it is about (stemmed like the index's terms).
+QUESTION_WORDS = frozenset(analyze(
+    "what which who whom whose when where why how do does did done can could would should shall may might "
+    "must am have has had i me my we us our you your name kind type many much"
+))
+
+
+def content_terms(question: str) -> list[str]:
+    """A question's distinct terms, in order, without the words that only make it a question."""
+    return [t for t in dict.fromkeys(analyze(question)) if t not in QUESTION_WORDS]
+
+
 def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))
 

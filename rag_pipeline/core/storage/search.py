@@ -192,6 +192,18 @@ class Search:
             "WHERE chunk_id IN (SELECT unnest(?::VARCHAR[]))", [list(candidates)])
         return rank(query, ids, matrix, k)
 
+    def document_frequencies(self, terms: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """(served chunks, the number of them holding each term): the collection statistics of BM25's
+        idf, for callers that weigh a question's terms by rarity (terms held nowhere count 0)."""
+        chunks = int(self.db.rows("SELECT count(*) FROM chunks")[0][0])
+        unique = sorted(set(terms))
+        if not unique:
+            return chunks, {}
+        rows = self.db.rows("SELECT term, count(*) FROM postings WHERE term IN (SELECT unnest(?::VARCHAR[])) "
+                            "GROUP BY term", [unique])
+        found = {str(term): int(count) for term, count in rows}
+        return chunks, {t: found.get(t, 0) for t in unique}
+
     def bm25_search(self, query_terms: Sequence[Sequence[str]], k: int, filters: SearchFilters,
                     k1: float, b: float) -> list[list[Hit]]:
         """Top-k chunks by Okapi BM25 for each analysed query.

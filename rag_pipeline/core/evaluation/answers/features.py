@@ -38,7 +38,7 @@ import numpy as np
 
 from rag_pipeline.core.evaluation.answers.generators import rank_sentences, split_sentences
 from rag_pipeline.core.models import Hit
-from rag_pipeline.core.retrieval.lexical import analyze
+from rag_pipeline.core.retrieval.lexical import analyze, content_terms
 
 FEATURES = (
     "dense_best", "dense_gap", "bm25_best", "bm25_gap", "top_doc_agrees", "top_docs_overlap",
@@ -54,13 +54,6 @@ DIRECTION = {name: 1.0 for name in FEATURES} | {"answer_type_missing": -1.0}
 
 
 AGREEMENT_DEPTH = 5
-
-
-# Words that make a question a question, not what it is about (stemmed like the index's terms).
-_QUESTION_WORDS = frozenset(analyze(
-    "what which who whom whose when where why how do does did done can could would should shall may might "
-    "must am have has had i me my we us our you your name kind type many much"
-))
 
 
 # Answer types by English wh-patterns, the first that matches wins (so "how many" beats "how").
@@ -124,10 +117,6 @@ def has_answer_type(kind: str, sentence: str, question: str) -> bool:
     return bool(_names(sentence, asked))
 
 
-def _content_terms(question: str) -> list[str]:
-    return [t for t in dict.fromkeys(analyze(question)) if t not in _QUESTION_WORDS]
-
-
 def _documents(hits: Sequence[Hit], depth: int) -> list[tuple[str, float]]:
     best: dict[str, float] = {}
     for hit in hits:
@@ -164,7 +153,7 @@ def question_features(question: str, candidates: Mapping[str, Sequence[Hit]], co
         features["top_doc_agrees"] = float(bool(top_dense and top_bm25) and top_dense[0] == top_bm25[0])
         width = max(len(top_dense), len(top_bm25))
         features["top_docs_overlap"] = len(set(top_dense) & set(top_bm25)) / width if width else 0.0
-    terms = _content_terms(question)
+    terms = content_terms(question)
     top_terms = set(analyze(context[0].text)) if context else set()
     features["top_chunk_coverage"] = _share(terms, top_terms)
     features["top_chunk_terms"] = float(sum(1 for t in terms if t in top_terms))
