@@ -45,11 +45,12 @@ def days(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_new_product_is_a_gap_crossing_the_share_once_and_shift_days_are_weaker(days):
-    # Not asserted: that ordinary days warn never. One does (2026-11-22, a Sunday of 19 questions:
-    # "api v1 sunset date" twice, 10.5%), which release-notes.txt answers but dense evidence misses
-    # (docs/limitations.md, "Coverage gaps").
     config, found, scenario = days
     warn = config.monitoring.gap_share_warn
+    # No ordinary day warns: "api v1 sunset date" (2026-11-22, twice on a Sunday of 19 questions) has a
+    # weak cosine, but release-notes.txt holds its words, and the coverage counts them (docs/monitoring.md).
+    assert all(found[d].verdict(warn).passed for d in ORDINARY_DAYS), {
+        str(d): [(g.label, g.share) for g in found[d].crossing(warn)] for d in ORDINARY_DAYS}
     # The injected topics make more of a shift day's questions weak than of an ordinary day's.
     def weak_share(days: list[date]) -> float:
         return sum(found[d].weak for d in days) / sum(found[d].examined for d in days)
