@@ -33,6 +33,7 @@ INSTALL = "install"
 WORKER_VARIABLE = {"test": "TEST_WORKERS", "test-fast": "FAST_WORKERS"}
 # pytest's last line: "12 failed, 700 passed, 3 skipped in 812.34s (0:13:32)".
 _SUMMARY = re.compile(r"^=*\s*(?P<counts>(?:\d+ \w+(?:, )?)+) in (?P<seconds>[\d.]+)s", re.MULTILINE)
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (?P<test>\S+)", re.MULTILINE)
 _DURATION = re.compile(r"^(?P<seconds>[\d.]+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)", re.MULTILINE)
 
 
@@ -48,6 +49,7 @@ class LoopRun:
     load: tuple[float, float]  # the 1-minute load average before and after: a loaded machine is slower
     cpu_s: float  # CPU seconds of the process tree (every process the run started and reaped)
     busy: float  # the share of all cores' time that was busy during the run (this run, on a quiet machine)
+    failed: list[str]  # the tests that failed or errored, as pytest's summary names them
 
 
 def run_target(target: str, workers: int | None, checkout: Path = REPO) -> LoopRun:
@@ -62,6 +64,10 @@ def run_target(target: str, workers: int | None, checkout: Path = REPO) -> LoopR
     cpu_s = _tree_cpu_s() - cpu_before
     busy, total = (after - before for before, after in zip(cores_before, _core_times(), strict=True))
     output = done.stdout + done.stderr
+    # The whole output is kept for a failure's details (a clean clone's folder is gone afterwards).
+    log = Path(tempfile.gettempdir()) / f"test-loop-{target}.log"
+    log.write_text(output)
+    print(f"  output: {log}", flush=True)
     summary = None
     for summary in _SUMMARY.finditer(output):
         pass  # the last summary line is the session's
@@ -69,7 +75,8 @@ def run_target(target: str, workers: int | None, checkout: Path = REPO) -> LoopR
     return LoopRun(target, workers or makefile_workers(target) if target in WORKER_VARIABLE else 0, wall, float(summary["seconds"]) if summary else None,
                    summary["counts"] if summary else "-" if target == INSTALL else "no pytest summary (see the make output)",
         done.returncode,
-                   slowest[:5], (load_before, os.getloadavg()[0]), cpu_s, busy / total if total else 0.0)
+                   slowest[:5], (load_before, os.getloadavg()[0]), cpu_s, busy / total if total else 0.0,
+        sorted(set(_FAILED.findall(output))))
 
 
 def _tree_cpu_s() -> float:
@@ -111,6 +118,9 @@ def render(runs: list[LoopRun]) -> str:
         lines.append(f"| `make {run.target}` | {run.workers or '-'} | {run.wall_s / 60:.1f} min | {pytest_time} "
                      f"| {run.cpu_s:,.0f} s | {run.busy:.0%} | {run.counts} "
                      f"| {run.exit_code} | {run.load[0]:.1f} / {run.load[1]:.1f} |")
+    for run in runs:
+        if run.failed:
+            lines += ["", f"Failed in `make {run.target}`:", ""] + [f"- `{test}`" for test in run.failed]
     for run in runs:
         if run.slowest:
             lines += ["", f"Slowest in `make {run.target}`:", ""]

@@ -1,8 +1,9 @@
 """Weak questions grouped into topics, and each topic's label.
 
-Topics: agglomerative clustering (scikit-learn) of the questions' embeddings with average linkage
-on cosine distance, cut at `distance`: two groups join while their questions are, on average,
-closer than that. No number of topics is assumed: a day may hold none, one or twenty.
+Topics: agglomerative clustering (SciPy's `linkage`) of the questions' embeddings with average
+linkage on cosine distance, cut at `distance`: two groups join while their questions are, on
+average, closer than that (strictly). No number of topics is assumed: a day may hold none, one or
+twenty.
 
 Labels: class-based TF-IDF (as BERTopic's c-TF-IDF). Each topic's questions form one class and the
 day's other questions one more; a term's weight in a class is
@@ -10,17 +11,24 @@ day's other questions one more; a term's weight in a class is
     w(t, c) = tf(t, c) / words(c) * log(1 + A / f(t))
 
 with tf(t, c) its count in the class, words(c) the class's word count, A the mean words per class
-and f(t) its count over all classes: frequent in the topic, rare in the rest of the day.
+and f(t) its count over all classes: frequent in the topic, rare in the rest of the day. Terms are
+the content words of `topic_text`, at least two characters, starting with a letter, and not on the
+retrieval's stop-word list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from rag_pipeline.core.monitoring.drift import topic_text
+from rag_pipeline.core.retrieval.lexical import STOP_WORDS
 from rag_pipeline.core.vectors import normalise_rows
+
+_TERM = re.compile(r"\b[^\W\d_][\w\-]+\b")
 
 
 def cosine_distances(vectors: np.ndarray) -> np.ndarray:
@@ -35,12 +43,15 @@ def topics(vectors: np.ndarray, distance: float) -> list[int]:
         return []
     if len(vectors) == 1:
         return [0]
-    from sklearn.cluster import AgglomerativeClustering
+    # SciPy's cluster module imports in a fraction of scikit-learn's time (a monitoring run pays it).
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
 
     distances = cosine_distances(vectors)
     np.fill_diagonal(distances, 0.0)
-    labels = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average",
-                                     distance_threshold=distance).fit_predict(distances)
+    merges = linkage(squareform(distances, checks=False), method="average")
+    # fcluster keeps merges at or under t; groups join only while strictly closer than `distance`.
+    labels = fcluster(merges, t=np.nextafter(distance, -np.inf), criterion="distance")
     # Renumbered by first appearance: the library's numbers are not part of its contract.
     order: dict[int, int] = {}
     return [order.setdefault(int(label), len(order)) for label in labels]
@@ -49,22 +60,22 @@ def topics(vectors: np.ndarray, distance: float) -> list[int]:
 def distinctive_terms(groups: Sequence[Sequence[str]], others: Sequence[str], n: int = 3) -> list[list[str]]:
     """The `n` terms of highest c-TF-IDF weight of each group of questions against the other questions
     (function words and English stop words left out); an empty list for a group of stop words only."""
-    from sklearn.feature_extraction.text import CountVectorizer
-
-    classes = [" ".join(topic_text(q) for q in group) for group in groups] + [" ".join(topic_text(q) for q in others)]
-    vectorizer = CountVectorizer(stop_words="english", token_pattern=r"(?u)\b[^\W\d_][\w\-]+\b")
-    try:
-        counts = vectorizer.fit_transform(classes).toarray().astype(float)
-    except ValueError:  # no term at all: every word is a stop word
+    classes = [Counter(_terms(group)) for group in groups] + [Counter(_terms(others))]
+    terms = sorted(set().union(*classes))
+    if not terms:  # every word is a stop word
         return [[] for _ in groups]
-    terms = vectorizer.get_feature_names_out()
+    counts = np.array([[cls[t] for t in terms] for cls in classes], dtype=float)
     words = counts.sum(axis=1, keepdims=True)
     frequency = counts.sum(axis=0)
     mean_words = words.mean()
     weights = counts / np.where(words == 0, 1, words) * np.log1p(mean_words / frequency)
     labels = []
     for row in weights[: len(groups)]:
-        # Ties by term, so that the label does not depend on the vectorizer's order.
+        # Ties by term, so that the label does not depend on the order the terms were met.
         ranked = sorted((-w, t) for w, t in zip(row, terms) if w > 0)
         labels.append([t for _, t in ranked[:n]])
     return labels
+
+
+def _terms(questions: Iterable[str]) -> list[str]:
+    return [t for q in questions for t in _TERM.findall(topic_text(q)) if t not in STOP_WORDS]

@@ -436,20 +436,3 @@ class Database(ABC):
     @abstractmethod
     def describe(self) -> str:
         """Where the data lives, for messages (a file path, or a database and schema; no secret)."""
-
-
-# Arrow's number types, by the name of the numpy type that reads their buffer as it is.
-_ARROW_NUMPY_TYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
-                      "float": "float32", "double": "float64"}
-
-
-def arrow_to_numpy(array) -> np.ndarray:
-    """A pyarrow array of numbers as numpy, a view of its values' buffer when it has no nulls
-    (pyarrow's own `to_numpy` imports pandas on its way: 0.3 s for a command that reads a few rows)."""
-    import numpy as np
-
-    name = _ARROW_NUMPY_TYPES.get(str(array.type))
-    if name is None or array.null_count:
-        return array.to_numpy(zero_copy_only=False)
-    dtype = np.dtype(name)
-    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)

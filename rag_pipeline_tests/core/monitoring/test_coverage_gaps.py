@@ -19,6 +19,7 @@ from rag_pipeline.core.monitoring.gap_threshold import NoAnswerableCasesError, c
 from rag_pipeline.core.monitoring.gap_topics import distinctive_terms, topics
 from rag_pipeline.core.monitoring.gaps import Gap, closing_document, match
 from rag_pipeline.core.storage import open_store
+from rag_pipeline.core.vectors import normalise_rows
 
 PAGES = {
     "refunds.md": "# Refunds\n\nRefunds of an annual plan are issued within 14 days of the refund request. "
@@ -196,6 +197,22 @@ def test_topics_and_labels():
     [label] = distinctive_terms([["payroll tax", "payroll run", "payroll refund"]], ["refund please", "refund time"], n=2)
     assert label[0] == "payroll" and "refund" not in label
     assert distinctive_terms([["how do I"]], ["what is it"]) == [[]]
+
+
+@pytest.mark.parametrize("distance", [0.2, 0.5, 0.8])
+def test_topics_are_scikit_learns_average_linkage_cut_at_the_distance(distance):
+    from sklearn.cluster import AgglomerativeClustering
+
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(6, 16))
+    vectors = np.vstack([centre + 0.4 * rng.normal(size=(12, 16)) for centre in centres])
+    distances = np.clip(1.0 - normalise_rows(vectors) @ normalise_rows(vectors).T, 0.0, 2.0)
+    np.fill_diagonal(distances, 0.0)
+    reference = AgglomerativeClustering(n_clusters=None, metric="precomputed", linkage="average",
+                                        distance_threshold=distance).fit_predict(distances)
+    order: dict[int, int] = {}
+    assert topics(vectors, distance) == [order.setdefault(int(label), len(order)) for label in reference]
+    assert 1 < len(order) < len(vectors)  # a cut that groups, not one topic nor all singletons
 
 
 def _evidence(doc: str | None, score: float | None) -> Evidence:

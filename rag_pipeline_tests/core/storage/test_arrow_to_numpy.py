@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rag_pipeline.core.storage.database import arrow_to_numpy
+from rag_pipeline.core.storage.duckdb import arrow_to_numpy
 
 
 @pytest.mark.parametrize(("values", "arrow_type"), [
