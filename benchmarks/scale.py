@@ -1,7 +1,7 @@
 """The cost curve: a full build, a no-change run, a one-document edit and a 1% deletion on a corpus
 of N documents, with peak memory and the store's size on disk.
 
-    python benchmarks/scale.py --docs N [--backend duckdb|postgres] [--json] [--page]
+    python benchmarks/scale.py --docs N [--backend duckdb|postgres] [--rounds R] [--json] [--page]
 
 The corpus is made from the shared datasets' texts (SciFact abstracts, SQuAD and PubMedQA
 contexts) under /tmp/rag-scale/ (never in the repository): document i is a title and a run of
@@ -15,7 +15,11 @@ MiniLM). The full build's process then encodes the same chunk texts again, strai
 embedder (`raw_encode_s`): the floor a build cannot go below. Peak RSS is the largest of the
 processes' own peaks (the parser workers' are not counted). `--raw-sample F` encodes every
 (1/F)-th chunk instead and scales the time up (the page says so), for sizes where encoding every
-chunk twice does not fit the time there is. The store's size is the DuckDB file, or
+chunk twice does not fit the time there is. After the full build, each incremental case runs
+`--rounds` times (3 unless told), each round in a fresh process timed whole (wall, and CPU seconds of
+its process tree): the no-change run, then an edit of another document each round, then a deletion of
+another 1% each round; the row keeps the round of the median seconds and the page every round, with
+the load before and after each case. The store's size is the DuckDB file, or
 the PostgreSQL schema's relations. Results are appended to benchmarks/results/scale.jsonl, kept in
 the repository (a row at 100k documents costs hours to make again); `--page` draws the curve from
 that file (docs/performance-scale.png) and writes the section of docs/performance.md. The code
@@ -33,6 +37,7 @@ import random
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -146,31 +151,56 @@ def run_phase(phase: str, corpus: Path, store_spec: str, raw_sample: float = 1.0
 def _phase_process(phase: str, corpus: Path, store_spec: str, raw_sample: float, embedder: str) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--corpus", str(corpus),
                "--store", store_spec, "--raw-sample", str(raw_sample), "--embedder", embedder]
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"{phase} failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["process_s"] = time.perf_counter() - started
-    print(f"  {phase}: {result['seconds']:.1f} s {result['stages_s']}", file=sys.stderr)
+    from performance_page import timed
+
+    run = timed(command, capture_output=True, text=True, cwd=ROOT)
+    if run.done.returncode != 0:
+        raise SystemExit(f"{phase} failed:\n{run.done.stderr[-3000:]}")
+    result = json.loads(run.done.stdout.strip().splitlines()[-1])
+    # The process as a user waits for it (imports included), and the CPU of its whole tree (parser workers too).
+    result["process_s"], result["cpu_s"] = round(run.wall_s, 2), round(run.cpu_s, 2)
+    print(f"  {phase}: {result['seconds']:.1f} s (process {run.wall_s:.1f} s wall, {run.cpu_s:.1f} CPU s) "
+          f"{result['stages_s']}", file=sys.stderr)
     return result
 
 
 # --- A whole measurement ------------------------------------------------------------------------
 
 
-def _edit_one(corpus: Path) -> None:
-    first = min(corpus.glob("part-*/doc-*"))
-    with open(first, "a") as handle:
-        handle.write("\nThis sentence was added to measure a one-document edit.\n")
+def _edit_one(corpus: Path, round_: int = 0) -> Path:
+    """Append a sentence to the `round_`-th document: each round edits another one."""
+    target = sorted(corpus.glob("part-*/doc-*"))[round_]
+    with open(target, "a") as handle:
+        handle.write(f"\nThis sentence was added to measure a one-document edit (round {round_ + 1}).\n")
+    return target
 
 
-def _delete_share(corpus: Path, share: float) -> int:
+def _delete_share(corpus: Path, share: float, round_: int = 0) -> int:
+    """Delete `share` of the documents there are, every (1/share)-th from the `round_`-th: each
+    round deletes others."""
     files = sorted(corpus.glob("part-*/doc-*"))
-    doomed = files[:: max(int(1 / share), 1)][: max(int(len(files) * share), 1)]
+    step = max(int(1 / share), 1)
+    doomed = files[round_ % step:: step][: max(int(len(files) * share), 1)]
     for path in doomed:
         path.unlink()
     return len(doomed)
+
+
+def _cases(phase: str, rounds: int, run, before_each=None) -> tuple[dict, dict]:
+    """`rounds` runs of one incremental case (`before_each(round)` first changes the corpus): the
+    round of the median seconds (its stages are the page's), and every round's figures."""
+    load_before = os.getloadavg()
+    results = []
+    for round_ in range(rounds):
+        if before_each is not None:
+            before_each(round_)
+        results.append(run())
+    median = sorted(results, key=lambda r: r["seconds"])[(rounds - 1) // 2]  # the low median: a real round
+    return median, {"rounds": rounds, "seconds": [round(r["seconds"], 2) for r in results],
+                    "process_s": [r["process_s"] for r in results], "cpu_s": [r["cpu_s"] for r in results],
+                    "rss_mb": round(max(r["rss_mb"] for r in results), 1),
+                    "load_before": [round(x, 2) for x in load_before],
+                    "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _working_copy(count: int) -> Path:
@@ -194,7 +224,9 @@ def _size_mb(store_spec: str) -> float:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*")) / 2**20
 
 
-def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "minilm") -> dict:
+def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "minilm", rounds: int = 1) -> dict:
+    """The full build, then `rounds` no-change runs, `rounds` one-document edits (another document
+    each) and `rounds` 1% deletions (other documents each), each run in a fresh process."""
     corpus = _working_copy(count)
     folder = WORK / f"store-{backend}-{embedder}-{count}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -210,11 +242,16 @@ def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "
     load_start = os.getloadavg()
     try:
         full = _phase_process("full", corpus, store_spec, raw_sample, embedder)
-        no_change = _phase_process("no_change", corpus, store_spec, 1.0, embedder)
-        _edit_one(corpus)
-        edit = _phase_process("edit", corpus, store_spec, 1.0, embedder)
-        deleted = _delete_share(corpus, 0.01)
-        delete = _phase_process("delete_1pct", corpus, store_spec, 1.0, embedder)
+        cases, deleted_counts = {}, []
+
+        def phase(name: str):
+            return lambda: _phase_process(name, corpus, store_spec, 1.0, embedder)
+
+        no_change, cases["no_change"] = _cases("no_change", rounds, phase("no_change"))
+        edit, cases["edit"] = _cases("edit", rounds, phase("edit"), lambda r: _edit_one(corpus, r))
+        delete, cases["delete_1pct"] = _cases("delete_1pct", rounds, phase("delete_1pct"),
+                                              lambda r: deleted_counts.append(_delete_share(corpus, 0.01, r)))
+        deleted = deleted_counts[0]
         index_mb = _size_mb(store_spec)
     finally:
         if server is not None:
@@ -233,10 +270,12 @@ def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "
         "delete_1pct_s": round(delete["seconds"], 2), "deleted_docs": deleted,
         "no_change_share_pct": round(100 * no_change["seconds"] / full["seconds"], 2),
         "edit_share_pct": round(100 * edit["seconds"] / full["seconds"], 2),
-        "peak_rss_mb": round(max(p["rss_mb"] for p in phases), 1),
+        "peak_rss_mb": round(max([p["rss_mb"] for p in phases] + [c["rss_mb"] for c in cases.values()]), 1),
         "index_mb": round(index_mb, 1),
         "stages_s": {p["phase"]: p["stages_s"] for p in phases},
         "load_avg_start": [round(x, 1) for x in load_start], "load_avg_end": [round(x, 1) for x in os.getloadavg()],
+        "full_process_s": full["process_s"], "full_cpu_s": full["cpu_s"],
+        "rounds": rounds, "incremental": cases,
     }
 
 
@@ -313,6 +352,42 @@ def _growth(rows: list[dict], embedder: str = "hashing", backend: str = "duckdb"
                      + " | ".join(f"{x:.2f}" for x in seconds) + " | " + " | ".join(factors) + " |")
     lines.append("| load at start | 1 min, 2 cores | " + " | ".join(str(r["load_avg_start"][0]) for r in mine)
                  + " |" + " |" * (len(mine) - 1))
+    return lines
+
+
+def _rounds_flag(row: dict) -> str:
+    return f" --rounds {row['rounds']}" if row.get("rounds", 1) > 1 else ""
+
+
+_CASES = (("no_change", "no change"), ("edit", "one edit"), ("delete_1pct", "1% deleted"))
+
+
+def _incremental(rows: list[dict]) -> list[str]:
+    """Every round of the incremental cases of the rows that kept them: the run, the process's wall
+    and the CPU of its process tree, medians first."""
+    kept = [r for r in rows if r.get("incremental")]
+    if not kept:
+        return []
+    lines = [
+        "The incremental cases round by round (rows measured with `--rounds`; the others, one round each, kept "
+        "the run's seconds alone). Each round is a fresh process; an edit round appends to another document, a "
+        "deletion round deletes another 1%. run s: the ingestion call, as in the table above; process s: the "
+        "whole process as a user waits for it (imports included); CPU s: user + system of its process tree "
+        "(parser workers included). Medians, then each round:",
+        "",
+        "| embedder | backend | docs | case | rounds | run s | process s | CPU s | each round (run, process, CPU s) "
+        "| load before / after (1, 5, 15 min) | measured on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in kept:
+        for phase, label in _CASES:
+            case = r["incremental"][phase]
+            each = "; ".join(f"{a:.2f}, {b:.2f}, {c:.2f}" for a, b, c in zip(case["seconds"], case["process_s"], case["cpu_s"]))
+            lines.append(
+                f"| {r.get('embedder', 'minilm')} | {r['backend']} | {r['docs']:,} | {label} | {case['rounds']} "
+                f"| {statistics.median_low(case['seconds']):.2f} | {statistics.median(case['process_s']):.2f} "
+                f"| {statistics.median(case['cpu_s']):.2f} | {each} | {', '.join(map(str, case['load_before']))} / "
+                f"{', '.join(map(str, case['load_after']))} | {r.get('revision', '?')} |")
     return lines
 
 
@@ -459,21 +534,21 @@ def write_page(rows: list[dict], results: list[dict]) -> None:
         "this machine in the time there was; their full-build and encode columns are not the model's.",
         "",
         "| embedder | backend | docs | chunks | full build s | docs/s | chunks/s | raw encode s (chunks/s) | full / raw encode "
-        "| no change s (% of full) | one edit s (% of full) | 1% deleted s | peak RSS MB | store MB | measured on |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| no change s (% of full) | one edit s (% of full) | 1% deleted s | rounds | peak RSS MB | store MB | measured on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r.get('embedder', 'minilm')} | {r['backend']} | {r['docs']:,} | {r['chunks']:,} | {r['full_s']:.1f} | {r['docs_per_s']:.1f} "
             f"| {r['chunks_per_s']:.1f} | {r['raw_encode_s']:.1f} ({r['raw_encode_chunks_per_s']:.1f}){_sampled(r)} "
             f"| {r['full_over_raw_encode']:.2f} | {r['no_change_s']:.2f} ({r['no_change_share_pct']:.1f}%) "
-            f"| {r['edit_s']:.2f} ({r['edit_share_pct']:.1f}%) | {r['delete_1pct_s']:.2f} "
+            f"| {r['edit_s']:.2f} ({r['edit_share_pct']:.1f}%) | {r['delete_1pct_s']:.2f} | {r.get('rounds', 1)} "
             f"| {r['peak_rss_mb']:.0f} | {r['index_mb']:.1f} | {r.get('revision', '?')} |")
-    lines += ["", *_findings(rows, results)]
+    lines += ["", *_incremental(rows), "", *_findings(rows, results)]
     lines += ["", "![cost curve](performance-scale.png)", "",
               "Commands, one per row: " + ", ".join(
                   f"`python benchmarks/scale.py --docs {r['docs_asked']} --backend {r['backend']}"
-                  f"{' --embedder hashing' if r.get('embedder') == 'hashing' else ''}"
+                  f"{' --embedder hashing' if r.get('embedder') == 'hashing' else ''}{_rounds_flag(r)}"
                   f"{_sample_flag(r)}`" for r in rows)
               + "; load average (1, 5, 15 min) at each start: " + "; ".join(
                   f"{r['backend']} {r['docs_asked']:,}: {', '.join(map(str, r['load_avg_start']))}" for r in rows) + "."]
@@ -494,6 +569,9 @@ def main() -> int:
                              "(no-change, edit, deletion, memory, size) at sizes the real model cannot reach here")
     parser.add_argument("--before", action="store_true",
                         help="mark the row as measured on code before a fix (shown beside the current one)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each incremental case (no change, one edit, 1%% deleted), each on other "
+                             "documents; the row gives the median, the page every round")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the results file to append to and draw from")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
@@ -503,7 +581,9 @@ def main() -> int:
         print(json.dumps(run_phase(args.phase, args.corpus, args.store, args.raw_sample, args.embedder)))
         return 0
     if args.docs:
-        result = measure(args.docs, args.backend, args.raw_sample, args.embedder)
+        if args.rounds < 1:
+            parser.error("--rounds must be at least 1")
+        result = measure(args.docs, args.backend, args.raw_sample, args.embedder, args.rounds)
         result["docs_asked"] = args.docs
         result["revision"] = _revision()
         if args.before:
