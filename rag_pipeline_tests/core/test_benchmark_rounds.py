@@ -68,7 +68,7 @@ def test_cases_keep_every_round_and_the_median_rounds_stages(benchmarks):
 
 
 def test_the_page_shows_each_round_and_the_rows_measured_before_rounds_as_one(benchmarks):
-    from scale import _incremental, _rounds_flag
+    from scale_page import _incremental, _rounds_flag
 
     case = {"rounds": 3, "seconds": [4.0, 2.0, 3.0], "process_s": [6.0, 5.0, 7.0], "cpu_s": [9.0, 8.0, 10.0],
             "load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 2.0, 2.0]}
