@@ -17,8 +17,8 @@ docs/performance.md (`performance_page.write_section`) unless `--no-page`.
 
 `--compare-precision` instead: the same texts encoded by the pipeline's embedder with
 `embedding.precision` float32 and int8 (every CPU, batch size 32), alternating over `--rounds`
-rounds; medians of texts/s, their ratio, and the cosine of each int8 vector to its float32 one.
-It writes a section of its own.
+rounds; medians of texts/s and of the encode's CPU seconds, their ratios, and the cosine of each
+int8 vector to its float32 one. It writes a section of its own.
 """
 
 from __future__ import annotations
@@ -155,32 +155,39 @@ def render(count: int, rounds: int, rates, differences, fresh_results) -> str:
     return "\n".join(lines)
 
 
-def compare_precision(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], np.ndarray]:
-    """Texts/s of the embedder at each precision per round, alternating; the cosine of each int8 vector to
-    its float32 one."""
+def compare_precision(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]], np.ndarray]:
+    """Texts/s of the embedder at each precision per round, alternating, and the CPU seconds of each
+    round (every thread of this process: ONNX Runtime's too); the cosine of each int8 vector to its
+    float32 one."""
     embedders = {precision: ModelEmbedder(EmbeddingConfig(precision=precision)) for precision in ("float32", "int8")}
     for embedder in embedders.values():  # untimed: export, quantization, sessions made
         embedder.encode(texts[:8])
     rates: dict[str, list[float]] = {name: [] for name in embedders}
+    cpu: dict[str, list[float]] = {name: [] for name in embedders}
     vectors: dict[str, np.ndarray] = {}
     names = list(embedders)
     for round_ in range(rounds):
         for name in (names if round_ % 2 == 0 else names[::-1]):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             vectors[name] = embedders[name].encode(texts)
             rates[name].append(len(texts) / (time.perf_counter() - started))
-    return rates, (vectors["float32"] * vectors["int8"]).sum(axis=1)  # both unit length
+            cpu[name].append(time.process_time() - cpu_started)
+    return rates, cpu, (vectors["float32"] * vectors["int8"]).sum(axis=1)  # both unit length
 
 
-def render_precision(count: int, rounds: int, rates: dict[str, list[float]], cosines: np.ndarray) -> str:
+def render_precision(count: int, rounds: int, rates: dict[str, list[float]], cpu: dict[str, list[float]],
+                     cosines: np.ndarray) -> str:
     lines = [f"Bulk encode of {count} SciFact passages (title and abstract) by the pipeline's embedder on ONNX Runtime "
              f"({bulk_threads()} thread(s), batch size 32), `embedding.precision` float32 and int8 alternating over "
-             f"{rounds} rounds in one process, medians:", "",
-             "| precision | texts/s (median) | rounds | x float32 |", "|---|---|---|---|"]
-    base = statistics.median(rates["float32"])
+             f"{rounds} rounds in one process, medians; texts/s on the wall clock, and CPU seconds of the encode "
+             "(every thread of the process):", "",
+             "| precision | texts/s (median) | x float32 | CPU s (median) | float32 / it (CPU) | rounds: texts/s, CPU s |",
+             "|---|---|---|---|---|---|"]
+    base, base_cpu = statistics.median(rates["float32"]), statistics.median(cpu["float32"])
     for name, values in rates.items():
-        lines.append(f"| {name} | {statistics.median(values):.1f} | {', '.join(f'{v:.1f}' for v in values)} | "
-                     f"{statistics.median(values) / base:.2f} |")
+        rounds_text = "; ".join(f"{v:.1f}, {c:.1f}" for v, c in zip(values, cpu[name]))
+        lines.append(f"| {name} | {statistics.median(values):.1f} | {statistics.median(values) / base:.2f} | "
+                     f"{statistics.median(cpu[name]):.1f} | {base_cpu / statistics.median(cpu[name]):.2f} | {rounds_text} |")
     lines += ["", f"Cosine of each int8 vector to its float32 one over the {count} passages: lowest {cosines.min():.4f}, "
               f"median {float(np.median(cosines)):.4f}, mean {cosines.mean():.4f}. Quality on a retrieval task: the "
               "SciFact section written by `benchmarks/beir.py --precision int8`."]
@@ -207,8 +214,8 @@ def main() -> int:
     load_at_start = os.getloadavg()
     texts = passages(args.texts)
     if args.compare_precision:
-        rates, cosines = compare_precision(texts, args.rounds)
-        body = render_precision(len(texts), args.rounds, rates, cosines) + "\n\n" + machine_load(load_at_start)
+        rates, cpu, cosines = compare_precision(texts, args.rounds)
+        body = render_precision(len(texts), args.rounds, rates, cpu, cosines) + "\n\n" + machine_load(load_at_start)
         print(body)
         if not args.no_page:
             from performance_page import write_section

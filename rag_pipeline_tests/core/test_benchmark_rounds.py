@@ -147,3 +147,4 @@ def test_each_code_of_a_fresh_search_reads_its_own_checkouts_config(tmp_path, be
     assert config["old_setting"] == 1
     assert config["sources"][0]["path"] == str((checkout / "data" / "corpus").resolve())
     assert config["storage"]["path"] == str(tmp_path / "work" / "index.duckdb")
+
