@@ -99,6 +99,10 @@ def _incremental(rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in kept:
+        if "full_cpu_s" in r:  # the build the cases follow: one round
+            lines.append(f"| {r.get('embedder', 'minilm')} | {r['backend']} | {r['docs']:,} | full build | 1 | {r['full_s']:.2f} "
+                         f"| {r['full_process_s']:.2f} | {r['full_cpu_s']:.2f} | | {', '.join(map(str, r['load_avg_start']))} / "
+                         f"(the cases') | {r.get('revision', '?')} |")
         for phase, label in _CASES:
             case = r["incremental"][phase]
             each = "; ".join(f"{a:.2f}, {b:.2f}, {c:.2f}" for a, b, c in zip(case["seconds"], case["process_s"], case["cpu_s"]))
