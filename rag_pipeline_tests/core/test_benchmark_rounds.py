@@ -110,7 +110,7 @@ def test_the_latency_table_gives_the_median_of_the_rounds(benchmarks):
     result = {"command": "python benchmarks/search_scale.py --latency-page", "rounds": runs,
               "processes": [{"wall_s": 10.0, "cpu_s": 12.0, "load_before": [1.0], "load_after": [1.5]}] * 3}
     text = "\n".join(latency_lines(result, before=runs[0]))
-    assert "| 1,000 | 3 | 7.00 | 4.00 | 1.75x |" in text
+    assert "| 1,000 | 3 | 7.00 | 4.00 | 1.40x |" in text  # each round's ratio: 1.25, 3.00, 1.40
     assert "| before: 1,000 | 1 | 5.00 | 4.00 | 1.25x |" in text
     assert "5.00 / 4.00 / – / 0.20; 9.00 / 3.00 / – / 0.20; 7.00 / 5.00 / – / 0.20" in text
     assert "10.0 s, 12.0 CPU s" in text
