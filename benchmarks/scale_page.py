@@ -159,6 +159,15 @@ def plot(rows: list[dict]) -> None:
     figure.savefig(PLOT, dpi=90)
 
 
+def _cpu_note(row: dict) -> str:
+    """The no-change run's CPU and the load it ran at, for a row measured in rounds."""
+    case = row.get("incremental", {}).get("no_change")
+    if not case:
+        return ""
+    return (f"; {statistics.median(case['cpu_s']):.1f} CPU s of its whole process, imports included, at a load of "
+            f"{case['load_before'][0]:.0f} on 2 cores")
+
+
 def _findings(rows: list[dict], results: list[dict]) -> list[str]:
     """What grew faster than the corpus, what was fixed, what still does: the prose around the
     before/after and growth tables (every figure from the rows)."""
@@ -228,7 +237,8 @@ def _findings(rows: list[dict], results: list[dict]) -> list[str]:
             "runs after it (the edit, the deletion) read only what changed, hence their shorter discovery.",
             "",
             f"What a no-change run still pays at {big['docs']:,} documents ({big['no_change_s']:.1f} s, "
-            f"{big['no_change_share_pct']:.1f}% of the hashing build, whose encode is nearly free): a stat of every "
+            f"{big['no_change_share_pct']:.1f}% of the hashing build, whose encode is nearly free{_cpu_note(big)}): "
+            "a stat of every "
             "file, and the switch's reads of the source's discovery, manifest, ledger and served rows, with the "
             "coverage and deletion proofs that every run re-establishes on the whole source; each linear.",
             "",
