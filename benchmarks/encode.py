@@ -7,18 +7,19 @@ query's encode in a fresh process.
 Bulk: the first `--texts` SciFact passages (title and abstract, chunk-sized real text) encoded
 by the pipeline's embedder on ONNX Runtime (as a batch runs: every CPU; and on one thread) and by
 sentence-transformers' `model.encode` (torch, its own thread count), batch size 32, in this one
-process, the three alternating in order over `--rounds` rounds; medians of texts/s, and the
-largest difference of any vector component from the library's.
+process, the three alternating in order over `--rounds` rounds; medians of texts/s and of the
+encode's CPU seconds (every thread of the process), and the largest difference of any vector
+component from the library's.
 
 Fresh process: `python -c` that builds the embedder and encodes one question, timed from outside
-(the whole process) and inside (imports, load, encode), against the same with the library;
+(the whole process: wall, and CPU seconds of its process tree) and inside (imports, load, encode), against the same with the library;
 alternating over `--fresh-rounds`; whether the process imported torch. Results go to
 docs/performance.md (`performance_page.write_section`) unless `--no-page`.
 
 `--compare-precision` instead: the same texts encoded by the pipeline's embedder with
 `embedding.precision` float32 and int8 (every CPU, batch size 32), alternating over `--rounds`
-rounds; medians of texts/s, their ratio, and the cosine of each int8 vector to its float32 one.
-It writes a section of its own.
+rounds; medians of texts/s and of the encode's CPU seconds, their ratios, and the cosine of each
+int8 vector to its float32 one. It writes a section of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import textwrap
 import time
@@ -77,8 +77,9 @@ def passages(count: int) -> list[str]:
     return texts
 
 
-def bulk(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Texts/s of each engine per round, alternating; the largest difference from the library's vectors."""
+def bulk(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
+    """Texts/s of each engine per round, alternating, and the CPU seconds of each round (every thread of
+    this process); the largest difference from the library's vectors."""
     from sentence_transformers import SentenceTransformer
 
     embedder = ModelEmbedder(EmbeddingConfig())
@@ -105,82 +106,98 @@ def bulk(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], dict[st
     for run in runs.values():  # untimed: sessions made, torch's first call
         run(texts[:8])
     rates: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     vectors: dict[str, np.ndarray] = {}
     names = list(runs)
     for round_ in range(rounds):
         order = names[round_ % len(names):] + names[:round_ % len(names)]
         for name in order:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             vectors[name] = runs[name](texts)
             rates[name].append(len(texts) / (time.perf_counter() - started))
+            cpu[name].append(time.process_time() - cpu_started)
     reference = vectors["sentence-transformers (torch)"]
     differences = {name: float(np.abs(v - reference).max()) for name, v in vectors.items()}
-    return rates, differences
+    return rates, cpu, differences
 
 
 def fresh(rounds: int) -> dict[str, dict]:
-    """A query's encode in a fresh process: outside (whole process) and inside seconds per round."""
+    """A query's encode in a fresh process: outside (whole process: wall, and CPU of its tree) and inside
+    seconds per round."""
+    from performance_page import timed
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     cases = {"ONNX Runtime (the pipeline's embedder)": ONNX_QUERY, "sentence-transformers (torch)": LIBRARY_QUERY}
-    results = {name: {"outside_s": [], "inside_s": [], "torch": set()} for name in cases}
+    results = {name: {"outside_s": [], "cpu_s": [], "inside_s": [], "torch": set()} for name in cases}
     for round_ in range(rounds + 1):  # the first round is untimed: the file cache fills
         for name, code in (list(cases.items()) if round_ % 2 else list(cases.items())[::-1]):
-            started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), QUESTION], env=env, capture_output=True,
-                                  text=True, timeout=600)
-            outside = time.perf_counter() - started
+            run = timed([sys.executable, "-c", textwrap.dedent(code), QUESTION], env=env, capture_output=True,
+                        text=True, timeout=600)
+            done, outside = run.done, run.wall_s
             if done.returncode != 0:
                 raise RuntimeError(f"{name}: {done.stderr[-2000:]}")
             report = json.loads(done.stdout.strip().splitlines()[-1])
             if round_:
                 results[name]["outside_s"].append(outside)
+                results[name]["cpu_s"].append(run.cpu_s)
                 results[name]["inside_s"].append(report["inside_s"])
                 results[name]["torch"].add(report["torch"])
     return results
 
 
-def render(count: int, rounds: int, rates, differences, fresh_results) -> str:
+def render(count: int, rounds: int, rates, cpu, differences, fresh_results) -> str:
     lines = [f"Bulk encode of {count} SciFact passages (title and abstract), batch size 32, one process, "
-             f"{rounds} alternating rounds, medians:", "",
-             "| engine | texts/s (median) | rounds | largest difference from the library's vectors |", "|---|---|---|---|"]
+             f"{rounds} alternating rounds, medians; texts/s on the wall clock, and CPU seconds of the encode (every "
+             "thread of the process):", "",
+             "| engine | texts/s (median) | CPU s (median) | rounds: texts/s, CPU s | largest difference from the "
+             "library's vectors |", "|---|---|---|---|---|"]
     for name, values in rates.items():
-        lines.append(f"| {name} | {statistics.median(values):.1f} | {', '.join(f'{v:.1f}' for v in values)} | "
+        rounds_text = "; ".join(f"{v:.1f}, {c:.1f}" for v, c in zip(values, cpu[name]))
+        lines.append(f"| {name} | {statistics.median(values):.1f} | {statistics.median(cpu[name]):.1f} | {rounds_text} | "
                      f"{differences[name]:.1e} |")
     lines += ["", "One question encoded in a fresh process (`python -c`: imports, model load, one encode), "
               f"{len(next(iter(fresh_results.values()))['outside_s'])} alternating rounds after an untimed one, medians:", "",
-              "| engine | whole process s | inside the process s | imported torch |", "|---|---|---|---|"]
+              "| engine | whole process s | CPU s of its process tree | inside the process s | imported torch |",
+              "|---|---|---|---|---|"]
     for name, result in fresh_results.items():
-        lines.append(f"| {name} | {statistics.median(result['outside_s']):.2f} | "
+        lines.append(f"| {name} | {statistics.median(result['outside_s']):.2f} | {statistics.median(result['cpu_s']):.2f} | "
                      f"{statistics.median(result['inside_s']):.2f} | {'yes' if True in result['torch'] else 'no'} |")
     return "\n".join(lines)
 
 
-def compare_precision(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], np.ndarray]:
-    """Texts/s of the embedder at each precision per round, alternating; the cosine of each int8 vector to
-    its float32 one."""
+def compare_precision(texts: list[str], rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]], np.ndarray]:
+    """Texts/s of the embedder at each precision per round, alternating, and the CPU seconds of each
+    round (every thread of this process: ONNX Runtime's too); the cosine of each int8 vector to its
+    float32 one."""
     embedders = {precision: ModelEmbedder(EmbeddingConfig(precision=precision)) for precision in ("float32", "int8")}
     for embedder in embedders.values():  # untimed: export, quantization, sessions made
         embedder.encode(texts[:8])
     rates: dict[str, list[float]] = {name: [] for name in embedders}
+    cpu: dict[str, list[float]] = {name: [] for name in embedders}
     vectors: dict[str, np.ndarray] = {}
     names = list(embedders)
     for round_ in range(rounds):
         for name in (names if round_ % 2 == 0 else names[::-1]):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             vectors[name] = embedders[name].encode(texts)
             rates[name].append(len(texts) / (time.perf_counter() - started))
-    return rates, (vectors["float32"] * vectors["int8"]).sum(axis=1)  # both unit length
+            cpu[name].append(time.process_time() - cpu_started)
+    return rates, cpu, (vectors["float32"] * vectors["int8"]).sum(axis=1)  # both unit length
 
 
-def render_precision(count: int, rounds: int, rates: dict[str, list[float]], cosines: np.ndarray) -> str:
+def render_precision(count: int, rounds: int, rates: dict[str, list[float]], cpu: dict[str, list[float]],
+                     cosines: np.ndarray) -> str:
     lines = [f"Bulk encode of {count} SciFact passages (title and abstract) by the pipeline's embedder on ONNX Runtime "
              f"({bulk_threads()} thread(s), batch size 32), `embedding.precision` float32 and int8 alternating over "
-             f"{rounds} rounds in one process, medians:", "",
-             "| precision | texts/s (median) | rounds | x float32 |", "|---|---|---|---|"]
-    base = statistics.median(rates["float32"])
+             f"{rounds} rounds in one process, medians; texts/s on the wall clock, and CPU seconds of the encode "
+             "(every thread of the process):", "",
+             "| precision | texts/s (median) | x float32 | CPU s (median) | float32 / it (CPU) | rounds: texts/s, CPU s |",
+             "|---|---|---|---|---|---|"]
+    base, base_cpu = statistics.median(rates["float32"]), statistics.median(cpu["float32"])
     for name, values in rates.items():
-        lines.append(f"| {name} | {statistics.median(values):.1f} | {', '.join(f'{v:.1f}' for v in values)} | "
-                     f"{statistics.median(values) / base:.2f} |")
+        rounds_text = "; ".join(f"{v:.1f}, {c:.1f}" for v, c in zip(values, cpu[name]))
+        lines.append(f"| {name} | {statistics.median(values):.1f} | {statistics.median(values) / base:.2f} | "
+                     f"{statistics.median(cpu[name]):.1f} | {base_cpu / statistics.median(cpu[name]):.2f} | {rounds_text} |")
     lines += ["", f"Cosine of each int8 vector to its float32 one over the {count} passages: lowest {cosines.min():.4f}, "
               f"median {float(np.median(cosines)):.4f}, mean {cosines.mean():.4f}. Quality on a retrieval task: the "
               "SciFact section written by `benchmarks/beir.py --precision int8`."]
@@ -207,17 +224,17 @@ def main() -> int:
     load_at_start = os.getloadavg()
     texts = passages(args.texts)
     if args.compare_precision:
-        rates, cosines = compare_precision(texts, args.rounds)
-        body = render_precision(len(texts), args.rounds, rates, cosines) + "\n\n" + machine_load(load_at_start)
+        rates, cpu, cosines = compare_precision(texts, args.rounds)
+        body = render_precision(len(texts), args.rounds, rates, cpu, cosines) + "\n\n" + machine_load(load_at_start)
         print(body)
         if not args.no_page:
             from performance_page import write_section
 
             write_section("Encode precision: float32 against int8", body, script="benchmarks/encode.py:precision")
         return 0
-    rates, differences = bulk(texts, args.rounds)
+    rates, cpu, differences = bulk(texts, args.rounds)
     fresh_results = fresh(args.fresh_rounds)
-    body = render(len(texts), args.rounds, rates, differences, fresh_results)
+    body = render(len(texts), args.rounds, rates, cpu, differences, fresh_results)
     body += "\n\n" + machine_load(load_at_start)
     print(body)
     if not args.no_page:

@@ -16,7 +16,8 @@ persistent Dagster instance (DAGSTER_HOME set to a new folder holding this repos
 dagster.yaml, as `make demo` and the UI have). `rag-pipeline ingest` on a copy of the httpx 0.23
 docs (a new store: the full build; again: no change; after appending a paragraph to one page: a
 one-page edit), then `rag-pipeline search` of one question; each `--cli-rounds` times (3 unless
-told), medians, and each case as a share of the full build (of the medians, and the median of
+told), medians of wall seconds and of CPU seconds of each command's process tree, and each case as a
+share of the full build (of the medians, and the median of
 each round's own share). `--before CHECKOUT` runs the same rounds with the code of another
 checkout of this repository (its `rag_pipeline` first on the path, this interpreter and its
 packages), alternating with this code round by round, and shows both side by side. Then,
@@ -178,22 +179,24 @@ def _cli_env(code: Path | None = None) -> dict:
     return env
 
 
-def _run_cli(interpreter: Sequence[str], config: Path, env: dict, command: Sequence[str]) -> str:
-    """Run one `rag-pipeline` command (`ingest` unless told) in a fresh `python *interpreter`;
-    its standard error, or an error that quotes it."""
+def _run_cli(interpreter: Sequence[str], config: Path, env: dict, command: Sequence[str]):
+    """Run one `rag-pipeline` command (`ingest` unless told) in a fresh `python *interpreter`, timed
+    as a whole process tree (`performance_page.Timed`); an error that quotes its standard error."""
+    from performance_page import timed
+
     command = command or ("ingest",)
-    done = subprocess.run([sys.executable, *interpreter, command[0], "--config", str(config), *command[1:]], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=config.parent)
-    if done.returncode != 0:
-        raise RuntimeError(f"rag-pipeline {command[0]} failed: {done.stderr[-2000:]}")
-    return done.stderr
+    run = timed([sys.executable, *interpreter, command[0], "--config", str(config), *command[1:]], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=config.parent)
+    if run.done.returncode != 0:
+        raise RuntimeError(f"rag-pipeline {command[0]} failed: {run.done.stderr[-2000:]}")
+    return run
 
 
-def _cli_ingest(config: Path, env: dict, *command: str) -> float:
-    """Seconds of one `rag-pipeline` command in a fresh process (`ingest` unless told)."""
-    started = time.perf_counter()
-    _run_cli(["-m", "rag_pipeline.cli"], config, env, command)
-    return time.perf_counter() - started
+def _cli_ingest(config: Path, env: dict, *command: str) -> tuple[float, float]:
+    """Wall seconds and CPU seconds of the process tree of one `rag-pipeline` command in a fresh
+    process (`ingest` unless told)."""
+    run = _run_cli(["-m", "rag_pipeline.cli"], config, env, command)
+    return run.wall_s, run.cpu_s
 
 
 CLI_CASES = ("full build", "no change", "one page edited", "search, one question")
@@ -235,7 +238,7 @@ runpy.run_module("rag_pipeline.cli", run_name="__main__")
 
 def _cli_connects(config: Path, env: dict, *command: str) -> int:
     """DuckDB connections one `rag-pipeline` command opens (an untimed run)."""
-    stderr = _run_cli(["-c", _COUNTING_CLI], config, env, command)
+    stderr = _run_cli(["-c", _COUNTING_CLI], config, env, command).done.stderr
     return int(stderr.strip().splitlines()[-1].removeprefix("duckdb connects: "))
 
 
@@ -246,14 +249,21 @@ def cli_connection_counts() -> dict[str, int]:
     return {name: counts[0] for name, counts in cases.items()}
 
 
-def _rows(cases: dict[str, list[float]]) -> dict[str, dict]:
-    full = statistics.median(cases["full build"])
-    # Each round's case against the same round's full build: paired, so that a drift of the
-    # machine's speed between rounds moves both.
-    return {name: {"median_s": round(statistics.median(v), 2), "runs_s": [round(x, 2) for x in v],
-                   "share_of_full_pct": round(100 * statistics.median(v) / full, 1),
-                   "paired_share_pct": round(100 * statistics.median(x / f for x, f in zip(v, cases["full build"])), 1)}
-            for name, v in cases.items()}
+def _rows(cases: dict[str, list[tuple[float, float]]]) -> dict[str, dict]:
+    """Per case, from its rounds' (wall, CPU) seconds: the medians, each round, and the case's share
+    of the full build (wall)."""
+    fulls = [wall for wall, _ in cases["full build"]]
+    full = statistics.median(fulls)
+    rows = {}
+    for name, runs in cases.items():
+        walls, cpus = [wall for wall, _ in runs], [cpu for _, cpu in runs]
+        # Each round's case against the same round's full build: paired, so that a drift of the
+        # machine's speed between rounds moves both.
+        rows[name] = {"median_s": round(statistics.median(walls), 2), "runs_s": [round(x, 2) for x in walls],
+                      "cpu_median_s": round(statistics.median(cpus), 2), "cpu_runs_s": [round(x, 2) for x in cpus],
+                      "share_of_full_pct": round(100 * statistics.median(walls) / full, 1),
+                      "paired_share_pct": round(100 * statistics.median(x / f for x, f in zip(walls, fulls)), 1)}
+    return rows
 
 
 def bench_cli(rounds: int, before: Path | None = None) -> dict[str, dict[str, dict]]:
@@ -275,15 +285,17 @@ def cli_table(cli: dict[str, dict[str, dict]], before: Path | None) -> str:
     versions = [v for v in ("before", "after") if v in cli]
     label = {"before": f"before ({_commit(before)})" if before else "before", "after": f"after ({_commit(PROJECT_ROOT)})"}
     header = "| `rag-pipeline`, httpx 0.23 docs, fresh process, DAGSTER_HOME set | " + " | ".join(
-        f"{label[v]}: median s | share of the full build | median of each round's share" for v in versions) + \
-        " | DuckDB connections (after) | runs, s |"
-    lines = [header, "|---|" + "---|---|---|" * len(versions) + "---|---|"]
+        f"{label[v]}: wall median s | CPU median s | share of the full build (wall) | median of each round's share"
+        for v in versions) + " | DuckDB connections (after) | runs (wall, CPU s) |"
+    lines = [header, "|---|" + "---|---|---|---|" * len(versions) + "---|---|"]
     for name in CLI_CASES:
         cells = []
         for version in versions:
             row = cli[version][name]
-            cells += [f"{row['median_s']:.2f}", f"{row['share_of_full_pct']:.1f}%", f"{row['paired_share_pct']:.1f}%"]
-        runs = "; ".join(f"{v}: {', '.join(map(str, cli[v][name]['runs_s']))}" for v in versions)
+            cells += [f"{row['median_s']:.2f}", f"{row['cpu_median_s']:.2f}", f"{row['share_of_full_pct']:.1f}%",
+                      f"{row['paired_share_pct']:.1f}%"]
+        runs = "; ".join(f"{v}: " + ", ".join(f"({w}, {c})" for w, c in zip(cli[v][name]["runs_s"], cli[v][name]["cpu_runs_s"]))
+                         for v in versions)
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {cli['after'][name].get('duckdb_connects', '')} | {runs} |")
     return "\n".join(lines)
 
@@ -320,7 +332,8 @@ def main() -> int:
         cli = results["cli"] = bench_cli(args.cli_rounds, args.before)
         for name, count in cli_connection_counts().items():
             cli["after"][name]["duckdb_connects"] = count
-        sections.append(f"What a user waits for, {args.cli_rounds} rounds, medians:\n\n{cli_table(cli, args.before)}")
+        sections.append(f"What a user waits for, {args.cli_rounds} rounds, medians; wall seconds, and CPU seconds (user + "
+                        "system) of each command's whole process tree:\n\n" + cli_table(cli, args.before))
     if not args.cli_only:
         parse_rows = results["parse_options"] = parse_option_rows(args.rounds)
         lines = [f"| corpus | docs | parse docs/s, unstructured defaults | parse docs/s, pipeline options | speed-up |"

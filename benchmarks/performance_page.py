@@ -43,12 +43,14 @@ def machine() -> str:
 
 
 def commit() -> str:
-    """The checkout's commit, `+changes` when its tracked files differ from it: what was measured."""
+    """The checkout's commit, `+changes` when its tracked files differ from it: what was measured. The
+    scripts' own outputs (docs/, benchmarks/results/) do not count: a run writes them before its section."""
     root = PAGE.parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!docs/performance.md"], cwd=root).returncode
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":!docs", ":!benchmarks/results"],
+                               cwd=root).returncode
     except (OSError, subprocess.CalledProcessError):
         return "commit unknown"
     return head + ("+changes" if dirty else "")

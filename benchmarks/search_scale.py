@@ -87,8 +87,9 @@ FILE writes it from a saved --out JSON (its figures and the command that made th
 writes a section of its own (`search_scale.py:latency`): per size, the product's p50 beside numpy's
 and the sparse product's, where a query's time goes, the copy's load and map times (the first search
 process writes the copy to the cache folder, RAG_PIPELINE_CACHE, set to the work folder here; a new
-search maps it: `copy_map_s`); --latency-page-from FILE writes it from a saved --out JSON, and
---before-out FILE adds the rows of a saved run of earlier code.
+search maps it: `copy_map_s`), as the medians of --rounds runs of the whole command (3 unless told,
+each a fresh process timed with its CPU; search_latency.py); --latency-page-from FILE writes it from
+a saved --out JSON, and --before-out FILE adds the rows of a saved run of earlier code.
 
     python benchmarks/search_scale.py --sizes 10000,100000 --methods numpy,memory --latency-page
 
@@ -538,6 +539,7 @@ def time_store(store: Store, search: Callable[[Store, object], list[Hit]], items
     latencies, results = [], []
     parts: dict[str, list[float]] = {name: [] for name in [*PARTS, "rest"]}
     with instrumented(store) as spent:
+        cpu_started = time.process_time()  # every thread of this process: the CPU the queries cost
         for item in items:
             spent.update(dict.fromkeys(PARTS, 0.0))
             started = time.perf_counter()
@@ -548,8 +550,10 @@ def time_store(store: Store, search: Callable[[Store, object], list[Hit]], items
             for name in PARTS:
                 parts[name].append(spent[name])
             parts["rest"].append(elapsed - sum(spent.values()))
+        cpu = time.process_time() - cpu_started
     breakdown = {f"{name}_p50_ms": round(float(np.median(values)) * 1000, 3) for name, values in parts.items()
                  if any(values)}
+    breakdown["cpu_per_query_ms"] = round(cpu * 1000 / max(len(items), 1), 3)
     return latencies, results, breakdown
 
 
@@ -857,13 +861,15 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
     if "numpy" in methods:
         normalised = normalise_rows(query_matrix).astype(np.float32)
         numpy_top_k(matrix, normalise_rows(warm_up[0][None, :])[0].astype(np.float32), k)
-        latencies, results = [], []
+        latencies, results, cpu = [], [], 0.0
         for query in normalised:
-            started_query = time.perf_counter()
+            started_query, cpu_started = time.perf_counter(), time.process_time()
             top = numpy_top_k(matrix, query, k)
             latencies.append(time.perf_counter() - started_query)
+            cpu += time.process_time() - cpu_started
             results.append([(chunk_id(int(j)), float(query @ matrix[j])) for j in top])
         rows.append(summary("numpy", "dense", latencies, results, exact, k, len(query_matrix),
+                            cpu_per_query_ms=round(cpu * 1000 / len(normalised), 3),
                             load_s=round(generate_s, 2), build_s=None,
                             note="load = generating the data in memory; scores float32"))
         log(f"[{n:,}] numpy dense p50 {rows[-1]['p50_ms']:.2f} ms")
@@ -872,12 +878,15 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
     del chunk, term, tf, lengths
     sparse_top_k(weights, warm_up[1], k)
     latencies, bm25_exact = [], []
+    cpu_started = time.process_time()
     for terms in term_queries:
         started_query = time.perf_counter()
         bm25_exact.append(sparse_top_k(weights, terms, k))
         latencies.append(time.perf_counter() - started_query)
+    cpu = time.process_time() - cpu_started
     bm25_deep = [sparse_top_k(weights, terms, depth) for terms in term_queries]
     rows.append(summary("sparse", "bm25", latencies, bm25_exact, bm25_exact, k, len(term_queries),
+                        cpu_per_query_ms=round(cpu * 1000 / len(term_queries), 3),
                         weights_mb=round((weights.data.nbytes + weights.indices.nbytes + weights.indptr.nbytes) / 2**20),
                         **query_reach(weights, term_queries),
                         note="scipy CSR of precomputed BM25 weights times the query's term counts (BM25 reference)"))
@@ -1114,6 +1123,9 @@ def main() -> int:
     parser.add_argument("--latency-page", action="store_true",
                         help="write the latency table (the product against numpy and the sparse product) into its own "
                              "section of docs/performance.md, leaving the search memory section as it is")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="run the whole command this many times, each in a fresh process, and give the medians "
+                             "(search_latency.py; 3 with --latency-page unless told, else 1)")
     parser.add_argument("--latency-page-from", type=Path, default=None, metavar="FILE",
                         help="write the latency section from a saved --out JSON and exit")
     parser.add_argument("--before-out", type=Path, default=None, metavar="FILE",
@@ -1130,9 +1142,22 @@ def main() -> int:
     if args.page_from is not None:
         write_page(json.loads(args.page_from.read_text()))
         return 0
+    from search_latency import run_rounds, write_latency_page
+
     before = json.loads(args.before_out.read_text()) if args.before_out else None
     if args.latency_page_from is not None:
         write_latency_page(json.loads(args.latency_page_from.read_text()), before)
+        return 0
+    rounds = args.rounds if args.rounds is not None else (3 if args.latency_page and not args.fresh else 1)
+    if rounds > 1 and not args.fresh:
+        if args.page:
+            parser.error("--page (the search memory section) takes one run: drop --rounds")
+        result = run_rounds(sys.argv[1:], rounds)
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2) + "\n")
+        if args.latency_page:
+            write_latency_page(result, before)
         return 0
     if args.fresh:
         from search_fresh import fresh_search, write_fresh_page
@@ -1202,48 +1227,6 @@ def main() -> int:
     if args.latency_page:
         write_latency_page(output, before)
     return 0
-
-
-def write_latency_page(output: dict, before: dict | None = None) -> None:
-    """Its own section: per size, the product's p50 beside the references over the same arrays (and,
-    given `before`, the same rows of a run of earlier code)."""
-    from performance_page import write_section
-
-    lines = [
-        "Search through the product's own calls (`store.search`, the in-memory copy mapped from the cache folder, "
-        "hits' text included) against the arithmetic alone over the same data: numpy's matrix product for dense, "
-        "scipy's sparse product of precomputed BM25 weights for BM25. p50 ms over "
-        f"{output['config']['queries']} queries one at a time, k = {output['config']['k']}; load average "
-        f"{output['environment']['loadavg']} at the start.",
-        "",
-        "| N | dense p50 | numpy p50 | ratio | bm25 p50 | sparse p50 | ratio | hits dense / bm25 | version check | "
-        "copy load s | copy map s | search memory / raw vectors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    runs = [("", output)] + ([("before: ", before)] if before else [])
-    for label, size in [(label, size) for label, run in runs for size in run["sizes"]]:
-        rows = {r["search"]: r for r in size["methods"] if r["method"] == "memory" and r["queries"]}
-        dense, bm25 = size["dense_p50_ms"], size["bm25_p50_ms"]
-        numpy_ms, sparse_ms = size["numpy_dense_p50_ms"], size["sparse_bm25_p50_ms"]
-
-        def ratio(a, b):
-            return "–" if a is None or not b else f"{a / b:.2f}x"
-
-        memory = size["search_memory"].get("memory", {})
-        lines.append(
-            f"| {label}{size['chunks']:,} | {_ms(dense)} | {_ms(numpy_ms)} | {ratio(dense, numpy_ms)} | {_ms(bm25)} | "
-            f"{_ms(sparse_ms)} | {ratio(bm25, sparse_ms)} | {_ms(rows.get('dense', {}).get('hits_p50_ms'))} / "
-            f"{_ms(rows.get('bm25', {}).get('hits_p50_ms'))} | {_ms(rows.get('dense', {}).get('version_check_p50_ms'))} | "
-            f"{_ms(size['copy_load_s'])} | {_ms(size.get('copy_map_s'))} | {_ms(memory.get('mem_ratio'))} |")
-    lines += ["", "Compare within a run: the two matrix products share the machine's state (OpenBLAS threads "
-              f"{output['environment'].get('blas_threads')}; on a loaded machine a small product waits for a busy "
-              "core, as the 10k rows of a run at load 2-3 show for numpy and the product alike)."]
-    if before:
-        lines += ["", f"before: `{before['command']}` on the code before the copy was cached (load average "
-                  f"{before['environment']['loadavg']} at its start), run just before this one; its hits were read "
-                  "from the database, its copy loaded by each process."]
-    write_section("Search latency against its arrays", "\n".join(lines), script="benchmarks/search_scale.py:latency",
-                  command=output.get("command"))
 
 
 def write_page(output: dict) -> None:

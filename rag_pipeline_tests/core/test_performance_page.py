@@ -51,3 +51,29 @@ def test_timed_counts_the_cpu_of_the_whole_process_tree(monkeypatch):
     busy = timed(["sh", "-c", f"{work}; {work}"])
     idle = timed(["sh", "-c", "true"])
     assert busy.done.returncode == 0 and busy.cpu_s > idle.cpu_s
+
+
+def test_the_commit_is_marked_changed_by_code_not_by_the_scripts_outputs(tmp_path, monkeypatch):
+    """A benchmark writes its results and its curve before its section: those are not changes to
+    the code measured; a changed script is."""
+    import subprocess
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import performance_page
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    for folder in ("docs", "benchmarks/results", "benchmarks"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+    for name in ("docs/performance.md", "docs/curve.png", "benchmarks/results/scale.jsonl", "benchmarks/scale.py"):
+        (tmp_path / name).write_text("v1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "v1")
+    monkeypatch.setattr(performance_page, "PAGE", tmp_path / "docs" / "performance.md")
+    for name in ("docs/performance.md", "docs/curve.png", "benchmarks/results/scale.jsonl"):
+        (tmp_path / name).write_text("v2\n")
+    assert not performance_page.commit().endswith("+changes")
+    (tmp_path / "benchmarks" / "scale.py").write_text("v2\n")
+    assert performance_page.commit().endswith("+changes")
