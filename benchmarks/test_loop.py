@@ -72,7 +72,7 @@ def run_target(target: str, workers: int | None, checkout: Path = REPO) -> LoopR
     for summary in _SUMMARY.finditer(output):
         pass  # the last summary line is the session's
     slowest = sorted(((float(m["seconds"]), m["when"], m["test"]) for m in _DURATION.finditer(output)), reverse=True)
-    return LoopRun(target, workers or makefile_workers(target) if target in WORKER_VARIABLE else 0, wall, float(summary["seconds"]) if summary else None,
+    return LoopRun(target, (workers or makefile_workers(target)) if target in WORKER_VARIABLE else 0, wall, float(summary["seconds"]) if summary else None,
                    summary["counts"] if summary else "-" if target == INSTALL else "no pytest summary (see the make output)",
         done.returncode,
                    slowest[:5], (load_before, os.getloadavg()[0]), cpu_s, busy / total if total else 0.0,

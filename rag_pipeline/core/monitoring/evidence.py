@@ -20,7 +20,6 @@ answerable cases (`EvidenceScale`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ from rag_pipeline.core.models import Hit, SearchFilters
 from rag_pipeline.core.retrieval.lexical import analyze, content_terms
 from rag_pipeline.core.retrieval.retriever import Retriever
 from rag_pipeline.core.storage import Store
+from rag_pipeline.core.storage.memory import bm25_idf
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def idf_coverage(question_terms: Sequence[str], chunk_terms: set[str], idf: dict
 def _idf(store: Store, terms: set[str]) -> dict[str, float]:
     """BM25's idf (Lucene's non-negative form) over all served chunks."""
     chunks, frequencies = store.search.document_frequencies(sorted(terms))
-    return {t: math.log(1 + (chunks - df + 0.5) / (df + 0.5)) for t, df in frequencies.items()}
+    return {t: bm25_idf(chunks, df) for t, df in frequencies.items()}
 
 
 def best_evidence(retriever: Retriever, questions: Sequence[Question]) -> list[Evidence]:

@@ -253,12 +253,18 @@ class ServedCopy:
                 chunks = self.postings.chunks[start:end]
                 tf = self.postings.tf[start:end].astype(np.float64)  # the formula in float64, as in SQL
                 df = end - start
-                idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                idf = bm25_idf(n, df)
                 norm = k1 * (1 - b + b * self.lex_len[chunks] / avgdl)
                 scores[chunks] += qtf * idf * tf * (k1 + 1) / (tf + norm)
             matched = np.flatnonzero(scores > 0 if visible is None else (scores > 0) & visible)
             out.append(_top_by_key(matched, scores[matched], k, self.chunk_ids))
         return out
+
+
+def bm25_idf(chunks: int, df: int) -> float:
+    """BM25's idf of a term held by `df` of `chunks` chunks, Lucene's non-negative form (as the SQL
+    path computes it, `Search.bm25_search`): ln(1 + (N - df + 0.5) / (df + 0.5))."""
+    return math.log(1 + (chunks - df + 0.5) / (df + 0.5))
 
 
 def _mask_key(filters: SearchFilters) -> tuple:
