@@ -2,6 +2,7 @@
 
 import math
 import random
+import re
 import statistics
 
 import pytest
@@ -97,8 +98,13 @@ def test_a_drop_within_its_tolerance_passes():
     cand = {**base, "c0": ("s", 0.0)}  # -0.005: within the tolerance 0.01
     result = compare(_record(base), _record(cand), POLICY.model_copy(update={"protected_slices": ()}))
     assert result.passed and result.verdict == "pass" and not result.errors
-    assert next(r.message for r in result.rules if r.rule == "recall_at_5").endswith(
-        "fell by 0.005 (95% CI -0.015 to +0.000); not significant at p = 0.717; tolerance 0.01: PASS (within the tolerance)")
+    message = next(r.message for r in result.rules if r.rule == "recall_at_5")
+    said = re.fullmatch(r"recall_at_5 1\.0000 -> 0\.9950 over 200 cases: fell by 0\.005 \(95% CI -0\.015 to \+0\.000\); "
+                        r"not significant at p = (0\.\d{3}); tolerance 0\.01: PASS \(within the tolerance\)", message)
+    assert said, message
+    # A resample has a mean above 0 only if it misses the one case that fell: p = 2 (1 - 1/200)^200,
+    # estimated from 5,000 resamples (standard error 0.014).
+    assert float(said.group(1)) == pytest.approx(2 * (1 - 1 / 200) ** 200, abs=0.04)
 
 
 def test_a_drop_no_case_can_tell_from_noise_reads_as_one_statement():
@@ -225,6 +231,39 @@ def test_significance_methods_agree_on_clear_cases(method):
     assert same[2] == 1.0
     better = paired_significance([0.0] * 30, [1.0] * 20 + [0.0] * 10, config)
     assert better[2] < 0.01 and better[0] > 0
+
+
+def test_the_bootstrap_agrees_with_scipy_and_the_sign_flip_p_with_exact_enumeration():
+    """The interval and p of `paired_bootstrap` against SciPy's percentile bootstrap of the mean
+    difference, and the p of `randomization` against all 2^12 sign patterns of 12 cases: equal
+    within what 20,000 resamples can tell apart."""
+    import itertools
+
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    draw = random.Random(3)
+    base = [draw.random() for _ in range(40)]
+    cand = [b + draw.gauss(0.05, 0.2) for b in base]
+    diffs = np.subtract(cand, base)
+    low, high, p = paired_significance(base, cand, SignificanceConfig(samples=20000, seed=7))
+    reference = bootstrap((diffs,), np.mean, n_resamples=20000, method="percentile", rng=np.random.default_rng(1))
+    assert low == pytest.approx(reference.confidence_interval.low, abs=0.01)
+    assert high == pytest.approx(reference.confidence_interval.high, abs=0.01)
+    resampled = reference.bootstrap_distribution
+    assert p == pytest.approx(2 * min((resampled <= 0).mean(), (resampled >= 0).mean()), abs=0.02)
+
+    small = diffs[:12]
+    flipped = np.array([np.mean(small * signs) for signs in itertools.product((1.0, -1.0), repeat=12)])
+    exact = float((np.abs(flipped) >= abs(small.mean()) - 1e-12).mean())
+    _, _, p_flip = paired_significance(base[:12], cand[:12], SignificanceConfig(method="randomization", samples=20000, seed=7))
+    assert 0.02 < exact < 0.98  # a case where the test has something to estimate
+    assert p_flip == pytest.approx(exact, abs=0.015)
+
+
+def test_paired_values_of_different_lengths_are_refused():
+    with pytest.raises(ValueError, match="3 baseline, 2 candidate"):
+        paired_significance([0.1, 0.2, 0.3], [0.1, 0.2], SignificanceConfig())
 
 
 def test_sample_policy_file_loads():

@@ -4,12 +4,12 @@ interval and p-value, and the minimum detectable effect of that many cases."""
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 # The power at which the minimum detectable effect is stated (the usual 80%).
@@ -66,30 +66,41 @@ def paired_significance(
     """(ci_low, ci_high, p_value) of the mean paired difference candidate - baseline over cases.
 
     paired_bootstrap: resample cases with replacement `samples` times; the CI is the central
-    (1 - alpha) interval of the resampled mean differences; p = 2 * min(P(mean <= 0), P(mean >= 0)).
+    (1 - alpha) interval of the resampled mean differences (the percentile interval); p = 2 *
+    min(P(mean <= 0), P(mean >= 0)) over the resamples.
     randomization: flip the sign of each case's difference at random (the null of no difference);
-    p = share of flipped means at least as extreme as the observed one; the CI is the bootstrap's.
+    p = (flipped means at least as extreme as the observed one + 1) / (samples + 1); the CI is the
+    bootstrap's.
+    Both draw from NumPy's generator seeded with `config.seed`: the same inputs give the same answer.
     """
-    diffs = [c - b for b, c in zip(baseline, candidate, strict=True)]
+    if len(baseline) != len(candidate):
+        raise ValueError(f"paired values differ in number: {len(baseline)} baseline, {len(candidate)} candidate")
+    diffs = np.asarray(candidate, dtype=np.float64) - np.asarray(baseline, dtype=np.float64)
     n = len(diffs)
     if n == 0:
         return float("nan"), float("nan"), float("nan")
-    rng = random.Random(config.seed)
-    observed = sum(diffs) / n
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(config.samples))
-    low = means[int(math.floor(config.alpha / 2 * (config.samples - 1)))]
-    high = means[int(math.ceil((1 - config.alpha / 2) * (config.samples - 1)))]
-    if all(d == 0 for d in diffs):
+    rng = np.random.default_rng(config.seed)
+    means = np.sort(np.concatenate([diffs[rng.integers(0, n, size=(rows, n))].mean(axis=1)
+                                    for rows in _blocks(config.samples, n)]))
+    low = float(means[int(math.floor(config.alpha / 2 * (config.samples - 1)))])
+    high = float(means[int(math.ceil((1 - config.alpha / 2) * (config.samples - 1)))])
+    if not diffs.any():
         return low, high, 1.0
     if config.method == "randomization":
-        extreme = sum(
-            1 for _ in range(config.samples)
-            if abs(sum(d if rng.random() < 0.5 else -d for d in diffs) / n) >= abs(observed) - 1e-12
-        )
+        observed = abs(diffs.mean()) - 1e-12
+        extreme = sum(int((np.abs(np.where(rng.random((rows, n)) < 0.5, diffs, -diffs).mean(axis=1)) >= observed).sum())
+                      for rows in _blocks(config.samples, n))
         return low, high, (extreme + 1) / (config.samples + 1)
-    at_or_below = sum(1 for m in means if m <= 0) / config.samples
-    at_or_above = sum(1 for m in means if m >= 0) / config.samples
+    at_or_below = float((means <= 0).mean())
+    at_or_above = float((means >= 0).mean())
     return low, high, min(1.0, 2 * min(at_or_below, at_or_above))
+
+
+def _blocks(samples: int, cases: int, cells: int = 1 << 21) -> list[int]:
+    """Resamples drawn a block at a time, each of at most `cells` draws (about 16 MB of indices),
+    so that a golden set of many thousand cases does not hold samples x cases at once."""
+    rows = max(1, cells // max(cases, 1))
+    return [min(rows, samples - start) for start in range(0, samples, rows)]
 
 
 def minimum_detectable_effect(baseline: Sequence[float], candidate: Sequence[float], alpha: float,
