@@ -252,7 +252,7 @@ class MonitoringConfig(_Strict):
                                             "cases the weak-evidence threshold may call weak")
     # Topics are cut at a distance calibrated on the golden set (gap_topics.py): this quantile of the
     # cosine distances between its answerable questions, most of them on different subjects.
-    gap_topic_quantile: float = Field(default=0.05, gt=0, lt=1, description="questions join one topic when, on "
+    gap_topic_quantile: float = Field(default=0.02, gt=0, lt=1, description="questions join one topic when, on "
                                       "average, they are as close as this share of the golden set's closest "
                                       "answerable question pairs (and a gap matches an earlier day's)")
     gap_min_queries: int = Field(default=2, ge=1, description="questions a topic needs to be listed as a gap")
@@ -271,7 +271,7 @@ class MonitoringConfig(_Strict):
         if isinstance(data, dict) and "gap_distance" in data:
             raise ValueError("monitoring.gap_distance is retired: coverage-gap topics are cut at a distance "
                              "calibrated on the golden set's questions; remove gap_distance, and set "
-                             "monitoring.gap_topic_quantile (default 0.05) to make topics wider or narrower")
+                             "monitoring.gap_topic_quantile (default 0.02) to make topics wider or narrower")
         return data
 
     @model_validator(mode="after")

@@ -66,7 +66,10 @@ def pipeline(tmp_path, write_config):
         "id": f"c{i}", "question": q, "reference": "r", "gold_docs": ["kb:refunds.md"] if a else [], "slice": "s",
         "split": "dev", "answerable": a}) + "\n" for i, (q, a) in enumerate(GOLDEN)))
     config = write_config({"kb": root}, golden_set=str(golden), monitoring={
-        "query_log": str(tmp_path / "log"), "start_date": "2026-11-01", "gap_share_warn": 0.2})
+        "query_log": str(tmp_path / "log"), "start_date": "2026-11-01", "gap_share_warn": 0.2,
+        # 8 answerable golden questions are 28 pairs: the default 2% quantile would be their closest
+        # pair alone; the 10% one is the third closest (0.87 apart for hashing vectors).
+        "gap_topic_quantile": 0.1})
     store = open_store(config.storage)
     embedder = HashingEmbedder(config.embedding)
 
@@ -101,6 +104,8 @@ def test_an_off_corpus_topic_is_one_gap_holding_most_of_it(pipeline, tmp_path):
     assert [g.gap_id for g in day_gaps(store, DAY1)] == [g.gap_id for g in result.gaps]
     [measures] = [m for m in store.records.monitoring_history("gaps", DAY1) if m["day"] == DAY1]
     assert measures["weak_threshold"] == result.threshold.value and "Youden" in measures["threshold_rule"]
+    # The topic cut the day grouped at: the configured quantile of the golden answerable questions' distances.
+    assert measures["topic_quantile"] == 0.1 and 0.5 < measures["topic_distance"] == result.threshold.topic_distance < 1
 
 
 def test_the_same_day_without_the_topic_has_no_gap_over_the_share(pipeline, tmp_path):
@@ -245,7 +250,8 @@ def test_the_report_section_escapes_what_users_typed():
     gap = Gap("gap-1", DAY1, DAY1, hostile, (Member(Question(hostile, "acme"), 0.1),), 0.5, "kb:a.md", "A > B",
               0.1, (1.0,))
     text = gaps_markdown([gap], {"weak_threshold": 0.3, "threshold_rule": "rule", "weak_queries": 1.0,
-                                 "examined_queries": 2.0})
+                                 "examined_queries": 2.0, "topic_distance": 0.6543, "topic_quantile": 0.02})
+    assert "cut at 0.6543, the 0.02 quantile" in text
     assert "<script>" not in text and "javascript:" not in text and not re.search(r"(?<!\\)\]\(", text)
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert len(rows) == 3 and len({row.count("|") - row.count("\\|") for row in rows}) == 1
