@@ -250,11 +250,9 @@ class MonitoringConfig(_Strict):
     # answered questions gaps is not read twice.
     gap_answerable_flag_rate: float = Field(default=0.10, gt=0, lt=1, description="most share of answerable golden "
                                             "cases the weak-evidence threshold may call weak")
-    # Topics are cut at a distance calibrated on the golden set (gap_topics.py): this quantile of the
-    # cosine distances between its answerable questions, most of them on different subjects.
-    gap_topic_quantile: float = Field(default=0.02, gt=0, lt=1, description="questions join one topic when, on "
-                                      "average, they are as close as this share of the golden set's closest "
-                                      "answerable question pairs (and a gap matches an earlier day's)")
+    # Topics are cut at a distance calibrated on the golden set (gap_topics.py), not set by hand.
+    gap_topic_quantile: float = Field(default=0.02, gt=0, lt=1, description="topics are cut at this quantile of "
+                                      "the distances between the golden set's answerable questions")
     gap_min_queries: int = Field(default=2, ge=1, description="questions a topic needs to be listed as a gap")
     # A topic whose questions score lower as a group than the golden set's answerable cases is a gap
     # even when few of them fall under the threshold (gap_group.py): the false discovery rate of
@@ -264,15 +262,6 @@ class MonitoringConfig(_Strict):
     # Said once: a gap that stays over the share on later days is listed, not warned about again.
     gap_share_warn: float = Field(default=0.10, gt=0, le=1, description="the coverage_gaps check warns when a gap "
                                   "first holds more than this share of a day's questions")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_fixed_topic_distance(cls, data: object) -> object:
-        if isinstance(data, dict) and "gap_distance" in data:
-            raise ValueError("monitoring.gap_distance is retired: coverage-gap topics are cut at a distance "
-                             "calibrated on the golden set's questions; remove gap_distance, and set "
-                             "monitoring.gap_topic_quantile (default 0.02) to make topics wider or narrower")
-        return data
 
     @model_validator(mode="after")
     def _days_start_somewhere(self) -> MonitoringConfig:
