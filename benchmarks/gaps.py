@@ -209,6 +209,7 @@ def main() -> int:
         "replayed_questions": len(day_ids), "removed_topic_questions": len(replayed_removed),
         "golden_answerable": len(golden_ids), "golden_unanswerable": len(topic_queries[0]),
         "threshold": round(first.threshold.value, 4), "threshold_rule": first.threshold.rule,
+        "topic_distance": round(first.threshold.topic_distance, 4),
         "weak_questions": first.weak, "gaps": len(first.open_gaps),
         "gap_precision": correct / len(majorities) if majorities else float("nan"),
         "topic_recall": len(found_topics) / args.topics,
@@ -240,6 +241,8 @@ def main() -> int:
             "| measure | value |",
             "|---|---|",
             f"| weak-evidence threshold | {figures['threshold']} ({figures['threshold_rule']}) |",
+            f"| topic cut (the {first.threshold.topic_quantile:.2f} quantile of the golden answerable questions' "
+            f"pairwise cosine distances) | {figures['topic_distance']} |",
             f"| per-question AUROC (evidence score, removed vs answerable; the cosine alone) | {auroc:.3f} "
             f"({cosine_auroc:.3f}) |",
             f"| weak questions / gaps | {first.weak} / {len(first.open_gaps)} |",

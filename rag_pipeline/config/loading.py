@@ -50,11 +50,25 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     return raw
 
 
+# Keys a config may still hold from an earlier version: what replaced each, said instead of "extra input".
+RETIRED_KEYS = {
+    ("monitoring", "gap_distance"): "retired: coverage-gap topics are cut at a distance calibrated on the golden "
+                                    "set's questions; remove it, and set monitoring.gap_topic_quantile (default "
+                                    "0.02) to make topics wider or narrower",
+}
+
+
+def _message(item: dict) -> str:
+    """A validation error's message: for a retired key, what replaced it."""
+    retired = RETIRED_KEYS.get(tuple(item["loc"])) if item["type"] == "extra_forbidden" else None
+    return retired or item["msg"]
+
+
 def _format_validation_error(path: Path, error: ValidationError) -> str:
     lines = [f"invalid pipeline config {path}:"]
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  - {field}: {item['msg']}")
+        lines.append(f"  - {field}: {_message(item)}")
     lines.append("fix the field(s) above; see data/pipeline.yaml for a working example")
     return "\n".join(lines)
 
@@ -109,7 +123,7 @@ def with_overlay(config: PipelineConfig, assignments: list[str] | tuple[str, ...
     try:
         overlaid = PipelineConfig.model_validate(_resolve_paths(merged, base))
     except ValidationError as exc:
-        fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        fields = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {_message(e)}" for e in exc.errors())
         raise ConfigError(f"invalid experiment overlay ({what}): {fields}") from exc
     return overlaid.model_copy(update={"config_path": config.config_path})
 

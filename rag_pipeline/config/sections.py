@@ -250,8 +250,9 @@ class MonitoringConfig(_Strict):
     # answered questions gaps is not read twice.
     gap_answerable_flag_rate: float = Field(default=0.10, gt=0, lt=1, description="most share of answerable golden "
                                             "cases the weak-evidence threshold may call weak")
-    gap_distance: float = Field(default=0.5, gt=0, le=2, description="cosine distance under which weak questions "
-                                "join one topic (average linkage), and a gap matches an earlier day's")
+    # Topics are cut at a distance calibrated on the golden set (gap_topics.py), not set by hand.
+    gap_topic_quantile: float = Field(default=0.02, gt=0, lt=1, description="topics are cut at this quantile of "
+                                      "the distances between the golden set's answerable questions")
     gap_min_queries: int = Field(default=2, ge=1, description="questions a topic needs to be listed as a gap")
     # A topic whose questions score lower as a group than the golden set's answerable cases is a gap
     # even when few of them fall under the threshold (gap_group.py): the false discovery rate of

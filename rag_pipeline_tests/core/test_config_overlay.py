@@ -98,6 +98,7 @@ def test_an_overlay_file_means_the_same_as_the_assignments(tmp_path):
     ("chunking.max_tokens=8", "chunking.max_tokens: Input should be greater than or equal to 16"),
     ("chunking.max_tokens=30", "overlap_tokens (40) must be smaller than max_tokens (30)"),
     ("retrival.mode=bm25", "retrival: Extra inputs are not permitted"),
+    ("monitoring.gap_distance=0.5", "monitoring.gap_distance: retired: coverage-gap topics are cut at a distance"),
     ("sources.0.defaults.tenant=acme", "sources: Input should be a valid"),
 ])
 def test_an_overlay_the_file_would_refuse_names_the_key(tmp_path, assignment, named):

@@ -126,11 +126,12 @@ def coverage_gaps_day(config: PipelineConfig, store: Store, embedder: Embedder, 
     # Seeded apart from the production sample: the two draws need not be the same questions.
     examined = sampling.stratified_sample(in_window, monitoring.gap_sample_size, seed=f"gaps:{day.isoformat()}")
     retriever = evidence_retriever(store, embedder, config.retrieval)
-    threshold = golden_threshold(load_golden_set(config.golden_set).cases, retriever, monitoring.gap_answerable_flag_rate)
+    threshold = golden_threshold(load_golden_set(config.golden_set).cases, retriever, monitoring.gap_answerable_flag_rate,
+                                 monitoring.gap_topic_quantile)
     evidence = threshold.scale.apply(best_evidence(retriever, [Question(q.query, q.tenant, q.roles) for q in examined]))
     earlier = [gap_from_row(row) for row in store.gaps.open_before(day)]
     golden = threshold.answerable_scores
-    found = find_gaps(day, evidence, threshold.value, earlier, monitoring.gap_distance, monitoring.gap_min_queries,
+    found = find_gaps(day, evidence, threshold.value, earlier, threshold.topic_distance, monitoring.gap_min_queries,
                       golden, monitoring.gap_alpha)
     continued = {g.gap_id for g in found}
     closing = []
@@ -162,6 +163,9 @@ def gaps_markdown(gaps: Sequence[Gap], measures: Mapping | None) -> str:
         "(one-sided Mann-Whitney, "
         f"Benjamini-Hochberg over the day's topics at {number(measures.get('gap_alpha'), 2)}), and groups of weak "
         f"questions: under {number(measures.get('weak_threshold'), 4)} ({inline(measures.get('threshold_rule', ''))}). "
+        f"Topics: average linkage on cosine distance cut at {number(measures.get('topic_distance'), 4)}, the "
+        f"{number(measures.get('topic_quantile'), 2)} quantile of the distances between the golden set's answerable "
+        "questions. "
         f"Weak: {measures.get('weak_queries', 0):.0f} of {measures.get('examined_queries', 0):.0f} questions examined.",
         "",
         table([{"label": g.label, "count": g.count, "share": g.share, "first_seen": g.first_seen.isoformat(),

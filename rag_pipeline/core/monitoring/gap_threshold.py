@@ -23,6 +23,10 @@ answerable cases themselves spread over (0, 1]. Then, on the cases' scores,
 The cap exists because golden sets are written with near-miss unanswerable cases (the topic is in
 the corpus, the fact is not): J alone then sets t among the scores of answered questions and calls
 much ordinary traffic a gap. A golden set without unanswerable cases gives t = t_cap (stated).
+
+The same golden questions set the distance the day's questions are grouped into topics at
+(`gap_topics.calibrated_distance`, from the answerable cases' embeddings): calibrated here with
+the threshold since both read one search of the golden set.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from rag_pipeline.core.evaluation.answers.abstention import best_threshold
 from rag_pipeline.core.evaluation.golden.holdout import withheld
 from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
 from rag_pipeline.core.monitoring.evidence import Evidence, Question, best_evidence
+from rag_pipeline.core.monitoring.gap_topics import calibrated_distance
 from rag_pipeline.core.retrieval.retriever import Retriever
 
 
@@ -90,10 +95,15 @@ class WeakThreshold:
     answerable_scores: tuple[float, ...] = ()
     # The scale a day's questions are scored on (the answerable cases' measures).
     scale: EvidenceScale = field(default_factory=EvidenceScale)
+    # The cosine distance the day's questions are grouped into topics at (gap_topics.py), and the
+    # quantile of the answerable cases' pairwise distances it is (NaN: not calibrated).
+    topic_distance: float = math.nan
+    topic_quantile: float = math.nan
 
     def measures(self) -> dict[str, float]:
         return {"weak_threshold": self.value, "golden_answerable_flagged": self.answerable_flagged,
-                "golden_unanswerable_caught": self.unanswerable_caught}
+                "golden_unanswerable_caught": self.unanswerable_caught, "topic_distance": self.topic_distance,
+                "topic_quantile": self.topic_quantile}
 
 
 def calibrate(scores: Sequence[float], answerable: Sequence[bool], max_flag_rate: float) -> WeakThreshold:
@@ -123,11 +133,15 @@ def calibrate(scores: Sequence[float], answerable: Sequence[bool], max_flag_rate
     )
 
 
-def golden_threshold(cases: Sequence, retriever: Retriever, max_flag_rate: float) -> WeakThreshold:
+def golden_threshold(cases: Sequence, retriever: Retriever, max_flag_rate: float,
+                     topic_quantile: float) -> WeakThreshold:
     """Calibrate on the golden cases outside holdout, each searched with its own tenant and roles and
-    scored on the scale of the answerable ones; a case whose caller may see nothing scores 0."""
+    scored on the scale of the answerable ones; a case whose caller may see nothing scores 0. The
+    topic cut is the `topic_quantile` of the answerable questions' pairwise distances."""
     tunable = [c for c in cases if not withheld(c)]
     evidence = best_evidence(retriever, [Question(c.question, c.tenant, tuple(c.roles)) for c in tunable])
-    scale = EvidenceScale.of([e for e, c in zip(evidence, tunable, strict=True) if c.answerable])
+    answerable = [e for e, c in zip(evidence, tunable, strict=True) if c.answerable]
+    scale = EvidenceScale.of(answerable)
     threshold = calibrate([scale.score(e) for e in evidence], [c.answerable for c in tunable], max_flag_rate)
-    return replace(threshold, scale=scale)
+    distance = calibrated_distance(np.array([e.vector for e in answerable]), topic_quantile)
+    return replace(threshold, scale=scale, topic_distance=distance, topic_quantile=topic_quantile)

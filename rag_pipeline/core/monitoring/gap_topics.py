@@ -5,6 +5,15 @@ linkage on cosine distance, cut at `distance`: two groups join while their quest
 average, closer than that (strictly). No number of topics is assumed: a day may hold none, one or
 twenty.
 
+The cut is not a distance set by hand (what "close" means differs by model and corpus: a distance
+that keeps one model's topics whole splits another's into pairs). It is calibrated on the golden
+set (`calibrated_distance`): the `quantile` of the cosine distances between every pair of its
+answerable questions. Those questions sample what users ask of this corpus, embedded by this
+model, and most pairs of them are on different subjects: a group of the day's questions is one
+topic when its questions are, on average, as close to one another as only that small share of
+golden pairs are. Wide topics (a corpus whose questions all look alike) get a wide cut, tight
+ones a tight cut, with no constant that knows the model's scale.
+
 Labels: class-based TF-IDF (as BERTopic's c-TF-IDF). Each topic's questions form one class and the
 day's other questions one more; a term's weight in a class is
 
@@ -24,6 +33,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from rag_pipeline.core.errors import InputError
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
 from rag_pipeline.core.monitoring.drift import topic_text
 from rag_pipeline.core.retrieval.lexical import STOP_WORDS
 from rag_pipeline.core.vectors import normalise_rows
@@ -35,6 +46,17 @@ def cosine_distances(vectors: np.ndarray) -> np.ndarray:
     """1 - cosine between every pair of rows (a zero row is at distance 1 from everything)."""
     unit = normalise_rows(np.asarray(vectors, dtype=np.float64))
     return np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
+
+
+def calibrated_distance(vectors: np.ndarray, quantile: float) -> float:
+    """The nearest-rank `quantile` of the cosine distances between every pair of rows (the golden
+    set's answerable questions): the cut that `topics` groups a day's questions at."""
+    if len(vectors) < 2:
+        raise InputError(f"the golden set has {len(vectors)} answerable case(s) outside holdout: coverage gaps "
+                         "calibrate their topic cut on the distances between those questions and need at least "
+                         "2 (add answerable cases to the golden set)")
+    distances = cosine_distances(vectors)
+    return nearest_rank_quantile(distances[np.triu_indices(len(vectors), k=1)].tolist(), quantile)
 
 
 def topics(vectors: np.ndarray, distance: float) -> list[int]:

@@ -1,6 +1,7 @@
 """Coverage gaps: topics of production questions the served index holds no good evidence for.
 
-A day's examined questions are grouped into topics (`gap_topics.py`, cut at `distance`). A topic of
+A day's examined questions are grouped into topics (`gap_topics.py`, cut at `distance`, which the
+day calibrates on the golden set: `gap_topics.calibrated_distance`). A topic of
 at least `min_queries` questions is a gap when its questions' evidence scores (`gap_threshold.py`:
 cosine and term coverage ranked among the golden answerable cases) sit lower, as a group, than the
 golden set's answerable cases' (`gap_group.py`: one-sided Mann-Whitney, the day's

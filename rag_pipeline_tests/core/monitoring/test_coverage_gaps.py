@@ -67,8 +67,9 @@ def pipeline(tmp_path, write_config):
         "split": "dev", "answerable": a}) + "\n" for i, (q, a) in enumerate(GOLDEN)))
     config = write_config({"kb": root}, golden_set=str(golden), monitoring={
         "query_log": str(tmp_path / "log"), "start_date": "2026-11-01", "gap_share_warn": 0.2,
-        # Hashing vectors of short questions that share one word are far apart (0.5 to 0.9): a wide cut.
-        "gap_distance": 0.9})
+        # 8 answerable golden questions are 28 pairs: the default 2% quantile would be their closest
+        # pair alone; the 10% one is the third closest (0.87 apart for hashing vectors).
+        "gap_topic_quantile": 0.1})
     store = open_store(config.storage)
     embedder = HashingEmbedder(config.embedding)
 
@@ -103,6 +104,8 @@ def test_an_off_corpus_topic_is_one_gap_holding_most_of_it(pipeline, tmp_path):
     assert [g.gap_id for g in day_gaps(store, DAY1)] == [g.gap_id for g in result.gaps]
     [measures] = [m for m in store.records.monitoring_history("gaps", DAY1) if m["day"] == DAY1]
     assert measures["weak_threshold"] == result.threshold.value and "Youden" in measures["threshold_rule"]
+    # The topic cut the day grouped at: the configured quantile of the golden answerable questions' distances.
+    assert measures["topic_quantile"] == 0.1 and 0.5 < measures["topic_distance"] == result.threshold.topic_distance < 1
 
 
 def test_the_same_day_without_the_topic_has_no_gap_over_the_share(pipeline, tmp_path):
@@ -247,7 +250,8 @@ def test_the_report_section_escapes_what_users_typed():
     gap = Gap("gap-1", DAY1, DAY1, hostile, (Member(Question(hostile, "acme"), 0.1),), 0.5, "kb:a.md", "A > B",
               0.1, (1.0,))
     text = gaps_markdown([gap], {"weak_threshold": 0.3, "threshold_rule": "rule", "weak_queries": 1.0,
-                                 "examined_queries": 2.0})
+                                 "examined_queries": 2.0, "topic_distance": 0.6543, "topic_quantile": 0.02})
+    assert "cut at 0.6543, the 0.02 quantile" in text
     assert "<script>" not in text and "javascript:" not in text and not re.search(r"(?<!\\)\]\(", text)
     rows = [line for line in text.splitlines() if line.startswith("|")]
     assert len(rows) == 3 and len({row.count("|") - row.count("\\|") for row in rows}) == 1
@@ -338,3 +342,47 @@ def test_coverage_weighs_the_question_terms_by_idf_and_the_score_ranks_both_meas
     assert low.weak(0.6) and not high.weak(0.6) and none.weak(0.01)
     # Without answerable cases to rank among, the cosine is the score.
     assert EvidenceScale().score(Evidence(Question("q"), 0.37, coverage=0.1)) == 0.37
+
+
+def test_the_topic_cut_is_the_stated_quantile_of_the_golden_questions_pairwise_distances():
+    from scipy.spatial.distance import pdist
+
+    from rag_pipeline.core.errors import InputError
+    from rag_pipeline.core.monitoring.gap_topics import calibrated_distance
+
+    golden = np.random.default_rng(3).normal(size=(15, 32))
+    pairs = np.sort(pdist(golden, metric="cosine"))
+    for quantile in (0.05, 0.2, 0.5):
+        # Nearest rank: the smallest distance with at least that share of the 105 pairs at or under it.
+        assert calibrated_distance(golden, quantile) == pytest.approx(pairs[math.ceil(quantile * len(pairs)) - 1])
+    with pytest.raises(InputError, match="at least 2"):
+        calibrated_distance(golden[:1], 0.05)
+
+
+def _topic(axis: int, members: range, closeness: float, dims: int = 64) -> list[np.ndarray]:
+    """Unit vectors `1 - closeness` apart from one another (cosine distance), each the shared axis
+    plus a direction of its own: a topic as wide as the closeness says."""
+    eye = np.eye(dims)
+    return [math.sqrt(closeness) * eye[axis] + math.sqrt(1 - closeness) * eye[i] for i in members]
+
+
+def test_a_topic_wider_than_the_old_fixed_cut_is_one_gap_and_two_unrelated_topics_stay_apart():
+    from rag_pipeline.core.monitoring.gap_topics import calibrated_distance
+    from rag_pipeline.core.monitoring.gaps import find_gaps
+
+    # Golden questions on unrelated subjects (64-dim, seeded): the closest 5% of their pairs are about
+    # 0.8 apart, and that is the cut.
+    cut = calibrated_distance(np.random.default_rng(11).normal(size=(40, 64)), 0.05)
+    assert 0.7 < cut < 0.9
+    # Two missing topics whose questions are 0.6 apart (wider than the fixed 0.5 cut of before,
+    # closer than the golden pairs), unrelated to each other (1.0 apart); ordinary questions each
+    # on a subject of its own, with the golden answerable cases' scores.
+    payroll = [_asked(f"payroll {i}", 0.45 + 0.01 * i, v) for i, v in enumerate(_topic(0, range(1, 7), 0.4))]
+    badges = [_asked(f"badges {i}", 0.46 + 0.01 * i, v) for i, v in enumerate(_topic(7, range(8, 13), 0.4))]
+    usual = [_asked(f"usual {i}", GOLDEN_SCORES[i], np.eye(64)[20 + i]) for i in range(12)]
+    day = payroll + usual + badges
+    found = find_gaps(DAY1, day, threshold=0.4, earlier=[], distance=cut, min_queries=2, golden=GOLDEN_SCORES)
+    assert sorted(sorted(m.question.text for m in g.members) for g in found) == [
+        [e.question.text for e in badges], [e.question.text for e in payroll]]
+    # At the fixed cut of before, each question of those topics is a topic alone: no gap at all.
+    assert find_gaps(DAY1, day, 0.4, [], 0.5, 2, golden=GOLDEN_SCORES) == []
