@@ -114,6 +114,22 @@ def _incremental(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _single_round(rows: list[dict]) -> list[str]:
+    """Which rows' incremental cases were measured once, not in rounds, and why: said plainly, so
+    that no reader takes one round for a median."""
+    once = [r for r in rows if r.get("rounds", 1) <= 1]
+    if not once:
+        return []
+    listed = "; ".join(
+        f"{r.get('embedder', 'minilm')} {r['backend']} {r['docs']:,} (measured on {r.get('revision', '?')}, "
+        f"its full build {r['full_s'] / 60:,.0f} min{', of which the raw encode ' + format(r['raw_encode_s'] / 60, ',.0f') + ' min' if r.get('embedder', 'minilm') == 'minilm' else ''})"
+        for r in once)
+    return [f"One round only, not a median (wall seconds of the run alone, no CPU seconds, its `rounds` column 1): "
+            f"{listed}. They were measured before the incremental cases ran in rounds and not measured again since: "
+            "a new measure runs the full build first (the minutes above, on this shared machine), which the time "
+            "there was did not allow. Every other row's incremental figures are medians of its rounds."]
+
+
 def _sample_flag(row: dict) -> str:
     encoded = row.get("raw_encoded_chunks", row["chunks"])
     return "" if encoded >= row["chunks"] else f" --raw-sample {encoded / row['chunks']:.1f}"
@@ -277,8 +293,10 @@ def write_page(rows: list[dict], results: list[dict]) -> None:
             f"| {r['full_over_raw_encode']:.2f} | {r['no_change_s']:.2f} ({r['no_change_share_pct']:.1f}%) "
             f"| {r['edit_s']:.2f} ({r['edit_share_pct']:.1f}%) | {r['delete_1pct_s']:.2f} | {r.get('rounds', 1)} "
             f"| {r['peak_rss_mb']:.0f} | {r['index_mb']:.1f} | {r.get('revision', '?')} |")
+    single = _single_round(rows)
     incremental = _incremental(rows)
-    lines += [*([""] + incremental if incremental else []), "", *_findings(rows, results)]
+    lines += [*([""] + single if single else []), *([""] + incremental if incremental else []), "",
+              *_findings(rows, results)]
     lines += ["", "![cost curve](performance-scale.png)", "",
               "Commands, one per row: " + ", ".join(
                   f"`python benchmarks/scale.py --docs {r['docs_asked']} --backend {r['backend']}"
