@@ -80,6 +80,14 @@ def timed(command: list[str], **kwargs) -> Timed:
     return Timed(done, wall, cpu)
 
 
+def machine_load(at_start: tuple[float, float, float]) -> str:
+    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
+    the CPUs with whatever else ran then."""
+    at_end = os.getloadavg()
+    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
+            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
+
+
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")  # cgroup v1's CPU accounting hierarchy
 CGROUP_METHOD = ("the kernel's CPU accounting (a cpuacct cgroup holding this process and every process started "
                  "while it was measured, daemons included)")
