@@ -162,11 +162,18 @@ def tree_cpu(label: str) -> Iterator[TreeCPU]:
                 atexit.register(_remove_group, group)
 
 
-def _remove_group(group: Path) -> None:
-    try:
-        group.rmdir()
-    except OSError:
-        pass
+def _remove_group(group: Path, wait_s: float = 10.0) -> None:
+    """Remove an emptied cgroup, waiting a little for the last processes started in it (a server
+    stopping) to end; one that lives on keeps it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
 
 
 def write_section(title: str, body: str, script: str | None = None, command: str | None = None,
