@@ -120,6 +120,7 @@ def celery_round(args, raw: dict, work: Path, order: tuple[str, ...]) -> dict:
     """Both paths once, in `order`, each on a fresh instance and store: the in-process DuckDB backfill
     and the Celery one (its PostgreSQL server, Redis and workers started inside its measure); then
     whether the two builds serve the same content."""
+    work.mkdir(parents=True, exist_ok=True)  # the server's folder needs its parent, whichever path goes first
     with ExitStack() as stack:
         served: dict[str, str] = {}
 
