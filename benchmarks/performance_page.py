@@ -8,7 +8,6 @@ are left as they are, so one benchmark can be re-run on its own.
 
 from __future__ import annotations
 
-import atexit
 import os
 import platform
 import re
@@ -155,25 +154,22 @@ def tree_cpu(label: str) -> Iterator[TreeCPU]:
     finally:
         meter.cpu_s = meter.so_far()
         if group is not None:
-            (parent / "cgroup.procs").write_text(str(os.getpid()))
-            try:
-                group.rmdir()
-            except OSError:  # a process started in the block still lives in it: try again at exit
-                atexit.register(_remove_group, group)
+            _release(group, parent)
 
 
-def _remove_group(group: Path, wait_s: float = 10.0) -> None:
-    """Remove an emptied cgroup, waiting a little for the last processes started in it (a server
-    stopping) to end; one that lives on keeps it."""
-    deadline = time.monotonic() + wait_s
-    while True:
+def _release(group: Path, parent: Path) -> None:
+    """Remove the measure's cgroup: this process and whatever it started that still lives (a server
+    stopping, process-wide workers) go back to `parent`, where their CPU counts from now on."""
+    for _ in range(10):  # a process may fork while the others move: until the cgroup is empty
         try:
             group.rmdir()
             return
         except OSError:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.2)
+            for pid in (group / "cgroup.procs").read_text().split():
+                try:
+                    (parent / "cgroup.procs").write_text(pid)
+                except OSError:  # it ended meanwhile
+                    pass
 
 
 def write_section(title: str, body: str, script: str | None = None, command: str | None = None,

@@ -42,6 +42,21 @@ def test_a_daemon_that_outlives_its_parent_is_counted_by_the_kernels_accounting(
     assert tree.group is not None and not tree.group.exists()  # its cgroup removed once empty
 
 
+def test_a_process_still_running_when_the_measure_ends_leaves_its_cgroup_for_the_parents(benchmarks):
+    from performance_page import CGROUP_METHOD, _own_cpuacct, tree_cpu
+
+    with tree_cpu("test-lingering") as tree:
+        lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        if tree.method != CGROUP_METHOD:
+            pytest.skip("cgroup v1's cpuacct is not writable here")
+        assert not tree.group.exists()
+        assert str(lingering.pid) in (_own_cpuacct() / "cgroup.procs").read_text().split()
+    finally:
+        lingering.kill()
+        lingering.wait()
+
+
 def test_without_cgroups_the_children_waited_for_are_counted_and_the_method_says_what_is_missed(
         tmp_path, benchmarks, monkeypatch):
     import performance_page
