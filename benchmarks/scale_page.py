@@ -92,7 +92,10 @@ def _incremental(rows: list[dict]) -> list[str]:
         "the run's seconds alone). Each round is a fresh process; an edit round appends to another document, a "
         "deletion round deletes another 1%. run s: the ingestion call, as in the table above; process s: the "
         "whole process as a user waits for it (imports included); CPU s: user + system of its process tree "
-        "(parser workers included). Medians, then each round:",
+        "(parser workers included"
+        + ("; on PostgreSQL not the server's, a process of its own started once for the whole run, which does "
+           "most of a switch's work there" if any(r["backend"] == "postgres" for r in kept) else "")
+        + "). Medians, then each round:",
         "",
         "| embedder | backend | docs | case | rounds | run s | process s | CPU s | each round (run, process, CPU s) "
         "| load before / after (1, 5, 15 min) | measured on |",
