@@ -81,6 +81,19 @@ def _rounds_flag(row: dict) -> str:
 _CASES = (("no_change", "no change"), ("edit", "one edit"), ("delete_1pct", "1% deleted"))
 
 
+def _server_note(rows: list[dict]) -> str:
+    """What the CPU of a PostgreSQL row holds of the server's (a process of its own, started once for
+    the whole run, which does most of a switch's work there)."""
+    postgres = [r for r in rows if r["backend"] == "postgres"]
+    with_server = [r for r in postgres if "server_cpu_s" in r["incremental"]["no_change"]]
+    notes = []
+    if with_server:
+        notes.append("on PostgreSQL the server's CPU meanwhile added (its processes' times, from /proc)")
+    if len(with_server) < len(postgres):
+        notes.append("PostgreSQL rows measured before that leave the server's out")
+    return "".join(f"; {note}" for note in notes)
+
+
 def _incremental(rows: list[dict]) -> list[str]:
     """Every round of the incremental cases of the rows that kept them: the run, the process's wall
     and the CPU of its process tree, medians first."""
@@ -92,10 +105,7 @@ def _incremental(rows: list[dict]) -> list[str]:
         "the run's seconds alone). Each round is a fresh process; an edit round appends to another document, a "
         "deletion round deletes another 1%. run s: the ingestion call, as in the table above; process s: the "
         "whole process as a user waits for it (imports included); CPU s: user + system of its process tree "
-        "(parser workers included"
-        + ("; on PostgreSQL not the server's, a process of its own started once for the whole run, which does "
-           "most of a switch's work there" if any(r["backend"] == "postgres" for r in kept) else "")
-        + "). Medians, then each round:",
+        "(parser workers included" + _server_note(kept) + "). Medians, then each round:",
         "",
         "| embedder | backend | docs | case | rounds | run s | process s | CPU s | each round (run, process, CPU s) "
         "| load before / after (1, 5, 15 min) | measured on |",

@@ -71,6 +71,26 @@ def test_without_cgroups_the_children_waited_for_are_counted_and_the_method_says
     assert middle >= float(done.read_text()) * 0.9 and tree.cpu_s >= middle
 
 
+def test_a_servers_cpu_counts_the_children_it_has_reaped_and_those_still_running(tmp_path, benchmarks):
+    from performance_page import server_cpu_s
+
+    done = tmp_path / "burnt"
+    # A "server" that runs a burning child to its end (reaped), then waits with a second one alive.
+    server = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {BURN!r}, {str(done)!r}])\n"
+        "subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])\n")])
+    try:
+        burnt = _wait_for(done)
+        time.sleep(0.5)  # the burning child reaped
+        assert server_cpu_s(server.pid) >= burnt * 0.9
+    finally:
+        for child in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split():
+            subprocess.run(["kill", child])
+        server.kill()
+        server.wait()
+
+
 def _state_round(history_s: float, cpu: float, size: float) -> dict:
     restore = {"seconds": history_s / 10, "cpu_s": cpu / 10, "restored": 5, "removed": 1}
     return {"docs": 100, "nights": 3, "churn": 0.01, "states": 4, "documents": 100, "chunks": 104,
