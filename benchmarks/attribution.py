@@ -392,7 +392,7 @@ def main() -> int:
         bench = Bench(args.dataset, work, args.docs)
         log(f"baseline {bench.base.eval_id}: {len(bench.records)} abstracts, {len(bench.cases)} cases")
         tallies = run(bench, args.per_kind, log)
-        body = render(tallies, bench, (time.monotonic() - started) / 60) + "\n\n" + machine_load(load_at_start)
+        body = render(tallies, bench, (time.monotonic() - started) / 60).rstrip() + "\n\n" + machine_load(load_at_start)
         bench.store.close()
     print(body)
     if not args.no_write:
