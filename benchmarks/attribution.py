@@ -51,7 +51,7 @@ from pathlib import Path
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from performance_page import write_section  # noqa: E402
+from performance_page import machine_load, write_section  # noqa: E402
 
 from rag_pipeline.api import duckdb_store, import_beir, ingest_source, make_embedder  # noqa: E402
 from rag_pipeline.config import (  # noqa: E402
@@ -381,7 +381,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="a folder for the store (default: a temporary one)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md alone")
     args = parser.parse_args()
-    started = time.monotonic()
+    started, load_at_start = time.monotonic(), os.getloadavg()
 
     def log(line: str) -> None:
         print(f"[{(time.monotonic() - started) / 60:5.1f} min] {line}", file=sys.stderr, flush=True)
@@ -392,7 +392,7 @@ def main() -> int:
         bench = Bench(args.dataset, work, args.docs)
         log(f"baseline {bench.base.eval_id}: {len(bench.records)} abstracts, {len(bench.cases)} cases")
         tallies = run(bench, args.per_kind, log)
-        body = render(tallies, bench, (time.monotonic() - started) / 60)
+        body = render(tallies, bench, (time.monotonic() - started) / 60).rstrip() + "\n\n" + machine_load(load_at_start)
         bench.store.close()
     print(body)
     if not args.no_write:

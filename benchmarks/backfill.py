@@ -22,14 +22,18 @@ the config's own sources. `--project` points at another checkout (an older versi
 the same script; DuckDB only). `--launch-after S` waits S seconds after the daemon's start (the
 backfill daemon loops every 30 s from its start).
 
-    python benchmarks/backfill.py --executor celery --workers 3 [--embedder hashing] [--json]
+    python benchmarks/backfill.py --executor celery --workers 3 [--rounds 3] [--embedder hashing] [--json]
 
-runs the same backfill twice in one invocation: on the in-process DuckDB path (`duckdb`), then
-with the instance and the store in PostgreSQL and every step sent to Celery workers (a Redis
-broker and N `dagster-celery` workers started here, rag_pipeline_tests/harness/celery_deployment.py). Without
-`--copies`, the sources are 12 small folders made from the shared datasets. It prints the steps
-and runs each worker took, both wall times, and whether the Celery build serves exactly what the
-DuckDB build serves (`equal_to_serial`), and writes them into docs/performance.md unless `--no-page`.
+runs the same backfill on two paths, `--rounds` times each (3 unless told; which path goes first
+alternates): the in-process DuckDB path (`duckdb`), and the instance and the store in PostgreSQL
+with every step sent to Celery workers (a Redis broker and N `dagster-celery` workers started
+here, rag_pipeline_tests/harness/celery_deployment.py). Without `--copies`, the sources are 12
+small folders made from the shared datasets. Each path of each round is measured whole: wall from
+the backfill's launch, and CPU seconds of its process tree (every process it starts, daemons,
+PostgreSQL and Redis included: performance_page.tree_cpu) with the load before and after. It
+prints the medians, the steps and runs each worker took, and whether each Celery build serves
+exactly what the round's DuckDB build serves (`equal_to_serial`), and writes them into
+docs/performance.md unless `--no-page`.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from rag_pipeline_tests.harness.celery_deployment import (
@@ -97,75 +103,129 @@ def equal_to_serial(celery_config: Path, duckdb_config: Path, dsn: str) -> tuple
     return not differences, differences
 
 
+def _measured(path: str, run_path) -> dict:
+    """One path of a round: the 1-minute load before and after, the wall of the whole path (its
+    processes started and stopped) and the CPU of its process tree (performance_page.tree_cpu)."""
+    from performance_page import tree_cpu
+
+    load_before = round(os.getloadavg()[0], 1)
+    started = time.perf_counter()
+    with tree_cpu(f"backfill-{path}") as cpu:
+        result = run_path()
+    return {**result, "path_wall_s": round(time.perf_counter() - started, 1), "cpu_s": round(cpu.cpu_s, 1),
+            "cpu_method": cpu.method, "load_before_after": [load_before, round(os.getloadavg()[0], 1)]}
+
+
+def celery_round(args, raw: dict, work: Path, order: tuple[str, ...]) -> dict:
+    """Both paths once, in `order`, each on a fresh instance and store: the in-process DuckDB backfill
+    and the Celery one (its PostgreSQL server, Redis and workers started inside its measure); then
+    whether the two builds serve the same content."""
+    work.mkdir(parents=True, exist_ok=True)  # the server's folder needs its parent, whichever path goes first
+    with ExitStack() as stack:
+        served: dict[str, str] = {}
+
+        def distributed() -> dict:
+            served["dsn"] = stack.enter_context(postgres_server(work / "pgdata"))  # stopped after the comparison
+            return run_celery(raw, work / "celery", served["dsn"], args.workers, args.timeout)
+
+        paths = {"duckdb": lambda: run("duckdb", raw, work / "duckdb", REPO, args.timeout, args.launch_after, None),
+                 "celery": distributed}
+        results = {path: _measured(path, paths[path]) for path in order}
+        equal, differences = equal_to_serial(results["celery"].pop("config"), work / "duckdb" / "pipeline.yaml",
+                                             served["dsn"])
+    return {"order": list(order), **results, "equal_to_serial": equal, "differences": differences}
+
+
+def _path_figures(rounds: list[dict], path: str) -> dict:
+    """Per path: the medians over the rounds and each round's figures."""
+    each = [r[path] for r in rounds]
+    return {"wall_s": [r["wall_s"] for r in each], "path_wall_s": [r["path_wall_s"] for r in each],
+            "cpu_s": [r["cpu_s"] for r in each], "load_before_after": [r["load_before_after"] for r in each],
+            "wall_median_s": statistics.median(r["wall_s"] for r in each),
+            "path_wall_median_s": statistics.median(r["path_wall_s"] for r in each),
+            "cpu_median_s": statistics.median(r["cpu_s"] for r in each),
+            "runs": [len(r["runs"]) for r in each], "steps": [sum(len(x["steps_s"]) for x in r["runs"]) for r in each],
+            "backfill_status": [r["backfill_status"] for r in each]}
+
+
 def main_celery(args, raw: dict, work: Path) -> int:
-    """`--executor celery`: the in-process DuckDB backfill and the Celery backfill, compared."""
-    with postgres_server(work / "pgdata") as dsn:
-        # The machine is shared: the 1-minute load average before and after each path goes with its figure.
-        load = {"duckdb": [round(os.getloadavg()[0], 1)]}
-        serial = run("duckdb", raw, work / "duckdb", REPO, args.timeout, args.launch_after, None)
-        load["duckdb"].append(round(os.getloadavg()[0], 1))
-        serial_config = work / "duckdb" / "pipeline.yaml"
-        load["celery"] = [round(os.getloadavg()[0], 1)]
-        distributed = run_celery(raw, work / "celery", dsn, args.workers, args.timeout)
-        load["celery"].append(round(os.getloadavg()[0], 1))
-        equal, differences = equal_to_serial(distributed.pop("config"), serial_config, dsn)
+    """`--executor celery`: the in-process DuckDB backfill and the Celery backfill, compared over
+    `--rounds` rounds (which path goes first alternates)."""
+    rounds = []
+    for index in range(args.rounds):
+        order = ("duckdb", "celery") if index % 2 == 0 else ("celery", "duckdb")
+        rounds.append(celery_round(args, raw, work / f"round-{index + 1}", order))
+        print(f"round {index + 1}: " + "; ".join(f"{p} {rounds[-1][p]['wall_s']} s from launch, {rounds[-1][p]['cpu_s']} CPU s"
+                                                 for p in order), file=sys.stderr, flush=True)
     summary = {
-        "executor": "celery", "workers": args.workers, "sources": len(raw["sources"]),
+        "executor": "celery", "workers": args.workers, "sources": len(raw["sources"]), "rounds": len(rounds),
         "embedder": raw.get("embedding", {}).get("kind", "sentence-transformers"),
-        "steps_per_worker": distributed["steps_per_worker"], "runs_per_worker": distributed["runs_per_worker"],
-        "equal_to_serial": equal, "differences": differences,
-        "wall_s": distributed["wall_s"], "backfill_status": distributed["backfill_status"],
-        "in_process_duckdb": {"wall_s": serial["wall_s"], "backfill_status": serial["backfill_status"],
-                              "runs": len(serial["runs"]), "steps": sum(len(r["steps_s"]) for r in serial["runs"])},
-        "runs": len(distributed["runs"]), "steps": sum(len(r["steps_s"]) for r in distributed["runs"]),
-        "load_average_before_after": load,
+        "cpu_method": rounds[0]["duckdb"]["cpu_method"], "order": [r["order"] for r in rounds],
+        "in_process_duckdb": _path_figures(rounds, "duckdb"), "celery": _path_figures(rounds, "celery"),
+        "steps_per_worker": [r["celery"]["steps_per_worker"] for r in rounds],
+        "runs_per_worker": [r["celery"]["runs_per_worker"] for r in rounds],
+        "equal_to_serial": all(r["equal_to_serial"] for r in rounds),
+        "differences": [d for r in rounds for d in r["differences"]],
     }
+    ok = summary["equal_to_serial"] and all(s == "COMPLETED_SUCCESS" for s in summary["celery"]["backfill_status"])
     if not args.no_page:
         write_page(summary, args)
     if args.json:
         print(json.dumps(summary, indent=2))
-        return 0 if equal and distributed["backfill_status"] == "COMPLETED_SUCCESS" else 1
-    print(f"{summary['sources']} source partitions, embedder {summary['embedder']}")
-    print(f"in-process DuckDB: {serial['backfill_status']} in {serial['wall_s']} s, {summary['in_process_duckdb']['runs']} runs, "
-          f"{summary['in_process_duckdb']['steps']} steps, every step in its run's process")
-    print(f"Celery x{args.workers} on PostgreSQL: {distributed['backfill_status']} in {distributed['wall_s']} s, "
-          f"{summary['runs']} runs, {summary['steps']} steps")
-    for worker, steps in summary["steps_per_worker"].items():
-        print(f"  {worker:<28} {steps:>3} steps of {summary['runs_per_worker'][worker]} runs")
-    print(f"equal to the serial DuckDB build: {equal}" + "".join(f"\n  {d}" for d in differences))
-    return 0 if equal and distributed["backfill_status"] == "COMPLETED_SUCCESS" else 1
+        return 0 if ok else 1
+    print(f"{summary['sources']} source partitions, embedder {summary['embedder']}, {len(rounds)} rounds")
+    for label, path in (("in-process DuckDB", "in_process_duckdb"), (f"Celery x{args.workers} on PostgreSQL", "celery")):
+        figures = summary[path]
+        print(f"{label}: {figures['backfill_status']}, medians {figures['wall_median_s']} s from launch, "
+              f"{figures['cpu_median_s']} CPU s; rounds {figures['wall_s']} s, {figures['cpu_s']} CPU s")
+    print(f"equal to the serial DuckDB build in every round: {summary['equal_to_serial']}"
+          + "".join(f"\n  {d}" for d in summary["differences"]))
+    return 0 if ok else 1
 
 
-def load_text(summary: dict, path: str) -> str:
-    before, after = summary["load_average_before_after"][path]
-    return f"{before}, {after}"
+def _rounds_text(values: list) -> str:
+    return ", ".join(str(v) for v in values)
 
 
 def write_page(summary: dict, args) -> None:
     """The figures as the Celery section of docs/performance.md."""
     from performance_page import write_section
 
-    serial = summary["in_process_duckdb"]
-    rows = "\n".join(f"| `{w}` | {s} | {summary['runs_per_worker'][w]} |" for w, s in summary["steps_per_worker"].items())
+    rows = []
+    for label, path in (("in-process, DuckDB store, SQLite instance", "in_process_duckdb"),
+                        (f"Celery, {args.workers} workers, Redis broker, PostgreSQL store and instance", "celery")):
+        f = summary[path]
+        each = "; ".join(f"{w}, {c}" for w, c in zip(f["wall_s"], f["cpu_s"]))
+        load = "; ".join(f"{a} / {b}" for a, b in f["load_before_after"])
+        rows.append(f"| {label} | {f['wall_median_s']} | {f['cpu_median_s']} | {f['path_wall_median_s']} | "
+                    f"{_rounds_text(sorted(set(f['runs'])))} | {_rounds_text(sorted(set(f['steps'])))} | {each} | {load} |")
+    workers = sorted({w for taken in summary["steps_per_worker"] for w in taken})
+    worker_rows = "\n".join(f"| `{w}` | {_rounds_text([taken.get(w, 0) for taken in summary['steps_per_worker']])} | "
+                            f"{_rounds_text([taken.get(w, 0) for taken in summary['runs_per_worker']])} |" for w in workers)
+    ratio_cpu = summary["celery"]["cpu_median_s"] / summary["in_process_duckdb"]["cpu_median_s"]
+    ratio_wall = summary["celery"]["wall_median_s"] / summary["in_process_duckdb"]["wall_median_s"]
     body = (
         f"An asset backfill of {summary['sources']} "
         f"source partitions ({'copies of the httpx 0.23 docs' if args.copies else 'small folders: the httpx 0.23 pages and SciFact abstracts dealt round-robin'}), launched "
         f"through GraphQL as the UI launches it; embedder: "
-        f"{'the hashing embedder' if summary['embedder'] == 'hashing' else 'the bundled MiniLM'}.\n\n"
-        f"| path | wall time from launch | runs | steps | load average before, after |\n| --- | --- | --- | --- | --- |\n"
-        f"| in-process, DuckDB store, SQLite instance | {serial['wall_s']} s | {serial['runs']} | {serial['steps']} | "
-        f"{load_text(summary, 'duckdb')} |\n"
-        f"| Celery, {args.workers} workers, Redis broker, PostgreSQL store and instance | {summary['wall_s']} s | "
-        f"{summary['runs']} | {summary['steps']} | {load_text(summary, 'celery')} |\n\n"
-        f"| Celery worker | steps | of runs |\n| --- | --- | --- |\n{rows}\n\n"
-        f"Served content of the Celery build equal to the in-process DuckDB build's (manifest, documents, chunks, "
-        f"postings, vectors, embedding cache, ledger; run ids and times left out): "
+        f"{'the hashing embedder' if summary['embedder'] == 'hashing' else 'the bundled MiniLM'}. "
+        f"{summary['rounds']} rounds, the two paths alternating (which goes first alternates), each on a fresh "
+        f"instance and store; medians. Wall from launch: the backfill's launch to its last run's end. CPU s: user + "
+        f"system of the path's whole process tree, from the start of its processes to their stop (the webserver, "
+        f"the daemon, the run processes; for Celery also the workers, Redis and PostgreSQL), measured by "
+        f"{summary['cpu_method']}. Path wall: that same span on the clock.\n\n"
+        f"| path | wall from launch s | CPU s | path wall s | runs | steps | each round (wall from launch, CPU s) | "
+        f"load average before / after, each round |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n"
+        + "\n".join(rows) + "\n\n"
+        f"Celery / in-process (medians): {ratio_wall:.2f}x the wall from launch, {ratio_cpu:.2f}x the CPU.\n\n"
+        f"| Celery worker | steps, each round | of runs, each round |\n| --- | --- | --- |\n{worker_rows}\n\n"
+        f"Served content of the Celery build equal to the in-process DuckDB build's in every round (manifest, documents, "
+        f"chunks, postings, vectors, embedding cache, ledger; run ids and times left out): "
         f"**{'yes' if summary['equal_to_serial'] else 'no: ' + '; '.join(summary['differences'])}**. "
         f"Both paths use the instance's run queue: with PostgreSQL up to 4 runs at once, each handing its steps "
         f"to the workers; with DuckDB one source's switch at a time and every step in its run's process. All "
-        f"of it shares one machine's 2 cores (the workers, the daemon, the run processes, PostgreSQL), so "
-        f"this measures the distributed path's overhead and correctness here, not what more machines gain; "
-        f"other work on the machine moves the load, so compare the two rows only at similar loads."
+        f"of it shares one machine's 2 cores, so this measures the distributed path's overhead and correctness "
+        f"here, not what more machines gain; the CPU seconds are what a loaded machine moves least."
     )
     write_section("Steps on Celery workers", body, script="benchmarks/backfill.py --executor celery",
                   command="python benchmarks/backfill.py " + shlex.join(sys.argv[1:]))
@@ -184,6 +244,8 @@ def main() -> int:
     parser.add_argument("--executor", choices=("default", "celery"), default="default",
                         help="celery: the in-process DuckDB path against Celery workers (see above)")
     parser.add_argument("--workers", type=int, default=3, help="Celery workers (with --executor celery)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --executor celery: rounds of both paths, alternating which goes first (medians)")
     parser.add_argument("--no-page", action="store_true", help="with --executor celery: leave docs/performance.md alone")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -94,16 +94,19 @@ def main() -> int:
                         help="embedding.precision of the model (int8: the quantized copy, in a store of its own)")
     parser.add_argument("--page", action="store_true", help="write the quality table into docs/performance.md")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
     if args.backend == "duckdb":
         output = measure(args, "duckdb")
         if args.page:
-            from performance_page import write_section
+            from performance_page import machine_load, write_section
 
             if args.precision == "float32":
-                write_section(f"Retrieval quality on BEIR {output['name']}", quality_section(output))
+                write_section(f"Retrieval quality on BEIR {output['name']}",
+                              quality_section(output) + "\n\n" + machine_load(load_at_start))
             else:
                 write_section(f"Retrieval quality on BEIR {output['name']} with embedding.precision: {args.precision}",
-                              precision_section(output, args.precision), script=f"benchmarks/beir.py:{args.precision}")
+                              precision_section(output, args.precision) + "\n\n" + machine_load(load_at_start),
+                              script=f"benchmarks/beir.py:{args.precision}")
         return report(args, output)
     with _postgres(args.work) as dsn:
         if args.backend == "postgres":

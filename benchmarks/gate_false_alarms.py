@@ -32,7 +32,7 @@ import yaml
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUCTURED_DISABLE_NOTICE"):
     os.environ.setdefault(_name, "1")
 
-from performance_page import write_section  # noqa: E402
+from performance_page import machine_load, write_section  # noqa: E402
 
 from rag_pipeline.api import (  # noqa: E402
     GatePolicy,
@@ -141,6 +141,7 @@ def main() -> int:
     parser.add_argument("--draws", type=int, default=400)
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md alone")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         load = under_load(args.runs, Path(folder))
         from rag_pipeline.api import duckdb_store
@@ -161,6 +162,8 @@ def main() -> int:
 | runs over a p95 budget 20% above the quiet p95 ({load['budget']:.0f} ms): failures under the old rule, warnings now | {over} of {len(runs)} / {sum(r['latency_warned'] for r in runs)} of {len(runs)} |
 | {null['cases']} cases, no true difference ({CHURN:.0%} of cases churn), {null['draws']} draws: regressions called by the old rule (any drop beyond the tolerance 0.01) | {null['old']} of {null['draws']} ({null['old'] / null['draws']:.0%}) |
 | the same draws, three-way rule: regressions / inconclusive | {null['new']} of {null['draws']} ({null['new'] / null['draws']:.1%}) / {null['inconclusive']} |
+
+{machine_load(load_at_start)} (The busy loops above are this benchmark's own.)
 """
     print(body)
     if not args.no_write:

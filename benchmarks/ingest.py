@@ -307,15 +307,9 @@ def _commit(checkout: Path) -> str:
     return (done.stdout.strip() or str(checkout)) + (", with changes" if dirty else "")
 
 
-def machine_load(at_start: tuple[float, float, float]) -> str:
-    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
-    the CPUs with whatever else ran then."""
-    at_end = os.getloadavg()
-    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
-            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
-
-
 def main() -> int:
+    from performance_page import machine_load
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--parse-only", action="store_true", help="only the parse options comparison")

@@ -162,7 +162,7 @@ def compare(rounds: int, corpus_names: tuple[str, ...]) -> dict:
 
 
 def page(rows: dict, rounds: int, load_start: tuple[float, ...]) -> None:
-    from performance_page import write_section
+    from performance_page import machine_load, write_section
 
     lines = [
         f"A full build in a fresh process, {rounds} alternating rounds (which tool goes first alternates), medians; "
@@ -184,9 +184,7 @@ def page(rows: dict, rounds: int, load_start: tuple[float, ...]) -> None:
                      f"| {row['ours_wall_s']:.1f} | {row['langchain_wall_s']:.1f} | {row['wall_ratio']:.2f}x "
                      f"| ours: {', '.join(map(str, row['ours_cpu_runs']))}; LangChain: "
                      f"{', '.join(map(str, row['langchain_cpu_runs']))} |")
-    end = os.getloadavg()
-    lines += ["", f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{x:.1f}' for x in load_start)}; "
-                  f"at the end: {', '.join(f'{x:.1f}' for x in end)}."]
+    lines += ["", machine_load(load_start)]
     write_section("A full build against LangChain's index()", "\n".join(lines))
 
 

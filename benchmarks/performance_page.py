@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +77,124 @@ def timed(command: list[str], **kwargs) -> Timed:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Timed(done, wall, cpu)
+
+
+def machine_load(at_start: tuple[float, float, float]) -> str:
+    """The machine's load average (1, 5 and 15 minutes) at the start and the end: the figures share
+    the CPUs with whatever else ran then."""
+    at_end = os.getloadavg()
+    return (f"Load average of the machine (1, 5, 15 min) at the start: {', '.join(f'{v:.1f}' for v in at_start)}; "
+            f"at the end: {', '.join(f'{v:.1f}' for v in at_end)}.")
+
+
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds a running server has used so far: user + system of `pid` and of every live process
+    under it, each with the times of its children already reaped (so every process that ever ran
+    under the server counts once). From /proc (Linux); a process that ends meanwhile is skipped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    times: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the name: state, ppid, ... utime (14th field of the line), stime, cutime, cstime.
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        times[int(entry.name)] = sum(int(x) for x in fields[11:15])
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        total += times.get(current, 0)
+        todo += children.get(current, [])
+    return total / ticks
+
+
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")  # cgroup v1's CPU accounting hierarchy
+CGROUP_METHOD = ("the kernel's CPU accounting (a cpuacct cgroup holding this process and every process started "
+                 "while it was measured, daemons included)")
+RUSAGE_METHOD = ("getrusage: this process and the children it waited for (processes that outlived their "
+                 "parent, such as daemons, are not counted: cgroups were not writable here)")
+
+
+class TreeCPU:
+    """CPU seconds (user + system) of a process tree, measured by `tree_cpu`: `so_far()` within its
+    block (intervals are differences), `cpu_s` once the block has ended, and `method`, which
+    measure gave them (CGROUP_METHOD or RUSAGE_METHOD)."""
+
+    def __init__(self, group: Path | None) -> None:
+        self.group = group
+        self.method = CGROUP_METHOD if group is not None else RUSAGE_METHOD
+        self.started = 0.0 if group is not None else _rusage_cpu()
+        self.cpu_s: float | None = None
+
+    def so_far(self) -> float:
+        """CPU seconds of the tree since the block began."""
+        if self.group is not None:
+            return int((self.group / "cpuacct.usage").read_text()) / 1e9
+        return _rusage_cpu() - self.started
+
+
+def _own_cpuacct() -> Path | None:
+    """This process's cpuacct cgroup folder, or None where cgroup v1's cpuacct is not mounted."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpuacct" in controllers.split(","):
+                folder = CPUACCT / path.lstrip("/")
+                return folder if (folder / "cpuacct.usage").exists() else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _rusage_cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextmanager
+def tree_cpu(label: str) -> Iterator[TreeCPU]:
+    """The CPU of this process and of every process it starts within the block (their children, and
+    daemons that outlive their parent, included), as the kernel accounts it: the process moves into
+    a new cpuacct cgroup under its own (children inherit it) for the block, and back after it. Where
+    cgroups cannot be made (no cgroup v1, not root), getrusage of this process and its waited-for
+    children instead; `method` says which."""
+    parent = _own_cpuacct()
+    group = None
+    if parent is not None:
+        group = parent / f"bench-{re.sub(r'[^A-Za-z0-9_.-]', '_', label)}-{os.getpid()}-{time.monotonic_ns()}"
+        try:
+            group.mkdir()
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            if group.exists():
+                group.rmdir()
+            group = None
+    meter = TreeCPU(group)
+    try:
+        yield meter
+    finally:
+        meter.cpu_s = meter.so_far()
+        if group is not None:
+            _release(group, parent)
+
+
+def _release(group: Path, parent: Path) -> None:
+    """Remove the measure's cgroup: this process and whatever it started that still lives (a server
+    stopping, process-wide workers) go back to `parent`, where their CPU counts from now on."""
+    for _ in range(10):  # a process may fork while the others move: until the cgroup is empty
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            for pid in (group / "cgroup.procs").read_text().split():
+                try:
+                    (parent / "cgroup.procs").write_text(pid)
+                except OSError:  # it ended meanwhile
+                    pass
 
 
 def write_section(title: str, body: str, script: str | None = None, command: str | None = None,

@@ -17,7 +17,8 @@ processes' own peaks (the parser workers' are not counted). `--raw-sample F` enc
 (1/F)-th chunk instead and scales the time up (the page says so), for sizes where encoding every
 chunk twice does not fit the time there is. After the full build, each incremental case runs
 `--rounds` times (3 unless told), each round in a fresh process timed whole (wall, and CPU seconds of
-its process tree): the no-change run, then an edit of another document each round, then a deletion of
+its process tree, on PostgreSQL with the server's CPU meanwhile added): the no-change run, then an
+edit of another document each round, then a deletion of
 another 1% each round; the row keeps the round of the median seconds and the page every round, with
 the load before and after each case. The store's size is the DuckDB file, or
 the PostgreSQL schema's relations. Results are appended to benchmarks/results/scale.jsonl, kept in
@@ -146,17 +147,24 @@ def run_phase(phase: str, corpus: Path, store_spec: str, raw_sample: float = 1.0
     return result
 
 
-def _phase_process(phase: str, corpus: Path, store_spec: str, raw_sample: float, embedder: str) -> dict:
+def _phase_process(phase: str, corpus: Path, store_spec: str, raw_sample: float, embedder: str,
+                   server: int | None = None) -> dict:
+    """One phase in a fresh process, timed whole; with `server` (the PostgreSQL server's pid), the
+    CPU the server spent meanwhile is added to the process tree's (`server_cpu_s` alone)."""
     command = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--corpus", str(corpus),
                "--store", store_spec, "--raw-sample", str(raw_sample), "--embedder", embedder]
-    from performance_page import timed
+    from performance_page import server_cpu_s, timed
 
+    server_before = server_cpu_s(server) if server is not None else 0.0
     run = timed(command, capture_output=True, text=True, cwd=ROOT)
+    server_spent = server_cpu_s(server) - server_before if server is not None else None
     if run.done.returncode != 0:
         raise SystemExit(f"{phase} failed:\n{run.done.stderr[-3000:]}")
     result = json.loads(run.done.stdout.strip().splitlines()[-1])
     # The process as a user waits for it (imports included), and the CPU of its whole tree (parser workers too).
-    result["process_s"], result["cpu_s"] = round(run.wall_s, 2), round(run.cpu_s, 2)
+    result["process_s"], result["cpu_s"] = round(run.wall_s, 2), round(run.cpu_s + (server_spent or 0.0), 2)
+    if server_spent is not None:
+        result["server_cpu_s"] = round(server_spent, 2)
     print(f"  {phase}: {result['seconds']:.1f} s (process {run.wall_s:.1f} s wall, {run.cpu_s:.1f} CPU s) "
           f"{result['stages_s']}", file=sys.stderr)
     return result
@@ -196,6 +204,7 @@ def _cases(phase: str, rounds: int, run, before_each=None) -> tuple[dict, dict]:
     median = sorted(results, key=lambda r: r["seconds"])[(rounds - 1) // 2]  # the low median: a real round
     return median, {"rounds": rounds, "seconds": [round(r["seconds"], 2) for r in results],
                     "process_s": [r["process_s"] for r in results], "cpu_s": [r["cpu_s"] for r in results],
+                    **({"server_cpu_s": [r["server_cpu_s"] for r in results]} if "server_cpu_s" in results[0] else {}),
                     "rss_mb": round(max(r["rss_mb"] for r in results), 1),
                     "load_before": [round(x, 2) for x in load_before],
                     "load_after": [round(x, 2) for x in os.getloadavg()]}
@@ -229,21 +238,22 @@ def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "
     folder = WORK / f"store-{backend}-{embedder}-{count}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    server = None
+    server, server_pid = None, None
     if backend == "postgres":
         import pgserver
 
         server = pgserver.get_server(folder / "postgres", cleanup_mode="stop")
         store_spec = f"{server.get_uri()}#scale_{count}"
+        server_pid = int((folder / "postgres" / "postmaster.pid").read_text().split()[0])
     else:
         store_spec = str(folder / "index.duckdb")
     load_start = os.getloadavg()
     try:
-        full = _phase_process("full", corpus, store_spec, raw_sample, embedder)
+        full = _phase_process("full", corpus, store_spec, raw_sample, embedder, server_pid)
         cases, deleted_counts = {}, []
 
         def phase(name: str):
-            return lambda: _phase_process(name, corpus, store_spec, 1.0, embedder)
+            return lambda: _phase_process(name, corpus, store_spec, 1.0, embedder, server_pid)
 
         no_change, cases["no_change"] = _cases("no_change", rounds, phase("no_change"))
         edit, cases["edit"] = _cases("edit", rounds, phase("edit"), lambda r: _edit_one(corpus, r))
@@ -272,7 +282,7 @@ def measure(count: int, backend: str, raw_sample: float = 1.0, embedder: str = "
         "index_mb": round(index_mb, 1),
         "stages_s": {p["phase"]: p["stages_s"] for p in phases},
         "load_avg_start": [round(x, 1) for x in load_start], "load_avg_end": [round(x, 1) for x in os.getloadavg()],
-        "full_process_s": full["process_s"], "full_cpu_s": full["cpu_s"],
+        "full_process_s": full["process_s"], "full_cpu_s": full["cpu_s"], "full_server_cpu_s": full.get("server_cpu_s"),
         "rounds": rounds, "incremental": cases,
     }
 

@@ -81,6 +81,19 @@ def _rounds_flag(row: dict) -> str:
 _CASES = (("no_change", "no change"), ("edit", "one edit"), ("delete_1pct", "1% deleted"))
 
 
+def _server_note(rows: list[dict]) -> str:
+    """What the CPU of a PostgreSQL row holds of the server's (a process of its own, started once for
+    the whole run, which does most of a switch's work there)."""
+    postgres = [r for r in rows if r["backend"] == "postgres"]
+    with_server = [r for r in postgres if "server_cpu_s" in r["incremental"]["no_change"]]
+    notes = []
+    if with_server:
+        notes.append("on PostgreSQL the server's CPU meanwhile added (its processes' times, from /proc)")
+    if len(with_server) < len(postgres):
+        notes.append("PostgreSQL rows measured before that leave the server's out")
+    return "".join(f"; {note}" for note in notes)
+
+
 def _incremental(rows: list[dict]) -> list[str]:
     """Every round of the incremental cases of the rows that kept them: the run, the process's wall
     and the CPU of its process tree, medians first."""
@@ -92,7 +105,7 @@ def _incremental(rows: list[dict]) -> list[str]:
         "the run's seconds alone). Each round is a fresh process; an edit round appends to another document, a "
         "deletion round deletes another 1%. run s: the ingestion call, as in the table above; process s: the "
         "whole process as a user waits for it (imports included); CPU s: user + system of its process tree "
-        "(parser workers included). Medians, then each round:",
+        "(parser workers included" + _server_note(kept) + "). Medians, then each round:",
         "",
         "| embedder | backend | docs | case | rounds | run s | process s | CPU s | each round (run, process, CPU s) "
         "| load before / after (1, 5, 15 min) | measured on |",
@@ -112,6 +125,22 @@ def _incremental(rows: list[dict]) -> list[str]:
                 f"| {statistics.median(case['cpu_s']):.2f} | {each} | {', '.join(map(str, case['load_before']))} / "
                 f"{', '.join(map(str, case['load_after']))} | {r.get('revision', '?')} |")
     return lines
+
+
+def _single_round(rows: list[dict]) -> list[str]:
+    """Which rows' incremental cases were measured once, not in rounds, and why: said plainly, so
+    that no reader takes one round for a median."""
+    once = [r for r in rows if r.get("rounds", 1) <= 1]
+    if not once:
+        return []
+    listed = "; ".join(
+        f"{r.get('embedder', 'minilm')} {r['backend']} {r['docs']:,} (measured on {r.get('revision', '?')}, "
+        f"its full build {r['full_s'] / 60:,.0f} min{', of which the raw encode ' + format(r['raw_encode_s'] / 60, ',.0f') + ' min' if r.get('embedder', 'minilm') == 'minilm' else ''})"
+        for r in once)
+    return [f"One round only, not a median (wall seconds of the run alone, no CPU seconds, its `rounds` column 1): "
+            f"{listed}. They were measured before the incremental cases ran in rounds and not measured again since: "
+            "a new measure runs the full build first (the minutes above, on this shared machine), which the time "
+            "there was did not allow. Every other row's incremental figures are medians of its rounds."]
 
 
 def _sample_flag(row: dict) -> str:
@@ -277,8 +306,10 @@ def write_page(rows: list[dict], results: list[dict]) -> None:
             f"| {r['full_over_raw_encode']:.2f} | {r['no_change_s']:.2f} ({r['no_change_share_pct']:.1f}%) "
             f"| {r['edit_s']:.2f} ({r['edit_share_pct']:.1f}%) | {r['delete_1pct_s']:.2f} | {r.get('rounds', 1)} "
             f"| {r['peak_rss_mb']:.0f} | {r['index_mb']:.1f} | {r.get('revision', '?')} |")
+    single = _single_round(rows)
     incremental = _incremental(rows)
-    lines += [*([""] + incremental if incremental else []), "", *_findings(rows, results)]
+    lines += [*([""] + single if single else []), *([""] + incremental if incremental else []), "",
+              *_findings(rows, results)]
     lines += ["", "![cost curve](performance-scale.png)", "",
               "Commands, one per row: " + ", ".join(
                   f"`python benchmarks/scale.py --docs {r['docs_asked']} --backend {r['backend']}"

@@ -148,3 +148,15 @@ def test_each_code_of_a_fresh_search_reads_its_own_checkouts_config(tmp_path, be
     assert config["sources"][0]["path"] == str((checkout / "data" / "corpus").resolve())
     assert config["storage"]["path"] == str(tmp_path / "work" / "index.duckdb")
 
+
+
+def test_the_page_names_every_row_measured_in_one_round_and_why(benchmarks):
+    from scale_page import _single_round
+
+    once = {"embedder": "minilm", "backend": "duckdb", "docs": 100_000, "revision": "old0000", "full_s": 6300.0,
+            "raw_encode_s": 5400.0}
+    rounds = {"embedder": "hashing", "backend": "duckdb", "docs": 1000, "revision": "new1111", "full_s": 6.0, "rounds": 3}
+    (text,) = _single_round([once, rounds])
+    assert "minilm duckdb 100,000 (measured on old0000, its full build 105 min, of which the raw encode 90 min)" in text
+    assert "new1111" not in text and "not a median" in text
+    assert _single_round([rounds]) == []
