@@ -103,8 +103,13 @@ class Staging:
         """The staged discovery becomes the committed manifest, and its inputs' fingerprint the
         committed one (part of the switch)."""
         names = ", ".join(columns("manifest"))
-        # Only the rows that differ are written: a one-file edit of a large source moves one row.
-        same = " AND ".join(f"a.{c} IS NOT DISTINCT FROM b.{c}" for c in columns("manifest"))
+        # Only the rows that differ are written: a one-file edit of a large source moves one row. The
+        # key (never null) is matched by equality, which an engine answers from its index: matched by
+        # IS NOT DISTINCT FROM alone, PostgreSQL compared every row with every row (10,000 documents:
+        # 24 s of a no-change switch).
+        key = ("source_id", "doc_id")
+        same = " AND ".join([f"a.{c} = b.{c}" for c in key]
+                            + [f"a.{c} IS NOT DISTINCT FROM b.{c}" for c in columns("manifest") if c not in key])
         with self.db.transaction():
             self.db.execute(f"DELETE FROM manifest WHERE source_id = ? AND doc_id IN (SELECT a.doc_id FROM manifest a "
                             f"WHERE a.source_id = ? AND NOT EXISTS (SELECT 1 FROM discovery b WHERE {same}))",
