@@ -51,11 +51,16 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 # the command line), so extra workers compute meanwhile (benchmarks/test_loop.py measures both).
 TEST_WORKERS ?= 5
 FAST_WORKERS ?= 3
+# One BLAS thread per test process: numpy's OpenBLAS starts a thread per core for a large product,
+# and its threads spin while they wait for the next one, CPU that the other workers' tests need
+# when the workers outnumber the cores (core/monitoring and core/retrieval, serial: 53 and 57 CPU s
+# with one thread, 65 and 62 with two). What is computed does not change, only how many threads share it.
+TEST_ENV ?= OPENBLAS_NUM_THREADS=1
 test: lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 test-fast: lint
-	$(BIN)/python -m pytest -q -n $(FAST_WORKERS) --durations=10 -m "not slow"
+	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(FAST_WORKERS) --durations=10 -m "not slow"
 
 lint: install
 	$(BIN)/ruff check rag_pipeline rag_pipeline_tests benchmarks tools

@@ -145,3 +145,14 @@ def test_make_caches_bytecode_even_where_the_shell_says_not_to():
                            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True,
                            check=True)
     assert shown.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("target", ["test", "test-fast"])
+def test_make_runs_the_tests_with_one_blas_thread_per_process(target):
+    """More workers than cores: BLAS threads spinning between products would take CPU from the other
+    workers' tests, so the test targets run pytest (and what it starts) with one OpenBLAS thread."""
+    repo = Path(__file__).resolve().parent.parent
+    shown = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=repo, capture_output=True, text=True,
+                           check=True)
+    [command] = [line for line in shown.stdout.splitlines() if " -m pytest " in line]
+    assert command.startswith("OPENBLAS_NUM_THREADS=1 "), command
