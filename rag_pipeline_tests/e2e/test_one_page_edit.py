@@ -77,6 +77,13 @@ def test_the_types_to_parse_are_those_of_changed_new_files(tmp_path):
     write_tree(root, {"more/new.md": "# New\n\nA new page.\n", "image.png": "not a document"})
     assert walk_source(source).types_likely_to_parse(manifest) == {"txt", "md"}
     assert walk_source(source.model_copy(update={"kind": "beir", "path": root / "notes.txt"})).types_likely_to_parse(manifest) == set()
+    # A new mkdocs partial is skipped by discovery as a template: it starts no HTML parser...
+    write_tree(root, {"overrides/partials/nav.html": '<nav>{% for item in nav %}<a href="{{ item.url }}">{{ item.title }}</a>'
+                                                      "{% endfor %}</nav>\n"})
+    assert walk_source(source).types_likely_to_parse(manifest) == {"txt", "md"}
+    # ...and a page that shows template tags inside a code sample is a page.
+    write_tree(root, {"jinja.html": "<h1>Loops</h1><pre><code>{% for x in xs %}{% endfor %}</code></pre>"})
+    assert walk_source(source).types_likely_to_parse(manifest) == {"txt", "md", "html"}
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rag_pipeline.config import ChunkingConfig, SourceConfig
+from rag_pipeline.core.ingestion.discovery import is_html_template
 from rag_pipeline.core.ingestion.parsing import parser_version
 from rag_pipeline.core.ingestion.source_tree import SUPPORTED_TYPES, SourceTree, TreeEntry
 from rag_pipeline.core.retrieval.lexical import analyzer_identity
@@ -92,10 +93,29 @@ class SourceWalk:
         rows, or that it lacks: what a run will probably parse (a file touched without a change of
         content is counted too; a BEIR corpus is not parsed by the parser process)."""
         known = {row["rel_path"]: (row["size"], row["mtime_ns"]) for row in manifest}
-        return {SUPPORTED_TYPES[suffix] for entry in self.entries
-                if entry.skip_reason is None and entry.error is None
-                and (suffix := Path(entry.rel_path).suffix.lower()) in SUPPORTED_TYPES
-                and known.get(entry.rel_path) != (entry.size, entry.mtime_ns)}
+        types: set[str] = set()
+        tree: SourceTree | None = None
+        for entry in self.entries:
+            suffix = Path(entry.rel_path).suffix.lower()
+            if (entry.skip_reason is not None or entry.error is not None or suffix not in SUPPORTED_TYPES
+                    or known.get(entry.rel_path) == (entry.size, entry.mtime_ns) or SUPPORTED_TYPES[suffix] in types):
+                continue
+            if SUPPORTED_TYPES[suffix] == "html":
+                # A site generator's partial (mkdocs `overrides/`) is skipped by discovery, unparsed:
+                # it must not cost a run the HTML parser's start (unstructured and spaCy, about 2 CPU s).
+                tree = tree or source_tree(self.source)
+                if _is_template(tree, entry):
+                    continue
+            types.add(SUPPORTED_TYPES[suffix])
+        return types
+
+
+def _is_template(tree: SourceTree, entry: TreeEntry) -> bool:
+    """Whether discovery will skip this HTML file as a template (unreadable: assume not)."""
+    try:
+        return is_html_template(tree.read_entry(entry))
+    except OSError:  # DocumentReadError included: a refused read
+        return False
 
 
 def walk_source(source: SourceConfig, store_folder: Path | None = None) -> SourceWalk:
