@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from rag_pipeline.core.errors import InputError
-from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank_quantile
+from rag_pipeline.core.evaluation.scoring.metrics import nearest_rank
 from rag_pipeline.core.monitoring.drift import topic_text
 from rag_pipeline.core.retrieval.lexical import STOP_WORDS
 from rag_pipeline.core.vectors import normalise_rows
@@ -55,8 +55,10 @@ def calibrated_distance(vectors: np.ndarray, quantile: float) -> float:
         raise InputError(f"the golden set has {len(vectors)} answerable case(s) outside holdout: coverage gaps "
                          "calibrate their topic cut on the distances between those questions and need at least "
                          "2 (add answerable cases to the golden set)")
-    distances = cosine_distances(vectors)
-    return nearest_rank_quantile(distances[np.triu_indices(len(vectors), k=1)].tolist(), quantile)
+    pairs = cosine_distances(vectors)[np.triu_indices(len(vectors), k=1)]
+    # Selected in place rather than sorted as Python floats: a golden set of thousands of cases has millions of pairs.
+    position = nearest_rank(len(pairs), quantile)
+    return float(np.partition(pairs, position)[position])
 
 
 def topics(vectors: np.ndarray, distance: float) -> list[int]:

@@ -109,5 +109,9 @@ def nearest_rank_quantile(values: Sequence[float], q: float) -> float:
     at or below it; NaN for no values."""
     if not values:
         return float("nan")
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
+    return float(sorted(values)[nearest_rank(len(values), q)])
+
+
+def nearest_rank(count: int, q: float) -> int:
+    """The 0-based position of the nearest-rank q-quantile among `count` sorted values (count > 0)."""
+    return min(count - 1, max(0, math.ceil(q * count) - 1))
