@@ -1,9 +1,9 @@
 """Why it moved, measured: single changes of every kind injected into a real corpus with its golden set,
 each run baseline -> change -> evaluation -> attribution, and the cause found for every case that
-moved compared with the change injected. Written to docs/performance.md.
+moved compared with the change injected. Written to docs/performance.md with `--page`.
 
     python benchmarks/attribution.py [--dataset ../shared/datasets/beir-scifact] [--per-kind 50] [--docs 1500]
-                                     [--work DIR] [--no-write]
+                                     [--work DIR] [--page]
 
 The corpus: BEIR SciFact's 300 test queries with their judged abstracts, and other abstracts drawn
 with a fixed seed up to `--docs` documents (one BEIR source, each abstract one chunk, as BEIR
@@ -409,7 +409,8 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="a folder for the store (default: a temporary one)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="the kinds to inject, comma-separated (a subset "
                         "is printed only, never written to the page)")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument("--page", action="store_true", help="write the section of docs/performance.md "
+                        "(without it: print only)")
     args = parser.parse_args()
     kinds = tuple(k for k in args.kinds.split(",") if k)
     if unknown := set(kinds) - set(KINDS):
@@ -428,7 +429,7 @@ def main() -> int:
         body = render(tallies, bench, (time.monotonic() - started) / 60).rstrip() + "\n\n" + machine_load(load_at_start)
         bench.store.close()
     print(body)
-    if not args.no_write and kinds == KINDS:
+    if args.page and kinds == KINDS:
         write_section("Why it moved: causes of a case's move, proven by replays", body)
     unproven = sum(t.unproven for t in tallies.values())
     return 0 if unproven == 0 else 1
