@@ -1,9 +1,9 @@
 """Why it moved, measured: single changes of every kind injected into a real corpus with its golden set,
 each run baseline -> change -> evaluation -> attribution, and the cause found for every case that
-moved compared with the change injected. Written to docs/performance.md.
+moved compared with the change injected. Written to docs/performance.md with `--page`.
 
     python benchmarks/attribution.py [--dataset ../shared/datasets/beir-scifact] [--per-kind 50] [--docs 1500]
-                                     [--work DIR] [--no-write]
+                                     [--work DIR] [--page]
 
 The corpus: BEIR SciFact's 300 test queries with their judged abstracts, and other abstracts drawn
 with a fixed seed up to `--docs` documents (one BEIR source, each abstract one chunk, as BEIR
@@ -17,9 +17,14 @@ The changes, one at a time, from the same baseline (promoted once), each undone 
 
 - `gold_deleted`: a judged abstract removed from the corpus file.
 - `gold_changed`: a judged abstract edited: the words of its query removed from its title and text.
-- `gold_rechunked`: a judged abstract's bytes kept and its chunks made anew (fixed windows), staged as
-  current and switched by the pipeline's own stages, with the recorded settings unchanged: what a
-  chunker or parser change does to one document.
+- `gold_rechunked`: a parser upgrade that reads one judged abstract otherwise, its bytes unchanged:
+  its title no longer read, or its text cut after half its sentences. The product re-chunks a
+  document whose bytes did not change only when the run sees its chunking settings (per source: the
+  config has no per-path override) or its parser's version change, and a chunking change re-chunks
+  the whole source (that is `config_changed`). So the benchmark stands in for the new parser: the
+  BEIR reader under a new version string, whose output differs for that one record; every stage
+  after it (re-parsing the source, chunking, embedding, the switch) is the product's own, and every
+  other document is served in a new version with the same chunks.
 - `outranked`: a new abstract (or an unjudged one edited) that states a query's question.
 - `config_changed`: one retrieval setting (k1, b, rrf_k, a fusion weight, candidates, the mode), or
   the source's chunking, changed in the config.
@@ -44,7 +49,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -67,8 +74,7 @@ from rag_pipeline.core.evaluation.evaluate import run_golden_evaluation  # noqa:
 from rag_pipeline.core.evaluation.golden.beir import read_qrels  # noqa: E402
 from rag_pipeline.core.evaluation.golden.cases import file_revision  # noqa: E402
 from rag_pipeline.core.evaluation.golden.snapshots import golden_file_for_revision  # noqa: E402
-from rag_pipeline.core.ingestion.chunking import chunk_document  # noqa: E402
-from rag_pipeline.core.retrieval.lexical import term_frequencies  # noqa: E402
+from rag_pipeline.core.ingestion import parsing  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -190,22 +196,10 @@ class Bench:
 
     def _gold_rechunked(self, n: int):
         doc, doc_id = self._gold_order[n], f"{SOURCE}:{self._gold_order[n]}"
-        chunking = ChunkingConfig(strategy="fixed", max_tokens=self.rng.choice((24, 32, 48)), overlap_tokens=0,
-                                  min_tokens=0, breadcrumbs=False, merge_thin=False)
-        self._stage(doc_id, chunking)
+        with _upgraded_parser(doc_id, n):
+            self.ingest()
+            yield self.evaluate(), self.doc_truth("gold_rechunked", doc), None
         self.ingest()
-        yield self.evaluate(), self.doc_truth("gold_rechunked", doc), None
-        self._stage(doc_id, self.source.effective_chunking(self.config.chunking))
-        self.ingest()
-
-    def _stage(self, doc_id: str, chunking: ChunkingConfig) -> None:
-        """The document's chunks made by `chunking`, staged as current (under the source's own chunking
-        fingerprint): the next ingestion embeds and serves them, with its bytes unchanged."""
-        [parsed] = self.store.staging.load_parsed([doc_id])
-        chunks = chunk_document(parsed, SOURCE, chunking)
-        postings = [(c.chunk_id, term, tf) for c in chunks for term, tf in term_frequencies(c.embed_text).items()]
-        fingerprint = self.source.effective_chunking(self.config.chunking).fingerprint()
-        self.store.staging.save_chunks(SOURCE, fingerprint, [(doc_id, parsed.content_hash, chunks, postings)])
 
     def _outranked(self, n: int):
         case = self.cases[self._case_order[n]]
@@ -276,6 +270,40 @@ class Bench:
         self.rng.shuffle(self._dimensions)
 
 
+@contextmanager
+def _upgraded_parser(doc_id: str, n: int) -> Iterator[None]:
+    """Within the block, the BEIR reader is a parser upgrade that reads one record otherwise: its version
+    string is new (so the run parses the whole source again, as after any parser upgrade) and its output
+    differs for `doc_id` alone, whose bytes are unchanged: its title no longer read (even `n`), or its text
+    cut after the first half of its sentences (odd `n`). The stages after the parser are the product's."""
+    read, version = parsing._parse_beir_record, parsing.BEIR_PARSER
+
+    def upgraded(item):
+        parsed = read(item)  # under the new version string, read at call time
+        if item.doc_id != doc_id:
+            return parsed
+        title = [e for e in parsed.elements if e.category == "Title"]
+        body = [e for e in parsed.elements if e.category != "Title"]
+        if n % 2 == 0 and title and body:
+            elements = [replace(e, ordinal=i, heading_path=()) for i, e in enumerate(body)]
+        else:
+            elements = [*title, *(replace(e, text=_first_half(e.text)) for e in body)]
+        return replace(parsed, elements=tuple(elements))
+
+    parsing._parse_beir_record, parsing.BEIR_PARSER = upgraded, f"{version}; upgraded {n}"
+    try:
+        yield
+    finally:
+        parsing._parse_beir_record, parsing.BEIR_PARSER = read, version
+
+
+def _first_half(text: str) -> str:
+    """The first half of a text's sentences (of its words, for a single sentence)."""
+    sentences = re.split(r"(?<=[.!?])\s+", text.strip())
+    pieces = sentences if len(sentences) > 1 else text.split()
+    return " ".join(pieces[: max(1, len(pieces) // 2)])
+
+
 def judge(change, truth) -> str:
     """`correct`, `unexplained` or what was said instead."""
     kind, target = truth(change.case_id)
@@ -298,10 +326,10 @@ def proven(change) -> bool:
             or (proof.first_gold_rank == change.baseline_rank and change.baseline_rank != change.candidate_rank))
 
 
-def run(bench: Bench, per_kind: int, log) -> dict[str, Tally]:
+def run(bench: Bench, per_kind: int, log, kinds: tuple[str, ...] = KINDS) -> dict[str, Tally]:
     bench.plan(per_kind)
     tallies = {}
-    for kind in KINDS:
+    for kind in kinds:
         tally = tallies[kind] = Tally()
         n = 0
         while tally.effective < per_kind and tally.tried < per_kind * MAX_TRIES:
@@ -379,8 +407,14 @@ def main() -> int:
     parser.add_argument("--per-kind", type=int, default=50, help="injections that moved a case, per kind")
     parser.add_argument("--docs", type=int, default=1500, help="abstracts in the corpus (every judged one included)")
     parser.add_argument("--work", type=Path, help="a folder for the store (default: a temporary one)")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="the kinds to inject, comma-separated (a subset "
+                        "is printed only, never written to the page)")
+    parser.add_argument("--page", action="store_true", help="write the section of docs/performance.md "
+                        "(without it: print only)")
     args = parser.parse_args()
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if unknown := set(kinds) - set(KINDS):
+        parser.error(f"--kinds: unknown kind(s) {', '.join(sorted(unknown))}; the kinds are {', '.join(KINDS)}")
     started, load_at_start = time.monotonic(), os.getloadavg()
 
     def log(line: str) -> None:
@@ -391,11 +425,11 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         bench = Bench(args.dataset, work, args.docs)
         log(f"baseline {bench.base.eval_id}: {len(bench.records)} abstracts, {len(bench.cases)} cases")
-        tallies = run(bench, args.per_kind, log)
+        tallies = run(bench, args.per_kind, log, kinds)
         body = render(tallies, bench, (time.monotonic() - started) / 60).rstrip() + "\n\n" + machine_load(load_at_start)
         bench.store.close()
     print(body)
-    if not args.no_write:
+    if args.page and kinds == KINDS:
         write_section("Why it moved: causes of a case's move, proven by replays", body)
     unproven = sum(t.unproven for t in tallies.values())
     return 0 if unproven == 0 else 1

@@ -1,4 +1,4 @@
-"""Does the gate cry wolf? Two measurements, written to docs/performance.md.
+"""Does the gate cry wolf? Two measurements, written to docs/performance.md with `--page`.
 
 1. The same config re-evaluated under CPU load: the bundled sample corpus and golden set, the real
    MiniLM model, a baseline evaluated and promoted on a quiet machine, then `rag-pipeline eval`
@@ -11,7 +11,7 @@
    comparisons the old rule (any drop beyond the tolerance fails) and the three-way rule (only a
    drop whose whole interval lies beyond the tolerance fails) call a regression.
 
-    python benchmarks/gate_false_alarms.py [--runs 20] [--draws 400] [--no-write]
+    python benchmarks/gate_false_alarms.py [--runs 20] [--draws 400] [--page]
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--draws", type=int, default=400)
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/performance.md alone")
+    parser.add_argument("--page", action="store_true", help="write the section of docs/performance.md "
+                        "(without it: print only)")
     args = parser.parse_args()
     load_at_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
@@ -166,7 +167,7 @@ def main() -> int:
 {machine_load(load_at_start)} (The busy loops above are this benchmark's own.)
 """
     print(body)
-    if not args.no_write:
+    if args.page:
         write_section("Gate false alarms", body)
     return 0 if failed == 0 else 1
 

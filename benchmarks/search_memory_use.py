@@ -60,9 +60,15 @@ def memory_problem(need_mb: int, what: str) -> str | None:
     return None
 
 
-def raw_vectors_mb(n: int) -> int:
-    """The raw vectors' size: n x DIMENSION float32, in MB of 2^20 bytes (the unit of every *_mb here)."""
-    return round(n * DIMENSION * 4 / 2**20)
+def raw_vectors_mb(n: int) -> float:
+    """The raw vectors' size: n x DIMENSION float32, in MB of 2^20 bytes (the unit of every *_mb here).
+    Not rounded: below 683 chunks they are under 1 MB, and the search memory's ratio divides by it."""
+    return n * DIMENSION * 4 / 2**20
+
+
+def memory_ratio(search_mem_mb: int, n: int) -> float:
+    """Search memory over the raw vectors of n chunks."""
+    return round(search_mem_mb / raw_vectors_mb(n), 3)
 
 
 def search_memory_problem(method: str, n: int, posting_count: int) -> str | None:

@@ -3,12 +3,23 @@ and the product default's latencies)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from earlier_rows import kept_keys, section, with_earlier_rows
 from search_data import CENTRES, DIMENSION, NOISE, VOCABULARY, ZIPF_EXPONENT
 from search_methods import METHODS
+
+SCRIPT = "benchmarks/search_scale.py"
+EARLIER_NOTE = "(From the earlier run its row names.)"
 
 
 def _ms(value) -> str:
     return "–" if value is None else f"{value:.2f}"
+
+
+def _mb(value: float) -> str:
+    """MB in whole units, or with two decimals below 10 (a small corpus's vectors)."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2f}"
 
 
 MEMORY_NOTE = ("search memory: the highest RSS of the method's own search process from the opened store on "
@@ -26,7 +37,7 @@ def memory_table(output: dict) -> list[str]:
         for method, row in size["search_memory"].items():
             parts = (f" (client {row['client_mem_mb']:,} + server {row['server_mem_mb']:,})"
                      if "server_mem_mb" in row else "")
-            lines.append(f"| {size['chunks']:,} | {method} | {row['search_mem_mb']:,}{parts} | {row['raw_vectors_mb']:,} | "
+            lines.append(f"| {size['chunks']:,} | {method} | {row['search_mem_mb']:,}{parts} | {_mb(row['raw_vectors_mb'])} | "
                          f"{row['mem_ratio']:.2f} | {_ms(row['dense_p50_ms'])} / {_ms(row['dense_p95_ms'])} | "
                          f"{row[f'recall_at_{k}']:.4f} | {row['dense_queries']} |")
     return lines
@@ -95,11 +106,27 @@ def render(output: dict) -> str:
     return "\n".join(lines)
 
 
-def write_page(output: dict) -> None:
-    """This script's section of docs/performance.md: the search memory table, the product default's latencies."""
-    from performance_page import write_section
+def write_page(output: dict, page: Path | None = None) -> None:
+    """This script's section of docs/performance.md: the search memory table, the product default's
+    latencies. Rows of sizes and methods this run did not measure stay, each naming its run (earlier_rows.py)."""
+    from performance_page import PAGE, write_section
 
+    page = page or PAGE
+    earlier = section(SCRIPT, page)
     config = output["config"]
+    memory = with_earlier_rows(memory_table(output), earlier, key_cells=2)
+    latency = [
+        "| N | postings | dense p50 / p95 ms | bm25 p50 / p95 ms | hybrid p50 / p95 ms | hits dense / bm25 | copy load s | "
+        "copy arrays MB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for size in output["sizes"]:
+        copy = next((r for r in size["methods"] if r["method"] == "memory" and r["queries"]), {})
+        hits = {r["search"]: r.get("hits_p50_ms") for r in size["methods"] if r["method"] == "memory" and r["queries"]}
+        latency.append(f"| {size['chunks']:,} | {size['postings']:,} | {_ms(size['dense_p50_ms'])} / "
+                       f"{_ms(size['dense_p95_ms'])} | {_ms(size['bm25_p50_ms'])} / {_ms(size['bm25_p95_ms'])} | "
+                       f"{_ms(size['hybrid_p50_ms'])} / {_ms(size['hybrid_p95_ms'])} | {_ms(hits.get('dense'))} / "
+                       f"{_ms(hits.get('bm25'))} | {_ms(size['copy_load_s'])} | {copy.get('copy_arrays_mb', '–')} |")
     body = [
         f"Synthetic corpus: {DIMENSION}-d clustered float32 vectors ({CENTRES} clusters) and Zipf postings "
         f"({VOCABULARY:,} terms, 40-200 tokens a chunk); {config['queries']} queries one at a time after one warm-up "
@@ -107,22 +134,14 @@ def write_page(output: dict) -> None:
         f"ef_construction={config['hnsw']['ef_construction']}, ef_search={config['hnsw']['ef_search']}. "
         "memory is the product default (exact: the in-memory copy of the served index), duckdb and pg-exact the "
         "exact SQL paths, pg-hnsw the approximate one (pgvector HNSW; DuckDB's vss extension is not used: "
-        "it is not installed and cannot be fetched offline).",
-        "", *memory_table(output), "", MEMORY_NOTE, "",
+        "it is not installed and cannot be fetched offline). `measured`: this run, or the earlier run a row "
+        "was kept from (a size or method this run did not measure).",
+        "", *memory, "", MEMORY_NOTE, "",
         "Product default (memory), every query including the read of its hits' rows from the database "
         "(`hits`: p50 ms per query):",
         "",
-        "| N | postings | dense p50 / p95 ms | bm25 p50 / p95 ms | hybrid p50 / p95 ms | hits dense / bm25 | copy load s | "
-        "copy arrays MB |",
-        "|---|---|---|---|---|---|---|---|",
+        *with_earlier_rows(latency, earlier, key_cells=1),
     ]
-    for size in output["sizes"]:
-        memory = next((r for r in size["methods"] if r["method"] == "memory" and r["queries"]), {})
-        hits = {r["search"]: r.get("hits_p50_ms") for r in size["methods"] if r["method"] == "memory" and r["queries"]}
-        body.append(f"| {size['chunks']:,} | {size['postings']:,} | {_ms(size['dense_p50_ms'])} / {_ms(size['dense_p95_ms'])} | "
-                    f"{_ms(size['bm25_p50_ms'])} / {_ms(size['bm25_p95_ms'])} | "
-                    f"{_ms(size['hybrid_p50_ms'])} / {_ms(size['hybrid_p95_ms'])} | {_ms(hits.get('dense'))} / "
-                    f"{_ms(hits.get('bm25'))} | {_ms(size['copy_load_s'])} | {memory.get('copy_arrays_mb', '–')} |")
     for size in output["sizes"]:
         index = next((r for r in size["methods"] if r["method"] == "pg-hnsw" and r.get("index_mb")), None)
         if index is not None:
@@ -130,12 +149,16 @@ def write_page(output: dict) -> None:
                      f"({output['environment'].get('shared_buffers')}); the HNSW index ({index['index_mb']:,} MB, built in "
                      f"{index['build_s']:,.0f} s) and the table are read through the OS page cache, which no process's "
                      "RSS counts."]
+    kept = kept_keys(memory, key_cells=2)
+    for line in (earlier or "").splitlines():  # an earlier run's note on a pg-hnsw row kept
+        if line.startswith("pg-hnsw at ") and (line[len("pg-hnsw at "):].split(":")[0], "pg-hnsw") in kept:
+            body += ["", line if line.endswith(EARLIER_NOTE) else f"{line} {EARLIER_NOTE}"]
     left_out = [m for m in METHODS if m not in config["methods"]]
     if left_out:
-        body += ["", f"Not run in this invocation: {', '.join(left_out)}."]
+        body += ["", f"Not run in this invocation: {', '.join(left_out)}" +
+                 ("; the rows of theirs above come from the earlier run each names." if kept else ".")]
     skipped = [f"{size['chunks']:,} {r['method']} {r['search']}: {r['note']}" for size in output["sizes"]
                for r in size["methods"] if not r["queries"]]
     if skipped:
         body += ["", "Not measured: " + "; ".join(skipped) + "."]
-    write_section("Search memory at scale", "\n".join(body), script="benchmarks/search_scale.py",
-                  command=output.get("command"))
+    write_section("Search memory at scale", "\n".join(body), script=SCRIPT, command=output.get("command"), page=page)

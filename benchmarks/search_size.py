@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from search_data import DIMENSION, chunk_id, corpus, load, postings
-from search_memory_use import raw_vectors_mb, reset_peak, search_memory_problem
+from search_memory_use import memory_ratio, raw_vectors_mb, reset_peak, search_memory_problem
 from search_methods import (
     HYBRID_NOTE,
     RETRIEVAL,
@@ -170,9 +170,9 @@ def run_size(n: int, args, work: Path, dsn: str | None, query_matrix: np.ndarray
                                  server_mem_measure=child["server_mem_measure"])
                     extra["search_mem_mb"] = extra["client_mem_mb"] + extra["server_mem_mb"]
                 if extra["search_mem_mb"] is not None:
-                    extra["mem_ratio"] = round(extra["search_mem_mb"] / raw_mb, 3)
+                    extra["mem_ratio"] = memory_ratio(extra["search_mem_mb"], n)
                     log(f"[{n:,}] {key} search memory {extra['search_mem_mb']:,} MB over the process's "
-                        f"{child['rss_start_mb']} MB at the start: {extra['mem_ratio']:.2f}x the raw vectors ({raw_mb:,} MB)")
+                        f"{child['rss_start_mb']} MB at the start: {extra['mem_ratio']:.2f}x the raw vectors ({raw_mb:,.2f} MB)")
             for search in searches:
                 if problem is not None:
                     add(skipped(key, search, extra, problem))

@@ -30,6 +30,7 @@ from rag_pipeline.core.evaluation.attribution.evidence import (
     ACCESS,
     CHUNKS,
     EMBEDDING,
+    PARSER,
     TEXT,
     Differences,
     Measured,
@@ -103,12 +104,16 @@ def candidates(base: Measured, cand: Measured, diff: Differences, scored_fields:
     golds = sorted(set(base.case.gold_docs) | set(cand.case.gold_docs))
     found += [Candidate(_gold_cause(doc, diff), Undo("document", doc)) for doc in golds if doc in diff.changed]
     tried = set(golds)
+    others: list[Candidate] = []
     for doc, detail in _above_the_gold(base, cand, diff, fell):
         if doc not in tried:
             tried.add(doc)
-            found.append(Candidate(Cause(OUTRANKED, doc, detail), Undo("document", doc)))
+            others.append(Candidate(Cause(OUTRANKED, doc, detail), Undo("document", doc)))
     for doc in _others(base, cand, diff, tried)[:MAX_OTHER_DOCUMENTS]:
-        found.append(Candidate(Cause(OUTRANKED, doc, _indirect(doc, base, cand, diff)), Undo("document", doc)))
+        others.append(Candidate(Cause(OUTRANKED, doc, _indirect(doc, base, cand, diff)), Undo("document", doc)))
+    # After a parser upgrade every document is in another version, most searched as before: those
+    # go last, or they would fill the candidates ahead of the one document whose chunks changed.
+    found += sorted(others, key=lambda c: diff.searched_alike(c.cause.doc))
     return found[:MAX_CANDIDATES]
 
 
@@ -131,11 +136,12 @@ def _gold_cause(doc: str, diff: Differences) -> Cause:
         fields = [f"{k} {old.access[k]!r} -> {new.access[k]!r}" for k in old.access if old.access[k] != new.access[k]]
         return Cause(GOLD_CHANGED, doc, "its text is the same; who may see it or whether it is current changed: "
                                         + "; ".join(fields))
+    parser = f"; parser {old.parser_version} -> {new.parser_version}" if old.parser_version != new.parser_version else ""
     if what == CHUNKS:
-        parser = (f"; parser {old.parser_version} -> {new.parser_version}"
-                  if old.parser_version != new.parser_version else "")
         return Cause(GOLD_RECHUNKED, doc, f"the same text (content hash {new.content_hash[:12]}), other chunks: "
                                           f"{len(old.chunks)} -> {len(new.chunks)}{parser}")
+    if what == PARSER:
+        return Cause(GOLD_RECHUNKED, doc, f"the same text and chunks{parser}")
     return Cause(GOLD_RECHUNKED, doc, "the same text and chunks; other rows (line numbers, titles or vectors)")
 
 
@@ -187,9 +193,11 @@ def _outranked_before(doc: str, rank: int, base: Measured, diff: Differences) ->
 
 
 def _others(base: Measured, cand: Measured, diff: Differences, tried: set[str]) -> list[str]:
-    """Changed documents not yet tried: those in either ranking first, in rank order, then the rest."""
+    """Changed documents not yet tried: those in either ranking first, in rank order, then the rest;
+    those searched as before (`Differences.searched_alike`) after all the others."""
     ranked = [d for d in dict.fromkeys([*cand.ranking, *base.ranking]) if d in diff.changed and d not in tried]
-    return ranked + sorted(d for d in diff.changed if d not in tried and d not in set(ranked))
+    every = ranked + sorted(d for d in diff.changed if d not in tried and d not in set(ranked))
+    return sorted(every, key=diff.searched_alike)
 
 
 def _indirect(doc: str, base: Measured, cand: Measured, diff: Differences) -> str:

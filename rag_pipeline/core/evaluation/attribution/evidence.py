@@ -20,9 +20,13 @@ from rag_pipeline.core.storage.versions import VersionInfo
 # Settings that decide abstention or answers, never a retrieval metric: not a cause of a case's move.
 NOT_RETRIEVAL = ("answers.", "retrieval.no_result_threshold", "retrieval.abstention", "retrieval.k")
 EMBEDDING = "embedding."
-# What a changed version changed, in the order a reader cares: its text, its chunks (or the parser
-# that made them), who may see it, or only the rest of its rows (vectors of another model).
-TEXT, CHUNKS, ACCESS, ROWS = "text", "chunks", "access", "rows"
+# What a changed version changed, in the order a reader cares: its text, its chunks, who may see it,
+# only the parser's version (a parser upgrade parses every document again, most into the same
+# chunks), or only the rest of its rows (vectors of another model).
+TEXT, CHUNKS, ACCESS, PARSER, ROWS = "text", "chunks", "access", "parser", "rows"
+# A document in another version with these is searched as before: its text, chunks and who may see it
+# are the same, so it cannot have moved a case (unless its vectors were made by another model).
+SEARCHED_ALIKE = (PARSER, ROWS)
 
 
 @dataclass(frozen=True)
@@ -125,20 +129,32 @@ class Differences:
     model: tuple[str, str] | None  # (baseline, candidate) embedder identity, when they differ
     changed: dict[str, tuple[str | None, str | None]]  # doc id -> (baseline version, candidate version)
     infos: dict[str, VersionInfo]
+    # what_changed's answers: asked for every changed document of every case that moved.
+    _what: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def what_changed(self, doc_id: str) -> str | None:
-        """`TEXT`, `CHUNKS`, `ACCESS` or `ROWS` for a document in another version on both sides;
-        None for one new, deleted or unchanged."""
+        """`TEXT`, `CHUNKS`, `ACCESS`, `PARSER` or `ROWS` for a document in another version on both
+        sides; None for one new, deleted or unchanged."""
+        if doc_id not in self._what:
+            self._what[doc_id] = self._compare(doc_id)
+        return self._what[doc_id]
+
+    def _compare(self, doc_id: str) -> str | None:
         before, after = self.changed.get(doc_id, (None, None))
         old, new = self.infos.get(before or ""), self.infos.get(after or "")
         if old is None or new is None:
             return None
         if old.content_hash != new.content_hash:
             return TEXT
-        if [(c.heading_path, c.text_hash) for c in old.chunks] != [(c.heading_path, c.text_hash) for c in new.chunks] \
-                or old.parser_version != new.parser_version:
+        if [(c.heading_path, c.text_hash) for c in old.chunks] != [(c.heading_path, c.text_hash) for c in new.chunks]:
             return CHUNKS
-        return ACCESS if old.access != new.access else ROWS
+        if old.access != new.access:
+            return ACCESS
+        return PARSER if old.parser_version != new.parser_version else ROWS
+
+    def searched_alike(self, doc_id: str) -> bool:
+        """A document in another version whose text, chunks and access are those of the baseline."""
+        return self.what_changed(doc_id) in SEARCHED_ALIKE
 
     def source_chunking_keys(self) -> set[str]:
         """Sources that chunk their own way on either side (`sources.<id>.chunking.*`)."""

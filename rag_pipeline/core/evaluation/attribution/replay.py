@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rag_pipeline.config import EmbeddingConfig, RetrievalConfig
 from rag_pipeline.core.embedding.embedder import Embedder
 from rag_pipeline.core.evaluation.attribution.candidates import Undo, chunking_section
-from rag_pipeline.core.evaluation.attribution.evidence import CHUNKS, EMBEDDING, ROWS, Differences
+from rag_pipeline.core.evaluation.attribution.evidence import CHUNKS, EMBEDDING, SEARCHED_ALIKE, Differences
 from rag_pipeline.core.evaluation.golden.cases import GoldenCase
 from rag_pipeline.core.evaluation.scoring import metrics
 from rag_pipeline.core.evaluation.scoring.ranking import EVAL_DEPTH, case_filters, ranked_documents
@@ -143,7 +143,7 @@ def _without_model_change(setup: Setup, view: Store) -> Embedder:
                          f"it was {identity} (the model's files changed under the same name)")
     by_source: dict[str, dict[str, str | None]] = {}
     for doc, (before, after) in setup.diff.changed.items():
-        if before and after and setup.diff.what_changed(doc) == ROWS:
+        if before and after and setup.diff.what_changed(doc) in SEARCHED_ALIKE:
             by_source.setdefault(doc.split(":", 1)[0], {})[doc] = before
     for source_id, versions in sorted(by_source.items()):
         view.versions.serve(source_id, versions)
