@@ -21,10 +21,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from rag_pipeline.core.models import SearchFilters
+from rag_pipeline.api import Retriever, SearchFilters
 from rag_pipeline.core.monitoring.evidence import Evidence
 from rag_pipeline.core.monitoring.gap_threshold import EvidenceScale
-from rag_pipeline.core.retrieval.retriever import Retriever
 
 # Fixed before any figure was seen: retrieval.k's default, the chunks an answer reads.
 DEPTH = 10
