@@ -28,8 +28,9 @@ Figures: per-question AUROC of the evidence score (and of the cosine alone) for 
 removed topic) and topic recall (removed topics that are the majority of some gap); the same at
 the question level (questions in a gap from a removed topic / all questions in gaps; removed-topic
 questions in a gap / all removed-topic questions); and after the restore, the share of gaps closed
-and of closing documents from the gap's own removed topic. Nothing here is tuned to the dataset:
-the settings are the pipeline's defaults and the draws are seeded.
+and of closing documents from the gap's own removed topic. Also the per-question AUROC with a
+query-performance predictor as a third evidence measure (`gap_predictors.py`; reported, not used).
+Nothing here is tuned to the dataset: the settings are the pipeline's defaults and the draws are seeded.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DO_NOT_TRACK", "UNSTRUC
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
+from gap_predictors import DEPTH, predictor_aurocs  # noqa: E402  (beside this script)
 
 from rag_pipeline.api import coverage_gaps_day, ingest_source, load_config, make_embedder, open_store  # noqa: E402
 from rag_pipeline.config.sections import slugify_source_id  # noqa: E402
@@ -181,6 +183,9 @@ def main() -> int:
                    [evidence[queries[q]].score for q in control_ids])
     cosine_auroc = _auroc([evidence[queries[q]].best_score or 0.0 for q in replayed_removed],
                           [evidence[queries[q]].best_score or 0.0 for q in control_ids])
+    predictors = predictor_aurocs(retriever, scale, [queries[q] for q in golden_ids],
+                                  [evidence[queries[q]] for q in replayed_removed],
+                                  [evidence[queries[q]] for q in control_ids], _auroc)
     majorities = [Counter(label_of[m.question.text] for m in g.members).most_common(1)[0][0] for g in first.open_gaps]
     correct = sum(1 for m in majorities if m != "answerable")
     found_topics = {m for m in majorities if m != "answerable"}
@@ -215,7 +220,7 @@ def main() -> int:
         "topic_recall": len(found_topics) / args.topics,
         "question_precision": removed_in_gaps / len(in_gaps) if in_gaps else float("nan"),
         "question_recall": removed_in_gaps / len(replayed_removed),
-        "auroc": auroc, "cosine_auroc": cosine_auroc,
+        "auroc": auroc, "cosine_auroc": cosine_auroc, "predictor_auroc": predictors,
         "closed_after_restore": f"{len(closed)} of {len(first.open_gaps)} gaps "
                                 f"({sum(1 for g in closed if majority_of.get(g.gap_id, 'answerable') != 'answerable')} "
                                 f"of {len(removed_gaps)} removed-topic gaps)",
@@ -245,6 +250,8 @@ def main() -> int:
             f"pairwise cosine distances) | {figures['topic_distance']} |",
             f"| per-question AUROC (evidence score, removed vs answerable; the cosine alone) | {auroc:.3f} "
             f"({cosine_auroc:.3f}) |",
+            *[f"| per-question AUROC with {name} (top {DEPTH} cosines, `gap_predictors.py`) as a third measure; "
+              f"{name} alone | {v['third measure']:.3f}; {v['alone']:.3f} |" for name, v in predictors.items()],
             f"| weak questions / gaps | {first.weak} / {len(first.open_gaps)} |",
             f"| gap precision (majority from a removed topic) | {figures['gap_precision']:.2f} |",
             f"| topic recall (removed topics that lead a gap) | {figures['topic_recall']:.2f} |",

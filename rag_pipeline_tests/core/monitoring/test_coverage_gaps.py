@@ -386,3 +386,13 @@ def test_a_topic_wider_than_the_old_fixed_cut_is_one_gap_and_two_unrelated_topic
         [e.question.text for e in badges], [e.question.text for e in payroll]]
     # At the fixed cut of before, each question of those topics is a topic alone: no gap at all.
     assert find_gaps(DAY1, day, 0.4, [], 0.5, 2, golden=GOLDEN_SCORES) == []
+
+
+def test_the_benchmarks_predictors_score_a_best_chunk_standing_out_above_look_alikes():
+    # benchmarks/gaps.py reports them as a third evidence measure (not used by the product).
+    from benchmarks.gap_predictors import nqc, standout
+
+    alike, apart = [0.62, 0.61, 0.60, 0.60], [0.62, 0.30, 0.25, 0.20]
+    assert standout(apart) == pytest.approx(0.62 - np.mean(apart)) and standout(alike) < standout(apart)
+    assert nqc(apart) == pytest.approx(np.std(apart) / np.mean(apart)) and nqc(alike) < nqc(apart)
+    assert standout([]) == nqc([]) == nqc([-0.1, -0.2]) == 0.0
