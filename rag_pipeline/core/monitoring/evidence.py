@@ -20,6 +20,7 @@ answerable cases (`EvidenceScale`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -76,8 +77,12 @@ def idf_coverage(question_terms: Sequence[str], chunk_terms: set[str], idf: dict
     """The idf-weighted share of the question's distinct terms the chunk holds (1.0 without any term:
     a question of stop words asks for nothing the corpus could lack)."""
     terms = set(question_terms)
-    total = sum(idf[t] for t in terms)
-    return sum(idf[t] for t in terms if t in chunk_terms) / total if total else 1.0
+    # fsum, the correctly rounded sum, not sum: a set iterates in an order that string hashing
+    # changes from process to process, and float addition in another order can end one unit in the
+    # last place apart; equal shares must stay equal, since the golden scale ranks them at or under
+    # one another (a tie one ulp apart moved the weak-evidence threshold a whole rank, issue 36).
+    total = math.fsum(idf[t] for t in terms)
+    return math.fsum(idf[t] for t in terms if t in chunk_terms) / total if total else 1.0
 
 
 def _idf(store: Store, terms: set[str]) -> dict[str, float]:
