@@ -23,7 +23,7 @@ import numpy as np
 
 from rag_pipeline.api import Retriever, SearchFilters
 from rag_pipeline.core.monitoring.evidence import Evidence
-from rag_pipeline.core.monitoring.gap_threshold import EvidenceScale
+from rag_pipeline.core.monitoring.gap_threshold import EvidenceScale, percentile_rank
 
 # Fixed before any figure was seen: retrieval.k's default, the chunks an answer reads.
 DEPTH = 10
@@ -47,10 +47,6 @@ def _top_cosines(retriever: Retriever, texts: Sequence[str]) -> list[list[float]
     return [sorted((h.score for h in r.candidates.get("dense", [])), reverse=True)[:DEPTH] for r in results]
 
 
-def _rank(sorted_values: np.ndarray, value: float) -> float:
-    return float(np.searchsorted(sorted_values, value, side="right")) / len(sorted_values)
-
-
 def predictor_aurocs(retriever: Retriever, scale: EvidenceScale, golden: Sequence[str],
                      removed: Sequence[Evidence], answerable: Sequence[Evidence],
                      auroc: Callable[[list[float], list[float]], float]) -> dict[str, dict[str, float]]:
@@ -66,7 +62,7 @@ def predictor_aurocs(retriever: Retriever, scale: EvidenceScale, golden: Sequenc
         reference = np.sort([predictor(t) for t in golden_tops])
 
         def combined(evidence: Sequence[Evidence], top: list[list[float]]) -> list[float]:
-            return [(2 * scale.score(e) + _rank(reference, predictor(t))) / 3 for e, t in zip(evidence, top, strict=True)]
+            return [(2 * scale.score(e) + percentile_rank(reference, predictor(t))) / 3 for e, t in zip(evidence, top, strict=True)]
 
         figures[name] = {
             "alone": auroc([predictor(t) for t in removed_tops], [predictor(t) for t in answerable_tops]),

@@ -68,14 +68,14 @@ class EvidenceScale:
             return 0.0
         if not self.cosines:
             return evidence.best_score
-        return (_rank(self.cosines, evidence.best_score) + _rank(self.coverages, evidence.coverage or 0.0)) / 2
+        return (percentile_rank(self.cosines, evidence.best_score) + percentile_rank(self.coverages, evidence.coverage or 0.0)) / 2
 
     def apply(self, evidence: Sequence[Evidence]) -> list[Evidence]:
         """The evidence with its strength set."""
         return [replace(e, strength=self.score(e)) for e in evidence]
 
 
-def _rank(sorted_values: Sequence[float], value: float) -> float:
+def percentile_rank(sorted_values: Sequence[float], value: float) -> float:
     """The share of the values at or under `value`."""
     return float(np.searchsorted(np.asarray(sorted_values), value, side="right")) / len(sorted_values)
 
