@@ -4,7 +4,8 @@ DuckDB lets one process open a file for writing at a time, so connections are sh
 connect waits while another process holds the file. A released connection stays open for
 `LINGER_SECONDS`, for this process's next call (a connect with its close costs 20 to 35 ms, and
 a one-page edit's stages made 19 in 1.7 s), then closes. Two runs of one source are kept apart by
-a `flock` beside the file, which the OS releases if the process dies.
+a `flock` beside the file, which the OS releases if the process dies. A new file appears whole
+(`_create_whole`): DuckDB's own creation races with another process's first open.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class DuckDBDatabase(Database):
         if not self.create and not self.path.is_file():
             raise self.missing()  # a reader creates neither the file nor its folder
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.read_only and not self.path.exists():
+            self._create_whole()
         deadline = time.monotonic() + _LOCK_WAIT_SECONDS
         delay = 0.05
         while True:
@@ -88,6 +91,28 @@ class DuckDBDatabase(Database):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, _LOCK_RETRY_MAX_SECONDS)
+
+    def _create_whole(self) -> None:
+        """Make the database file appear with its header written, never empty or half made.
+
+        DuckDB decides "new file or existing one" before it locks the file: a second process's first
+        connect in that gap reads an empty file ("exists, but it is not a valid DuckDB database
+        file"), or truncates the header the first one just wrote, which then refuses every open. So a
+        new file is made under a name of its own and linked into place: a link never replaces a
+        file, and the one that loses the race opens the winner's."""
+        spare = self.path.with_name(f".{self.path.name}.new-{os.getpid()}-{threading.get_ident()}")
+        spare.unlink(missing_ok=True)
+        try:
+            duckdb.connect(str(spare)).close()
+            try:
+                os.link(spare, self.path)
+            except FileExistsError:
+                pass  # another process made it first
+            except OSError:
+                pass  # a file system without hard links: DuckDB creates the file as before
+        finally:
+            spare.unlink(missing_ok=True)
+            spare.with_name(spare.name + ".wal").unlink(missing_ok=True)
 
     def _open_file(self) -> duckdb.DuckDBPyConnection:
         """A connection to the file; read-only for a reader: no write lock, no write-ahead log, and it
