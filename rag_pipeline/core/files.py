@@ -21,8 +21,8 @@ def write_text_atomically(path: Path, text: str, fault: str | None = None) -> No
     and is renamed over the old one (a rename within a folder is atomic), then the folder's entry
     is flushed. `fault`: a kill point reached when the new text is on disk but not yet in place."""
     path = Path(path)
-    _remove_stale_temporaries(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    remove_stale_temporaries(path)
+    temporary = temporary_beside(path)
     try:
         with temporary.open("wb") as handle:
             handle.write(text.encode("utf-8"))
@@ -43,7 +43,12 @@ def write_text_atomically(path: Path, text: str, fault: str | None = None) -> No
         os.close(folder)
 
 
-def _remove_stale_temporaries(path: Path) -> None:
+def temporary_beside(path: Path) -> Path:
+    """This process's temporary file for `path`, beside it (`remove_stale_temporaries` knows its name)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def remove_stale_temporaries(path: Path) -> None:
     """Temporary files beside `path` left by writers that were killed before their rename."""
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
         pid = stale.name[len(path.name) + 2 : -len(".tmp")]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from rag_pipeline.core.files import remove_stale_temporaries, temporary_beside
 from rag_pipeline.core.models import SearchFilters
 from rag_pipeline.core.storage.database import BATCH_KINDS, BATCH_ROWS, Database
 from rag_pipeline.core.storage.locks import exclusive_source, left_open
@@ -42,6 +43,7 @@ LINGER_SECONDS = 0.5
 SMALL_VECTOR_ROWS = 256
 # DuckDB's memory limit while the in-memory copy loads (`passing_reads`).
 PASSING_READS_MEMORY = "128MB"
+_CREATING = threading.Lock()
 
 
 class DuckDBDatabase(Database):
@@ -100,19 +102,21 @@ class DuckDBDatabase(Database):
         file"), or truncates the header the first one just wrote, which then refuses every open. So a
         new file is made under a name of its own and linked into place: a link never replaces a
         file, and the one that loses the race opens the winner's."""
-        spare = self.path.with_name(f".{self.path.name}.new-{os.getpid()}-{threading.get_ident()}")
-        spare.unlink(missing_ok=True)
-        try:
-            duckdb.connect(str(spare)).close()
-            try:
-                os.link(spare, self.path)
-            except FileExistsError:
-                pass  # another process made it first
-            except OSError:
-                pass  # a file system without hard links: DuckDB creates the file as before
-        finally:
+        with _CREATING:  # one name per process for the new file: its threads make it one at a time
+            remove_stale_temporaries(self.path)  # left by a process killed while it made one
+            spare = temporary_beside(self.path)
             spare.unlink(missing_ok=True)
-            spare.with_name(spare.name + ".wal").unlink(missing_ok=True)
+            try:
+                duckdb.connect(str(spare)).close()
+                try:
+                    os.link(spare, self.path)
+                except FileExistsError:
+                    pass  # another process or thread made it first
+                except OSError:
+                    pass  # a file system without hard links: DuckDB creates the file as before
+            finally:
+                spare.unlink(missing_ok=True)
+                spare.with_name(spare.name + ".wal").unlink(missing_ok=True)
 
     def _open_file(self) -> duckdb.DuckDBPyConnection:
         """A connection to the file; read-only for a reader: no write lock, no write-ahead log, and it

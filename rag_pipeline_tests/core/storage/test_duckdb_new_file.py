@@ -8,6 +8,8 @@ tests stage the race instead of waiting for it)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -49,5 +51,17 @@ def test_the_process_that_loses_the_race_opens_the_winners_file(tmp_path, monkey
     monkeypatch.setattr(duckdb_backend.duckdb, "connect", racing_connect)
     store = DuckDBDatabase(path)
     assert store.rows("SELECT answer FROM written_by_the_winner") == [(42,)]
+    store.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["index.duckdb"]
+
+
+def test_a_spare_left_by_a_killed_process_is_removed_when_the_file_is_made(tmp_path):
+    """A process killed -9 while it made the new file leaves its spare; the next creation removes it."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    path = tmp_path / "index.duckdb"
+    left = tmp_path / f".index.duckdb.{int(dead.stdout)}.tmp"
+    duckdb.connect(str(left)).close()
+    store = DuckDBDatabase(path)
+    store.execute("CREATE TABLE t (x INTEGER)")
     store.close()
     assert [p.name for p in tmp_path.iterdir()] == ["index.duckdb"]
