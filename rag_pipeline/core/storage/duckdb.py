@@ -107,7 +107,10 @@ class DuckDBDatabase(Database):
             spare = temporary_beside(self.path)
             spare.unlink(missing_ok=True)
             try:
-                duckdb.connect(str(spare)).close()
+                try:
+                    duckdb.connect(str(spare)).close()
+                except duckdb.Error:
+                    return  # a folder not writable, a full disk: the connect to the file itself says so, naming it
                 try:
                     os.link(spare, self.path)
                 except FileExistsError:
