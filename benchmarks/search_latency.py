@@ -95,6 +95,30 @@ def medians(runs: list[dict[int, dict]]) -> dict[int, dict]:
     return combined
 
 
+def median_output(result: dict) -> dict:
+    """`run_rounds`' result as one output of a round's shape, every number in it the median over the
+    rounds (the same command and seed give every round the same shape); the rounds' command line."""
+
+    def merge(values: list):
+        present = [value for value in values if value is not None]
+        if not present:
+            return None
+        first = present[0]
+        if isinstance(first, dict):
+            return {key: merge([value.get(key) for value in present]) for key in first}
+        if isinstance(first, list):
+            same_length = all(isinstance(value, list) and len(value) == len(first) for value in present)
+            return [merge(list(items)) for items in zip(*present)] if same_length else first
+        numbers = [value for value in present if isinstance(value, int | float) and not isinstance(value, bool)]
+        if len(numbers) != len(present):  # text and flags: the first round's
+            return first
+        middle = statistics.median(numbers)
+        # A count or a whole MB stays whole (the median of an even number of them may fall between two).
+        return round(middle) if all(isinstance(number, int) for number in numbers) else middle
+
+    return {**merge(result["rounds"]), "command": result["command"]}
+
+
 def _ms(value) -> str:
     return "–" if value is None else f"{value:.2f}"
 
@@ -142,16 +166,20 @@ def latency_lines(result: dict, before: dict | None = None) -> list[str]:
     lines += ["", "The rounds' processes (wall s, CPU s of the process tree: generating, storing, the references and "
               "the search process; load average before / after):"]
     for label, run in runs:
-        lines.append(f"- {label or 'this code: '}" + "; ".join(
-            f"{p['wall_s']:.1f} s, {p['cpu_s']:.1f} CPU s, load {p['load_before']} / {p['load_after']}"
-            if p.get("wall_s") is not None else f"not timed, load {p['load_before']} at its start"
-            for p in run["processes"]))
+        lines.append(f"- {label or 'this code: '}{processes_line(run['processes'])}")
     lines += ["", "Compare within a run: the two matrix products share the machine's state (OpenBLAS threads "
               f"{first['environment'].get('blas_threads')}; on a loaded machine a small product waits for a busy "
               "core, for numpy and the product alike, and its threads' spinning while they wait counts as CPU)."]
     if before:
         lines += ["", f"before: `{before['command']}` on earlier code."]
     return lines
+
+
+def processes_line(processes: list[dict]) -> str:
+    """How each round's process went: wall, CPU of its tree, the load average before and after."""
+    return "; ".join(f"{p['wall_s']:.1f} s, {p['cpu_s']:.1f} CPU s, load {p['load_before']} / {p['load_after']}"
+                     if p.get("wall_s") is not None else f"not timed, load {p['load_before']} at its start"
+                     for p in processes)
 
 
 def _as_rounds(result: dict) -> dict:

@@ -106,9 +106,29 @@ def render(output: dict) -> str:
     return "\n".join(lines)
 
 
-def write_page(output: dict, page: Path | None = None) -> None:
+def rounds_lines(rounds: dict) -> list[str]:
+    """What the medians of `rounds` (`run_rounds`' result) were taken from: each round's search memory and
+    dense p50 per size and method, and how each round's process went."""
+    from search_latency import processes_line
+
+    lines = [f"Each figure above is the median of {len(rounds['rounds'])} rounds, each the whole command in a fresh "
+             "process (the same seed: the same data and queries, stored and searched anew). Each round's search "
+             "memory MB / dense p50 ms:", ""]
+    first = rounds["rounds"][0]
+    for index, size in enumerate(first["sizes"]):
+        for method in size["search_memory"]:
+            found = [output["sizes"][index]["search_memory"][method] for output in rounds["rounds"]]
+            lines.append(f"- {size['chunks']:,} {method}: " + "; ".join(
+                f"{row['search_mem_mb']:,} / {_ms(row['dense_p50_ms'])}" for row in found))
+    return [*lines, "", "The rounds' processes (wall s, CPU s of the process tree: generating, storing, the "
+                        "references and every search process; load average before / after): "
+                        f"{processes_line(rounds['processes'])}."]
+
+
+def write_page(output: dict, page: Path | None = None, rounds: dict | None = None) -> None:
     """This script's section of docs/performance.md: the search memory table, the product default's
-    latencies. Rows of sizes and methods this run did not measure stay, each naming its run (earlier_rows.py)."""
+    latencies. Rows of sizes and methods this run did not measure stay, each naming its run (earlier_rows.py).
+    With `rounds` (`run_rounds`' result; `output` their medians), each round's figures and process too."""
     from performance_page import PAGE, write_section
 
     page = page or PAGE
@@ -155,10 +175,13 @@ def write_page(output: dict, page: Path | None = None) -> None:
             body += ["", line if line.endswith(EARLIER_NOTE) else f"{line} {EARLIER_NOTE}"]
     left_out = [m for m in METHODS if m not in config["methods"]]
     if left_out:
+        shown = any(method in left_out for _, method in kept)
         body += ["", f"Not run in this invocation: {', '.join(left_out)}" +
-                 ("; the rows of theirs above come from the earlier run each names." if kept else ".")]
+                 ("; the rows of theirs above come from the earlier run each names." if shown else ".")]
     skipped = [f"{size['chunks']:,} {r['method']} {r['search']}: {r['note']}" for size in output["sizes"]
                for r in size["methods"] if not r["queries"]]
     if skipped:
         body += ["", "Not measured: " + "; ".join(skipped) + "."]
+    if rounds is not None:
+        body += ["", *rounds_lines(rounds)]
     write_section("Search memory at scale", "\n".join(body), script=SCRIPT, command=output.get("command"), page=page)

@@ -82,8 +82,10 @@ A million chunks, the exact (product default) and approximate paths, in one comm
 
     python benchmarks/search_scale.py --sizes 1000000 --methods memory,pg-hnsw --queries 50 --json
 
---page writes the search memory table into docs/performance.md (this script's section); --page-from
-FILE writes it from a saved --out JSON (its figures and the command that made them). --latency-page
+--page writes the search memory table into docs/performance.md (this script's section); with --rounds N,
+every figure in it is the median of N runs of the whole command (search_latency.py), and the section
+lists each round's search memory, dense p50, wall, CPU and load. --page-from FILE writes it from a
+saved --out JSON, of one run or of rounds (its figures and the command that made them). --latency-page
 writes a section of its own (`search_scale.py:latency`): per size, the product's p50 beside numpy's
 and the sparse product's, where a query's time goes, the copy's load and map times (the first search
 process writes the copy to the cache folder, RAG_PIPELINE_CACHE, set to the work folder here; a new
@@ -206,10 +208,15 @@ def main() -> int:
     parser.add_argument("--page-from", type=Path, default=None, metavar="FILE",
                         help="write the page from a saved --out JSON (figures and command from it) and exit")
     args = parser.parse_args()
+    from search_latency import median_output, run_rounds, write_latency_page
+
     if args.page_from is not None:
-        write_page(json.loads(args.page_from.read_text()))
+        saved = json.loads(args.page_from.read_text())
+        if "processes" in saved:  # a --rounds run's JSON: the page from its medians
+            write_page(median_output(saved), rounds=saved)
+        else:
+            write_page(saved)
         return 0
-    from search_latency import run_rounds, write_latency_page
 
     before = json.loads(args.before_out.read_text()) if args.before_out else None
     if args.latency_page_from is not None:
@@ -217,12 +224,12 @@ def main() -> int:
         return 0
     rounds = args.rounds if args.rounds is not None else (3 if args.latency_page and not args.fresh else 1)
     if rounds > 1 and not args.fresh:
-        if args.page:
-            parser.error("--page (the search memory section) takes one run: drop --rounds")
         result = run_rounds(sys.argv[1:], rounds)
         if args.out is not None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=2) + "\n")
+        if args.page:
+            write_page(median_output(result), rounds=result)
         if args.latency_page:
             write_latency_page(result, before)
         return 0
