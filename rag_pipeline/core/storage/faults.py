@@ -73,9 +73,19 @@ def no_space(where: Path | str) -> NoSpaceError:
 
 
 def damaged(path: Path | str) -> DamagedIndexError:
-    """The sentence for an index file that is not a whole database."""
+    """The sentence for an index file that is not a whole database; an empty one holds nothing to restore."""
+    if _is_empty(path):
+        return DamagedIndexError(f"the index file {path} is empty (0 bytes, never written by whatever made it): "
+                                 "remove it and run `rag-pipeline ingest` to build it")
     return DamagedIndexError(f"the index file {path} is damaged (cut short or overwritten): restore it from a "
                              "backup, or remove it and run `rag-pipeline ingest` to build it again")
+
+
+def _is_empty(path: Path | str) -> bool:
+    try:
+        return Path(path).stat().st_size == 0
+    except OSError:
+        return False
 
 
 def named_fault(error: BaseException, path: Path | str, file_based: bool = True) -> StorageFaultError | None:

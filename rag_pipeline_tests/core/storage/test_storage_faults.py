@@ -63,3 +63,13 @@ def test_an_index_file_cut_short_is_named_damaged(tmp_path, keep_bytes):
     assert str(raised.value) == (f"the index file {path} is damaged (cut short or overwritten): restore it from a "
                                  "backup, or remove it and run `rag-pipeline ingest` to build it again")
     assert path.stat().st_size == keep_bytes  # left as it was found, for whoever restores it
+
+
+def test_an_empty_index_file_is_named_empty_not_damaged(tmp_path):
+    path = tmp_path / "index.duckdb"
+    path.touch()  # as an older version killed while it created the file, or another tool, left it
+    with pytest.raises(DamagedIndexError) as raised:
+        duckdb_store(path).db.rows("SELECT 1")
+    assert str(raised.value) == (f"the index file {path} is empty (0 bytes, never written by whatever made it): "
+                                 "remove it and run `rag-pipeline ingest` to build it")
+    assert path.stat().st_size == 0
