@@ -197,16 +197,23 @@ def _release(group: Path, parent: Path) -> None:
                     pass
 
 
+def measured_now() -> dict[str, str]:
+    """When and on what code a run measures: saved with its figures, so that a page written later
+    from them (`--page-from`) is stamped with the run's date and commit, not the writer's."""
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit()}
+
+
 def write_section(title: str, body: str, script: str | None = None, command: str | None = None,
-                  page: Path = PAGE) -> None:
+                  page: Path = PAGE, measured: dict[str, str] | None = None) -> None:
     """Replace the section of `script` (default: the running script) on `page` with `title` and
-    `body` (markdown), stamped with today's date, the machine and `command` (default: the running
-    command line)."""
+    `body` (markdown), stamped with the machine, `command` (default: the running command line) and
+    `measured` (`measured_now()` of the run, default: now)."""
     script = script or f"benchmarks/{Path(sys.argv[0]).name}"
     # A script owning several sections names each `script:part`; the command runs the script itself.
     command = command or "python " + " ".join([script.split(":")[0], *map(shlex.quote, sys.argv[1:])])
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    section = (f"<!-- {script} -->\n## {title}\n\n`{command}`, {stamp}, commit {commit()}, on {machine()}.\n\n"
+    measured = measured or measured_now()
+    section = (f"<!-- {script} -->\n## {title}\n\n`{command}`, {measured['date']}, commit {measured['commit']}, "
+               f"on {machine()}.\n\n"
                f"{body.strip()}\n<!-- /{script} -->")
     text = page.read_text() if page.exists() else _HEADER
     pattern = re.compile(rf"<!-- {re.escape(script)} -->.*?<!-- /{re.escape(script)} -->", re.DOTALL)

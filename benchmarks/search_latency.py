@@ -41,9 +41,9 @@ def round_arguments(argv: list[str], out: Path) -> list[str]:
 def run_rounds(argv: list[str], rounds: int) -> dict:
     """`rounds` runs of the command `argv` (search_scale.py's arguments), each in a fresh process: their
     outputs and how each process went (wall, CPU of its tree, load before and after)."""
-    from performance_page import timed
+    from performance_page import measured_now, timed
 
-    outputs, processes = [], []
+    measured, outputs, processes = measured_now(), [], []
     with tempfile.TemporaryDirectory(prefix="search_latency_") as folder:
         for index in range(rounds):
             out = Path(folder) / f"round-{index}.json"
@@ -55,8 +55,8 @@ def run_rounds(argv: list[str], rounds: int) -> dict:
             outputs.append(json.loads(out.read_text()))
             processes.append({"wall_s": round(run.wall_s, 1), "cpu_s": round(run.cpu_s, 1), "load_before": load,
                               "load_after": [round(x, 2) for x in os.getloadavg()]})
-    return {"command": "python " + " ".join(["benchmarks/search_scale.py", *argv]), "rounds": outputs,
-            "processes": processes}
+    return {"command": "python " + " ".join(["benchmarks/search_scale.py", *argv]), "measured": measured,
+            "rounds": outputs, "processes": processes}
 
 
 def figures(output: dict) -> dict[int, dict]:
@@ -116,7 +116,7 @@ def median_output(result: dict) -> dict:
         # A count or a whole MB stays whole (the median of an even number of them may fall between two).
         return round(middle) if all(isinstance(number, int) for number in numbers) else middle
 
-    return {**merge(result["rounds"]), "command": result["command"]}
+    return {**merge(result["rounds"]), "command": result["command"], "measured": result.get("measured")}
 
 
 def _ms(value) -> str:
@@ -195,4 +195,5 @@ def write_latency_page(result: dict, before: dict | None = None) -> None:
     from performance_page import write_section
 
     write_section("Search latency against its arrays", "\n".join(latency_lines(result, before)),
-                  script="benchmarks/search_scale.py:latency", command=result.get("command"))
+                  script="benchmarks/search_scale.py:latency", command=result.get("command"),
+                  measured=result.get("measured"))

@@ -120,8 +120,11 @@ def rounds_lines(rounds: dict) -> list[str]:
             found = [output["sizes"][index]["search_memory"][method] for output in rounds["rounds"]]
             lines.append(f"- {size['chunks']:,} {method}: " + "; ".join(
                 f"{row['search_mem_mb']:,} / {_ms(row['dense_p50_ms'])}" for row in found))
+    # pg_ctl starts the PostgreSQL server as a daemon: its CPU (loading, building the index) is not the tree's.
+    server = ("; not the PostgreSQL server, which runs apart" if any(m.startswith("pg") for m in first["config"]["methods"])
+              else "")
     return [*lines, "", "The rounds' processes (wall s, CPU s of the process tree: generating, storing, the "
-                        "references and every search process; load average before / after): "
+                        f"references and every search process{server}; load average before / after): "
                         f"{processes_line(rounds['processes'])}."]
 
 
@@ -184,4 +187,5 @@ def write_page(output: dict, page: Path | None = None, rounds: dict | None = Non
         body += ["", "Not measured: " + "; ".join(skipped) + "."]
     if rounds is not None:
         body += ["", *rounds_lines(rounds)]
-    write_section("Search memory at scale", "\n".join(body), script=SCRIPT, command=output.get("command"), page=page)
+    write_section("Search memory at scale", "\n".join(body), script=SCRIPT, command=output.get("command"), page=page,
+                  measured=output.get("measured"))

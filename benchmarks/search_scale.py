@@ -85,7 +85,7 @@ A million chunks, the exact (product default) and approximate paths, in one comm
 --page writes the search memory table into docs/performance.md (this script's section); with --rounds N,
 every figure in it is the median of N runs of the whole command (search_latency.py), and the section
 lists each round's search memory, dense p50, wall, CPU and load. --page-from FILE writes it from a
-saved --out JSON, of one run or of rounds (its figures and the command that made them). --latency-page
+saved --out JSON, of one run or of rounds (its figures, the command, date and commit that made them). --latency-page
 writes a section of its own (`search_scale.py:latency`): per size, the product's p50 beside numpy's
 and the sparse product's, where a query's time goes, the copy's load and map times (the first search
 process writes the copy to the cache folder, RAG_PIPELINE_CACHE, set to the work folder here; a new
@@ -261,6 +261,9 @@ def main() -> int:
     environment = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
                    "duckdb": duckdb.__version__, "cpus": os.cpu_count(), "blas_threads": _blas_threads(),
                    "loadavg": [round(x, 2) for x in os.getloadavg()]}
+    from performance_page import measured_now
+
+    measured = measured_now()
     work = Path(tempfile.mkdtemp(prefix="search_scale_", dir=args.work))
     # The search processes write their copies to the cache folder (memory_cache.py): the work folder's,
     # removed with it (a million chunks' copy is about 2 GB).
@@ -281,6 +284,7 @@ def main() -> int:
 
     output = {
         "command": "python " + " ".join(["benchmarks/search_scale.py", *map(shlex.quote, sys.argv[1:])]),
+        "measured": measured,
         "config": {"sizes": sizes, "dimension": DIMENSION, "centres": CENTRES, "noise": NOISE, "queries": args.queries,
                    "k": args.k, "seed": args.seed, "batch": args.batch, "slow_queries": args.slow_queries,
                    "slow_size": args.slow_size, "methods": args.methods,

@@ -114,11 +114,12 @@ def test_a_page_of_rounds_gives_each_figure_as_the_median_and_lists_every_round(
     from search_latency import median_output
     from search_page import write_page
 
-    runs = [_output(1_000_000, ("numpy", "memory"), ratio=r) for r in (1.46, 1.40, 1.45)]
+    runs = [_output(1_000_000, ("numpy", "memory", "pg-hnsw"), ratio=r) for r in (1.46, 1.40, 1.45)]
     for run, mb, p50 in zip(runs, (2140, 2100, 2116), (190.0, 170.0, 184.0), strict=True):
         run["sizes"][0]["search_memory"]["memory"].update(search_mem_mb=mb, dense_p50_ms=p50)
         run["sizes"][0]["dense_p50_ms"] = p50
     result = {"command": "python benchmarks/search_scale.py --sizes 1000000 --rounds 3 --page", "rounds": runs,
+              "measured": {"date": "2026-12-06 04:31 UTC", "commit": "e9f06a1"},
               "processes": [{"wall_s": 800.0 + i, "cpu_s": 900.0, "load_before": [0.3], "load_after": [1.5]}
                             for i in range(3)]}
     combined = median_output(result)
@@ -132,7 +133,9 @@ def test_a_page_of_rounds_gives_each_figure_as_the_median_and_lists_every_round(
     write_page(combined, page, rounds=result)
     text = page.read_text()
     assert _row(text, "| 1,000,000 | memory |").endswith("| 2,116 | 1,465 | 1.45 | 184.00 / 400.00 | 1.0000 | 50 | this run |")
-    assert "`python benchmarks/search_scale.py --sizes 1000000 --rounds 3 --page`" in text
+    # Stamped with the run's date and commit, also when written later from its saved JSON (--page-from).
+    assert "`python benchmarks/search_scale.py --sizes 1000000 --rounds 3 --page`, 2026-12-06 04:31 UTC, commit e9f06a1," in text
     assert "the median of 3 rounds" in text
     assert "- 1,000,000 memory: 2,140 / 190.00; 2,100 / 170.00; 2,116 / 184.00" in text
+    assert "every search process; not the PostgreSQL server, which runs apart; load average" in text
     assert "800.0 s, 900.0 CPU s, load [0.3] / [1.5]; 801.0 s" in text
