@@ -206,7 +206,8 @@ def main() -> int:
                         help="--fresh: also time the code of another checkout, alternating round by round")
     parser.add_argument("--before-label", default="before", help="--fresh: what to call that code on the page")
     parser.add_argument("--page-from", type=Path, default=None, metavar="FILE",
-                        help="write the page from a saved --out JSON (figures and command from it) and exit")
+                        help="write the page from a saved --out JSON, of one run or of --rounds (figures, command, date and commit "
+                             "from it) and exit")
     args = parser.parse_args()
     from search_latency import median_output, run_rounds, write_latency_page
 
